@@ -1,0 +1,3 @@
+from specops.cli import main
+
+raise SystemExit(main())

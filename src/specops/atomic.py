@@ -1,0 +1,46 @@
+"""Atomic, durable writes: temp file in the same directory, fsync, rename, fsync the directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text(path: str | os.PathLike[str], text: str, mode: int | None = None) -> None:
+    write_bytes(path, text.encode(), mode)
+
+
+def write_json(path: str | os.PathLike[str], document: Any) -> None:
+    write_text(path, json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
