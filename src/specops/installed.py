@@ -45,7 +45,7 @@ class Distribution:
                     for row in csv.reader(handle):
                         if not row:
                             continue
-                        path, digest, size = (row + ["", ""])[:3]
+                        path, digest, size = [*row, "", ""][:3]
                         sha = None
                         if digest.startswith("sha256="):
                             raw = base64.urlsafe_b64decode(digest[7:] + "=" * (-len(digest[7:]) % 4))
