@@ -1,0 +1,97 @@
+"""The agent bundle: what a host needs from this checkout (src/, patches/, runs/*.yaml).
+
+The bundle is identified by a content hash. The host keeps the hash of what it has; an agent
+call whose hash differs carries the bundle along in the same round trip, so a host never runs a
+stale agent and nobody has to remember to sync first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from remote.inventory import REPO_ROOT
+
+EXCLUDED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+def bundle_files(root: Path = REPO_ROOT) -> list[Path]:
+    """Relative paths of every file the host needs, sorted."""
+    files: list[Path] = []
+    for top in ("src", "patches"):
+        base = root / top
+        if base.exists():
+            files.extend(path for path in base.rglob("*") if path.is_file()
+                         and not EXCLUDED_PARTS.intersection(path.parts) and not path.name.endswith(".pyc")
+                         and ".egg-info" not in path.as_posix())
+    runs = root / "runs"
+    if runs.exists():
+        files.extend(runs.glob("*.yaml"))
+    return sorted(path.relative_to(root) for path in files)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    digest: str
+    archive: bytes  # gzip'd tar of the files, deterministic
+    files: tuple[str, ...]
+
+
+@cache
+def build_bundle(root: Path = REPO_ROOT) -> Bundle:
+    files = bundle_files(root)
+    hasher = hashlib.sha256()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
+        for relative in files:
+            data = (root / relative).read_bytes()
+            hasher.update(relative.as_posix().encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+            info = tarfile.TarInfo(relative.as_posix())
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            archive.addfile(info, io.BytesIO(data))
+    return Bundle(hasher.hexdigest(), buffer.getvalue(), tuple(path.as_posix() for path in files))
+
+
+# Runs on the host with the host's python (any 3.8+): unpack the bundle read from stdin into the
+# workdir. src/ and patches/ are replaced whole (a file deleted here disappears there); run configs
+# are written one by one, since runs/<name>/ folders beside them hold the host's run outputs.
+INSTALL_SCRIPT = r"""
+import io, os, shutil, sys, tarfile, tempfile
+workdir, digest = sys.argv[1], sys.argv[2]
+data = sys.stdin.buffer.read()
+incoming = tempfile.mkdtemp(prefix=".agent-incoming-", dir=workdir)
+with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+    for member in archive.getmembers():
+        if member.name.startswith("/") or ".." in member.name.split("/") or not member.isfile():
+            raise SystemExit("refusing bundle member " + member.name)
+        target = os.path.join(incoming, member.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with archive.extractfile(member) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+for top in ("src", "patches"):
+    fresh, current = os.path.join(incoming, top), os.path.join(workdir, top)
+    if not os.path.isdir(fresh):
+        continue
+    old = current + ".old-" + os.path.basename(incoming)
+    if os.path.exists(current):
+        os.rename(current, old)
+    os.rename(fresh, current)
+    shutil.rmtree(old, ignore_errors=True)
+runs_in = os.path.join(incoming, "runs")
+if os.path.isdir(runs_in):
+    os.makedirs(os.path.join(workdir, "runs"), exist_ok=True)
+    for name in os.listdir(runs_in):
+        os.replace(os.path.join(runs_in, name), os.path.join(workdir, "runs", name))
+shutil.rmtree(incoming, ignore_errors=True)
+os.makedirs(os.path.join(workdir, "state"), exist_ok=True)
+tmp = os.path.join(workdir, "state", ".agent.sha256.tmp")
+with open(tmp, "w") as handle:
+    handle.write(digest)
+    handle.flush()
+    os.fsync(handle.fileno())
+os.replace(tmp, os.path.join(workdir, "state", "agent.sha256"))
+"""
