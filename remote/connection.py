@@ -207,6 +207,7 @@ class SSHConnection:
         policy_class = _AcceptNewKey if accept_new_host_key else _RefuseUnknownKey
         client.set_missing_host_key_policy(policy_class(host, known_hosts))
         jump = _jump_host(host, inventory)
+        started = time.monotonic()
         try:
             if jump is not None:
                 self._jump = SSHConnection(jump, accept_new_host_key=accept_new_host_key, inventory=inventory)
@@ -246,6 +247,10 @@ class SSHConnection:
             raise ConnectError(f"{where}: connection refused (is sshd running on port {target.port}?)") from None
         except (OSError, paramiko.SSHException) as exc:
             self._close_jump()
+            if time.monotonic() - started >= host.connect_timeout * 0.9:
+                # paramiko reports a banner that never came as a later, vaguer error
+                raise ConnectError(f"{where}: no answer within {host.connect_timeout:g} s (host down, hung or "
+                                   "network partitioned?)") from None
             raise ConnectError(f"{where}: {type(exc).__name__}: {exc}") from None
         transport = client.get_transport()
         assert transport is not None

@@ -129,6 +129,8 @@ def load_inventory(path: Path | None = None) -> Inventory:
             raise BadInput(f"{path}: hosts.{name}: must be a mapping of settings")
         if "name" in settings:
             raise BadInput(f"{path}: hosts.{name}.name: unknown key (the mapping key is the name)")
+        if settings.get("connection", "ssh") == "ssh" and not settings.get("address"):
+            raise BadInput(f"{path}: hosts.{name}.address: required for connection: ssh")
         if settings.get("connection") == "local":
             settings = _resolve_local_paths(settings, base)
         prepared[str(name)] = {**settings, "name": str(name)}

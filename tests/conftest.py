@@ -1,0 +1,55 @@
+"""Shared fixtures: a real sshd on loopback, an inventory with a local and an SSH host, the CLI."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import Cli, write_inventory
+from tests.support.sshd import SshServer, start_sshd
+
+PYTHON = sys.executable  # the host env of the test hosts is this checkout's .venv
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+
+
+def ssh_host(sshd: SshServer, workdir: Path, known_hosts: Path, **extra: object) -> dict:
+    return {"address": "127.0.0.1", "port": sshd.port, "user": sshd.user, "identity_file": str(sshd.client_key),
+            "known_hosts": str(known_hosts), "workdir": str(workdir), "python": PYTHON, "connect_timeout": 5,
+            **extra}
+
+
+@pytest.fixture
+def known_hosts(tmp_path: Path, sshd: SshServer) -> Path:
+    path = tmp_path / "known_hosts"
+    path.write_text(sshd.known_hosts_line())
+    return path
+
+
+@pytest.fixture
+def inventory(tmp_path: Path, sshd: SshServer, known_hosts: Path) -> Path:
+    """An inventory with `local` (no SSH) and `loop` (the real sshd), each with its own workdir."""
+    hosts = {
+        "local": {"connection": "local", "workdir": str(tmp_path / "local-workdir"), "python": PYTHON},
+        "loop": ssh_host(sshd, tmp_path / "loop-workdir", known_hosts),
+    }
+    return write_inventory(tmp_path / "inventory.yaml", hosts, default="local")
+
+
+@pytest.fixture
+def cli(inventory: Path, tmp_path: Path) -> Cli:
+    return Cli(inventory, tmp_path / "logs")
+
+
+@pytest.fixture(params=["local", "loop"])
+def host_name(request: pytest.FixtureRequest) -> str:
+    """Runs a test once on the local host and once over the real sshd."""
+    return request.param
