@@ -33,9 +33,9 @@ def sync(c, host=None, dry_run=False, json=False, sftp=False):
     for name in report.deleted:
         out.print(f"  [red]{'would delete' if dry_run else 'deleted'}[/] {name}")
     revision = report.revision
+    dirty = " (dirty)" if revision.get("dirty") else ""
     out.print(f"{chosen.name}: {len(report.changed)} file(s) {verb}, {len(report.deleted)} deleted via "
-              f"{report.method}; revision {str(revision.get('commit'))[:10]}{' (dirty)' if revision.get('dirty') else ''}"
-              f" in {document['elapsed_s']} s")
+              f"{report.method}; revision {str(revision.get('commit'))[:10]}{dirty} in {document['elapsed_s']} s")
 
 
 TASKS = [sync]
