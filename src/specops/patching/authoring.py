@@ -1,0 +1,121 @@
+"""`patch new`: write a patch file from the difference between an installed file and an edited copy.
+
+Each changed hunk becomes one [[replace]] whose `old` grows by whole lines of context until it
+occurs exactly once in the installed file; hunks whose context meets are merged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import BadInput
+from specops.patching.rewrite import apply_patches
+from specops.patching.selection import Environment
+from specops.patching.spec import SET_FILE, load_patch, load_set
+
+Hunk = tuple[int, int, int, int]  # old[i1:i2] -> new[j1:j2], in lines
+
+
+def replacements(before: str, after: str) -> list[tuple[str, str]]:
+    """(old, new) pairs that turn `before` into `after`, each `old` unique in `before`."""
+    old_lines = before.splitlines(keepends=True)
+    new_lines = after.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    hunks: list[Hunk] = [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    while True:
+        grown = [_grow(h, old_lines, new_lines, before) for h in hunks]
+        merged = _merge(grown)
+        if merged == hunks:
+            break
+        hunks = merged
+    return [("".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])) for i1, i2, j1, j2 in hunks]
+
+
+def _grow(hunk: Hunk, old_lines: list[str], new_lines: list[str], before: str) -> Hunk:
+    i1, i2, j1, j2 = hunk
+    # context lines are equal on both sides, so old and new ranges grow together
+    while True:
+        old = "".join(old_lines[i1:i2])
+        if old.strip() and before.count(old) == 1:
+            return i1, i2, j1, j2
+        if i1 == 0 and i2 == len(old_lines):
+            return i1, i2, j1, j2
+        if i1 > 0:
+            i1, j1 = i1 - 1, j1 - 1
+        if i2 < len(old_lines):
+            i2, j2 = i2 + 1, j2 + 1
+
+
+def _merge(hunks: list[Hunk]) -> list[Hunk]:
+    merged: list[Hunk] = []
+    for hunk in hunks:
+        if merged and hunk[0] <= merged[-1][1]:
+            last = merged[-1]
+            merged[-1] = (last[0], max(last[1], hunk[1]), last[2], max(last[3], hunk[3]))
+        else:
+            merged.append(hunk)
+    return merged
+
+
+def toml_string(text: str) -> str:
+    """A TOML string that reads back as exactly `text`: multi-line literal where possible."""
+    literal_ok = "'''" not in text and not text.endswith("'") and not re.search(r"[\x00-\x08\x0b-\x1f\x7f]",
+                                                                                 text.replace("\r\n", "\n"))
+    if literal_ok:
+        return "'''\n" + text + "'''"  # TOML drops the newline right after the opening quotes
+    return json.dumps(text)  # JSON escapes are valid TOML basic-string escapes
+
+
+def render(patch_id: str, reason: str, module: str, pairs: list[tuple[str, str]]) -> str:
+    lines = [f"id = {json.dumps(patch_id)}", f"reason = {json.dumps(reason)}", f"module = {json.dumps(module)}",
+             'checks = ["parses", "calls_bind", "imports_resolve"]', ""]
+    for old, new in pairs:
+        lines += ["[[replace]]", "count = 1", f"old = {toml_string(old)}", f"new = {toml_string(new)}", ""]
+    return "\n".join(lines)
+
+
+def handle(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, Any]]:
+    for flag, value in (("--module", args.module), ("--edited", args.edited), ("--id", args.patch_id),
+                        ("--reason", args.reason)):
+        if not value:
+            raise BadInput(f"patch new: {flag} is required")
+    if not args.sets or len(args.sets) != 1:
+        raise BadInput("patch new: give exactly one --set NAME")
+    folder = patches_dir / args.sets[0]
+    if not (folder / SET_FILE).is_file():
+        raise BadInput(f"{folder / SET_FILE}: missing; create the set's {SET_FILE} first (see patches/README.md)")
+    patch_set = load_set(folder) if any(p.name != SET_FILE for p in folder.glob("*.toml")) else None
+    if patch_set and any(p.id == args.patch_id for p in patch_set.patches):
+        raise BadInput(f"--id {args.patch_id}: set {args.sets[0]} already has a patch with this id")
+    installed = Environment.current().source_file(args.module)
+    if installed is None:
+        raise BadInput(f"--module {args.module}: no Python source for it on this interpreter's search path")
+    if not args.edited.is_file():
+        raise BadInput(f"--edited {args.edited}: no such file")
+    before, after = installed.read_text(), args.edited.read_text()
+    if before == after:
+        raise BadInput(f"--edited {args.edited}: identical to the installed {installed}; nothing to patch")
+    pairs = replacements(before, after)
+    numbers = [int(m.group(1)) for p in folder.glob("*.toml") if (m := re.match(r"(\d+)-", p.name))]
+    target = folder / f"{max(numbers, default=0) + 1:02d}-{args.patch_id}.toml"
+    text = render(args.patch_id, args.reason, args.module, pairs)
+    atomic.write_text(target, text)
+    # what we write must read back under the same strict rules and reproduce the edited file
+    try:
+        written = load_patch(target)
+    except BadInput:
+        target.unlink()
+        raise
+    result, misfits = apply_patches(before, [written], str(installed))
+    if misfits or result != after:
+        target.unlink()
+        raise BadInput(f"--edited {args.edited}: could not express the edit as unique replacements "
+                       f"({'; '.join(m.detail for m in misfits) or 'result differs'})")
+    return 0, {"ok": True, "action": "new", "written": str(target), "set": args.sets[0], "id": args.patch_id,
+               "module": args.module, "file": str(installed), "replacements": len(pairs)}

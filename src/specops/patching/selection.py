@@ -1,0 +1,83 @@
+"""Which patch sets apply on this host: installed versions and host kind, read without importing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from specops.analysis import ModuleIndex
+from specops.installed import Distribution, distributions, normalise
+from specops.patching.spec import PatchSet
+
+
+def host_kind() -> str:
+    """'gpu' when an NVIDIA GPU is visible to this process, else 'cpu'."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return "cpu"
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return "gpu"
+    return "gpu" if any(Path("/dev").glob("nvidia[0-9]*")) else "cpu"
+
+
+@dataclass
+class Environment:
+    host: str
+    dists: dict[str, Distribution]
+    search_path: list[str] = field(default_factory=list)
+
+    @classmethod
+    def current(cls) -> Environment:
+        search_path = list(sys.path)
+        return cls(host_kind(), distributions(search_path), search_path)
+
+    @cached_property
+    def index(self) -> ModuleIndex:
+        """Finds modules on the search path without importing them; parses lazily, shared by all checks."""
+        return ModuleIndex(self.search_path)
+
+    def source_file(self, dotted: str) -> Path | None:
+        """The .py file of a module (a package's __init__.py), None if absent or not Python source."""
+        found = self.index.module_file(dotted)
+        return found if found is not None and found.suffix == ".py" and found.is_file() else None
+
+    def version(self, name: str) -> str | None:
+        dist = self.dists.get(normalise(name))
+        return dist.version if dist else None
+
+
+@dataclass
+class Fit:
+    """How a set fits this host. `problems` are version or host mismatches, one line each."""
+
+    installed: str | None
+    requires: dict[str, dict[str, object]]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def fit(patch_set: PatchSet, env: Environment) -> Fit:
+    problems = []
+    installed = env.version(patch_set.package)
+    if installed is None:
+        problems.append(f"{patch_set.package} is not installed (set wants {patch_set.version})")
+    elif not patch_set.version.contains(installed):
+        problems.append(f"installed {patch_set.package} {installed}, set wants {patch_set.version}")
+    requires: dict[str, dict[str, object]] = {}
+    for name, specifier in patch_set.requires.items():
+        have = env.version(name)
+        satisfied = have is not None and specifier.contains(have)
+        requires[name] = {"wants": str(specifier), "installed": have, "ok": satisfied}
+        if have is None:
+            problems.append(f"{name} is not installed (set wants {specifier})")
+        elif not satisfied:
+            problems.append(f"installed {name} {have}, set wants {specifier}")
+    if patch_set.host != "any" and patch_set.host != env.host:
+        problems.append(f"host is {env.host}, set wants {patch_set.host}")
+    return Fit(installed, requires, problems)
