@@ -1,0 +1,72 @@
+"""The doctor: every check in one pass, as a JSON-ready document. Launches call `run_doctor` too."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from specops.analysis import ModuleIndex
+from specops.doctor._capabilities import check_capabilities, server_pipeline
+from specops.doctor._contract import check_api_contract
+from specops.doctor._flags import check_flags
+from specops.doctor._model import check_model
+from specops.doctor._report import Item
+from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
+from specops.doctor._run import RunSettings
+from specops.installed import distributions, normalise
+from specops.paths import workdir
+
+CHECKS = ("api", "flags", "capability", "model", "resources")
+
+
+def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
+               checks: tuple[str, ...] = CHECKS) -> dict:
+    """{"ok", "findings", "timing_s", "versions"}: ok is False when any finding is an error."""
+    started = time.perf_counter()
+    path = search_path if search_path is not None else sys.path
+    index = ModuleIndex(path)
+    installed = distributions(path)
+    versions = {name: (installed[normalise(name)].version if normalise(name) in installed else None)
+                for name in ("vllm", "speculators", "transformers", "torch")}
+    timings: dict[str, float] = {}
+    items: list[Item] = []
+
+    def timed(name: str, produce) -> None:
+        if name not in checks:
+            return
+        began = time.perf_counter()
+        items.extend(produce())
+        timings[name] = round(time.perf_counter() - began, 3)
+
+    server = server_pipeline(versions)
+    model_items, facts = check_model(settings, server, versions.get("speculators"))
+    timed("api", lambda: check_api_contract(index, versions))
+    timed("flags", lambda: check_flags(index, {
+        "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
+        "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
+    if settings.backend == "vllm":
+        timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
+                                                       settings.serve_flags, settings.prepare_flags))
+    timed("model", lambda: model_items)
+    layer_ids = facts.get("layer_ids")
+
+    def resources() -> list[Item]:
+        found = [gpus(), storage(settings.samples, settings.max_seq_len, len(layer_ids) if layer_ids else None,
+                                 facts.get("hidden"), settings.output_dir)]
+        found.append(same_filesystem(settings.staging_dir, settings.output_dir) or Item(
+            "resources", "unknown", "staging_dir", "staging_dir or output_dir not set"))
+        return [*found, tmux(), writable(workdir())]
+
+    timed("resources", resources)
+    return {
+        "ok": not any(item.result == "error" for item in items),
+        "findings": [item.to_dict() for item in items],
+        "versions": versions,
+        "timing_s": {**timings, "total": round(time.perf_counter() - started, 3)},
+    }
+
+
+def site_path(sites: list[str] | None) -> list[str]:
+    """--site folders first, then this interpreter's path: what the run's Python would see."""
+    return [str(Path(site).resolve()) for site in sites or []] + sys.path

@@ -1,0 +1,196 @@
+"""`python -m specops job ...`: launch, list, show, stop and tail jobs that run under tmux.
+
+Every command prints one JSON document, except `tail`, which prints JSON lines (one per chunk of
+log, then a final {"done": true, ...}) and `wrap`, the process tmux runs, which prints nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specops import paths
+from specops.errors import BadInput
+from specops.jobs import gpus, liveness, logtail, records, stopping, wrapper
+from specops.jobs.launching import AlreadyRunning, launch
+from specops.jobs.records import ACTIVE_STATES, Record
+from specops.jobs.tmux import TmuxServer
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
+
+Result = tuple[int, dict[str, Any] | None]
+
+
+def _server() -> TmuxServer:
+    return TmuxServer(paths.workdir())
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not _ENV_NAME.fullmatch(key):
+            raise BadInput(f"job launch --env {pair!r}: expected NAME=VALUE with NAME like [A-Za-z_][A-Za-z0-9_]*")
+        env[key] = value
+    return env
+
+
+def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"job launch {flag}: not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"job launch {flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _command(remainder: list[str]) -> list[str]:
+    command = remainder[1:] if remainder[:1] == ["--"] else remainder
+    if not command:
+        raise BadInput("job launch: no command given (put it after --)")
+    return command
+
+
+def _name(text: str, flag: str = "--name") -> str:
+    if not text.strip() or any(ord(char) < 32 for char in text):
+        raise BadInput(f"job launch {flag} {text!r}: must be non-empty, without control characters")
+    return text
+
+
+def launch_handler(args: argparse.Namespace) -> Result:
+    name = _name(args.name)
+    run = _name(args.run, "--run") if args.run is not None else None
+    try:
+        record = launch(name=name, run=run, argv=_command(args.command), env=_env_pairs(args.env),
+                        revision=_json_object("--revision", args.revision), meta=_json_object("--meta", args.meta))
+    except AlreadyRunning as refused:
+        running = refused.record
+        where = f" in run {run!r}" if run is not None else ""
+        return 1, {"ok": False, "exit_code": 1, "running_job": running["id"],
+                   "error": f"job {name!r}{where} is already running as {running['id']}; stop it first"}
+    return 0, {"ok": True, "job": liveness.describe(record, _server())}
+
+
+def _shown(every: list[Record], include_all: bool) -> list[Record]:
+    """Everything with --all; otherwise the active jobs and the newest job of each name and run."""
+    if include_all:
+        return every
+    newest = {(record["name"], record["run"]): record["id"] for record in every}
+    return [record for record in every
+            if record["id"] in newest.values() or record["state"] in ACTIVE_STATES]
+
+
+def list_handler(args: argparse.Namespace) -> Result:
+    server = _server()
+    jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
+    return 0, {"ok": True, "jobs": jobs, **gpus.gpu_usage()}
+
+
+def show_handler(args: argparse.Namespace) -> Result:
+    return 0, {"ok": True, "job": liveness.describe(records.resolve(args.job, args.run), _server())}
+
+
+def stop_handler(args: argparse.Namespace) -> Result:
+    if args.grace < 0:
+        raise BadInput(f"job stop --grace {args.grace}: must be zero or more seconds")
+    server = _server()
+    outcome = stopping.stop(records.resolve(args.job, args.run), args.grace, server)
+    return 0, {"ok": True, "job": liveness.describe(outcome.record, server),
+               "already_ended": outcome.already_ended, "signal": outcome.signal}
+
+
+def _emit_line(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document) + "\n")
+    sys.stdout.flush()
+
+
+def _start_offset(log: Path, offset: int | None, lines: int | None) -> int:
+    size = logtail.log_size(log)
+    if offset is not None:
+        if offset < 0 or offset > size:
+            raise BadInput(f"job tail --offset {offset}: outside the log (0..{size} bytes)")
+        return offset
+    if lines is not None:
+        if lines < 0:
+            raise BadInput(f"job tail --lines {lines}: must be zero or more")
+        return logtail.offset_of_last_lines(log, lines)
+    return 0
+
+
+def tail_handler(args: argparse.Namespace) -> Result:
+    server = _server()
+    record = liveness.refresh(records.resolve(args.job, args.run), server)
+    log = Path(record["log"])
+    offset = _start_offset(log, args.offset, args.lines)
+    last_check = time.monotonic()
+
+    def current_state() -> Record:
+        nonlocal last_check
+        current = records.load(record["id"])
+        if time.monotonic() - last_check >= _STATE_RECHECK_S:
+            current = liveness.refresh(current, server)
+            last_check = time.monotonic()
+        return current
+
+    try:
+        logtail.stream(log, offset, follow=args.follow, current_state=current_state, emit=_emit_line)
+    except BrokenPipeError:
+        # The reader went away (a dropped SSH connection); it resumes from its last offset.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0, None
+    return 0, None
+
+
+def wrap_handler(args: argparse.Namespace) -> Result:
+    return wrapper.run_job(args.job_id), None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    job = subparsers.add_parser("job", help="jobs that run under tmux on this host")
+    actions = job.add_subparsers(dest="job_command", required=True)
+
+    launch_parser = actions.add_parser("launch", help="start a command as a job: job launch --name N -- CMD...")
+    launch_parser.add_argument("--name", required=True, help="kind of job: extract, train, vllm-server, ...")
+    launch_parser.add_argument("--run", help="the run the job belongs to; one job of a name per run at a time")
+    launch_parser.add_argument("--env", action="append", default=[], metavar="K=V",
+                               help="environment for the command, on top of the agent's own")
+    launch_parser.add_argument("--revision", metavar="JSON", help="synced git revision, a JSON object")
+    launch_parser.add_argument("--meta", metavar="JSON", help="free-form JSON object kept in the record")
+    launch_parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
+    launch_parser.set_defaults(handler=launch_handler)
+
+    list_parser = actions.add_parser("list", help="jobs with their state, age, exit code and last log line")
+    list_parser.add_argument("--all", action="store_true", help="every job, not only the newest of each kind")
+    list_parser.set_defaults(handler=list_handler)
+
+    for action, handler, help_text in (("show", show_handler, "one job's record"),
+                                       ("stop", stop_handler, "end a job's whole process group")):
+        parser = actions.add_parser(action, help=help_text)
+        parser.add_argument("job", metavar="ID|NAME", help="a job id, or a name for the newest job of it")
+        parser.add_argument("--run", help="with a name: the newest job of that name in this run")
+        if action == "stop":
+            parser.add_argument("--grace", type=float, default=10.0,
+                                help="seconds between SIGTERM and SIGKILL (default 10)")
+        parser.set_defaults(handler=handler)
+
+    tail_parser = actions.add_parser("tail", help="a job's log as JSON lines of whole lines, by byte offset")
+    tail_parser.add_argument("job", metavar="ID|NAME")
+    tail_parser.add_argument("--run")
+    tail_parser.add_argument("--offset", type=int, help="byte offset to start at (the last offset seen)")
+    tail_parser.add_argument("--lines", type=int, help="without --offset: start this many lines from the end")
+    tail_parser.add_argument("--follow", action="store_true", help="keep streaming until the job ends")
+    tail_parser.set_defaults(handler=tail_handler)
+
+    wrap_parser = actions.add_parser("wrap", help="internal: the process tmux runs for a job")
+    wrap_parser.add_argument("job_id")
+    wrap_parser.set_defaults(handler=wrap_handler)

@@ -1,0 +1,86 @@
+"""Starting a job: refuse a second one of the same name and run, write the record, start tmux."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import specops
+from specops import atomic, paths
+from specops.jobs import liveness, records
+from specops.jobs.records import ACTIVE_STATES, Record
+from specops.jobs.tmux import TmuxServer
+
+_START_WAIT_S = 5.0
+_POLL_S = 0.05
+# Variables that describe the launching agent's own terminal, not the job's.
+_NOT_INHERITED = ("TMUX", "TMUX_PANE")
+
+
+class AlreadyRunning(Exception):
+    def __init__(self, record: Record) -> None:
+        super().__init__(record["id"])
+        self.record = record
+
+
+def running_job(name: str, run: str | None, server: TmuxServer) -> Record | None:
+    for record in reversed(records.all_records()):
+        if record["name"] == name and record["run"] == run:
+            if liveness.refresh(record, server)["state"] in ACTIVE_STATES:
+                return record
+    return None
+
+
+def wrapper_argv(job_id: str) -> list[str]:
+    """The wrapper, run by this very interpreter and this very copy of specops, in a clean env."""
+    package_root = Path(specops.__file__).resolve().parent.parent
+    env_program = shutil.which("env") or "/usr/bin/env"
+    return [env_program, "-i", f"SPECOPS_WORKDIR={paths.workdir()}", f"PYTHONPATH={package_root}",
+            sys.executable, "-m", "specops", "job", "wrap", job_id]
+
+
+def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
+           revision: dict[str, Any] | None, meta: dict[str, Any] | None) -> Record:
+    server = TmuxServer(paths.workdir())
+    # Held until the session exists: a concurrent launch sees this job as running, and a
+    # concurrent status check does not mistake the not-yet-started session for a lost job.
+    with records.locked():
+        duplicate = running_job(name, run, server)
+        if duplicate is not None:
+            raise AlreadyRunning(duplicate)
+        job_id = records.new_job_id(name)
+        while records.record_path(job_id).exists():
+            job_id = records.new_job_id(name)
+        log = records.logs_dir() / f"{job_id}.log"
+        log.touch()
+        record: Record = {
+            "id": job_id, "name": name, "run": run, "argv": argv, "env": env, "cwd": os.getcwd(),
+            "created": records.now_iso(), "started": None, "ended": None, "state": "pending",
+            "exit_code": None, "signal": None, "pid": None, "pgid": None, "log": str(log),
+            "tmux_session": job_id, "tmux_server": server.name, "revision": revision, "meta": meta or {},
+        }
+        launch_env = {key: value for key, value in os.environ.items() if key not in _NOT_INHERITED}
+        atomic.write_text(records.environ_path(job_id), json.dumps(launch_env), mode=0o600)
+        records.save(record)
+        try:
+            server.new_session(job_id, record["cwd"], wrapper_argv(job_id))
+        except Exception as exc:
+            failure = {"state": "failed", "ended": records.now_iso(), "error": f"could not start tmux: {exc}"}
+            records.update(job_id, lambda current: current.update(failure))
+            raise
+    return wait_while_pending(job_id, server, _START_WAIT_S)
+
+
+def wait_while_pending(job_id: str, server: TmuxServer, timeout_s: float) -> Record:
+    """The record once the wrapper has taken over (or given up), or as it is after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    record = records.load(job_id)
+    while record["state"] == "pending" and not record.get("pgid") and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        record = liveness.refresh(records.load(job_id), server)
+    return record

@@ -1,0 +1,46 @@
+"""What a job's state really is now, and the derived fields a status table shows.
+
+A record that says pending/running is only believed while its tmux session exists. Once the
+session is gone and no exit was recorded, nobody is left to record one: the job is `lost`, and
+that is persisted. The check re-reads the record under the lock after seeing the session gone,
+because the wrapper records the exit before its session closes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from specops.jobs import logtail, processes, records
+from specops.jobs.records import ACTIVE_STATES, Record
+from specops.jobs.tmux import TmuxServer
+
+
+def refresh(record: Record, server: TmuxServer) -> Record:
+    if record["state"] not in ACTIVE_STATES or server.has_session(record["tmux_session"]):
+        return record
+
+    def mark_lost(current: Record) -> None:
+        # Checked again under the lock: a launch holds it until its session exists.
+        if current["state"] in ACTIVE_STATES and not server.has_session(current["tmux_session"]):
+            current["state"] = "lost"
+            current["lost_at"] = records.now_iso()
+
+    return records.update(record["id"], mark_lost)
+
+
+def processes_alive(record: Record) -> bool:
+    return processes.group_alive(record.get("pgid"), record.get("boot_id"))
+
+
+def describe(record: Record, server: TmuxServer) -> dict[str, Any]:
+    """The record, refreshed, plus age, liveness of its processes and its last log line."""
+    record = refresh(record, server)
+    age = datetime.now(UTC) - records.parse_iso(record["created"])
+    return {
+        **record,
+        "age_s": round(age.total_seconds(), 1),
+        "processes_alive": processes_alive(record),
+        "last_log_line": logtail.last_line(Path(record["log"])),
+    }

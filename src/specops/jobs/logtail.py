@@ -1,0 +1,114 @@
+"""Reading a job's log by byte offset, in whole lines, so a reader that resumes at the last offset
+it saw gets every line exactly once.
+
+A line ends at '\\n' or at '\\r' (progress bars redraw with '\\r' and would otherwise show nothing
+until they finish). Neither byte occurs inside a multi-byte UTF-8 character, so cutting there
+never splits one. Only once the job has ended is a trailing partial line sent as it is.
+Offsets count bytes of the log; a chunk's bytes are `data.encode("utf-8", "surrogateescape")`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MAX_CHUNK = 1 << 20  # a "line" longer than this goes out in pieces rather than never
+_BACKWARD_BLOCK = 1 << 16
+_LAST_LINE_WINDOW = 1 << 16
+_LAST_LINE_CHARS = 500
+
+
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def read_chunk(path: Path, offset: int, *, complete: bool) -> tuple[bytes, int]:
+    """The bytes after `offset` up to the last line end (all of them when `complete`), new offset."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(MAX_CHUNK)
+    except FileNotFoundError:
+        return b"", offset
+    if not complete:
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if cut or len(data) < MAX_CHUNK:  # only a line longer than a whole chunk is split
+            data = data[:cut]
+    return data, offset + len(data)
+
+
+def offset_of_last_lines(path: Path, count: int) -> int:
+    """Where the last `count` whole lines start ('\\n'-terminated; a partial line follows them)."""
+    wanted = count + 1  # the newline before the first wanted line
+    seen = 0
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return 0
+    with handle:
+        position = handle.seek(0, os.SEEK_END)
+        while position > 0:
+            step = min(_BACKWARD_BLOCK, position)
+            position -= step
+            handle.seek(position)
+            block = handle.read(step)
+            index = len(block)
+            while (index := block.rfind(b"\n", 0, index)) >= 0:
+                seen += 1
+                if seen == wanted:
+                    return position + index + 1
+    return 0
+
+
+def last_line(path: Path) -> str | None:
+    """The last non-blank line of the log, partial or not, for a status table."""
+    size = log_size(path)
+    if size == 0:
+        return None
+    with path.open("rb") as handle:
+        handle.seek(max(0, size - _LAST_LINE_WINDOW))
+        tail = handle.read().decode(errors="replace")
+    for line in reversed(tail.replace("\r", "\n").split("\n")):
+        if line.strip():
+            return line.strip()[-_LAST_LINE_CHARS:]
+    return None
+
+
+def stream(path: Path, offset: int, *, follow: bool, current_state: Callable[[], dict[str, Any]],
+           emit: Callable[[dict[str, Any]], None], poll_s: float = 0.2, heartbeat_s: float = 10.0) -> None:
+    """Emit {"offset", "data"} chunks from `offset`, then {"done", "state", "exit_code"}.
+
+    Without `follow` that is what the log holds now; with it, until the job has ended. Quiet
+    stretches get an empty chunk every `heartbeat_s`: it keeps an SSH channel timeout from firing
+    and makes a reader that went away show up here as a broken pipe.
+    """
+    last_emit = time.monotonic()
+    while True:
+        # Read the state before the log: once an ended state is seen, the log holds everything.
+        state = current_state()
+        ended = state["state"] not in ("pending", "running")
+        sent = False
+        while True:
+            data, offset = read_chunk(path, offset, complete=ended)
+            if not data:
+                break
+            # surrogateescape keeps bytes that are not UTF-8 recoverable: JSON carries them as
+            # \udcXX escapes and the reader's encode(errors="surrogateescape") restores them.
+            emit({"offset": offset, "data": data.decode(errors="surrogateescape")})
+            sent = True
+        if ended or not follow:
+            emit({"done": True, "offset": offset, "state": state["state"], "exit_code": state.get("exit_code")})
+            return
+        now = time.monotonic()
+        if sent:
+            last_emit = now
+        elif now - last_emit >= heartbeat_s:
+            emit({"offset": offset, "data": ""})
+            last_emit = now
+        time.sleep(poll_s)

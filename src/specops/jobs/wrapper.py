@@ -1,0 +1,88 @@
+"""The process tmux runs for a job (`python -m specops job wrap ID`).
+
+It starts the job's command as the leader of a new session and process group, with its output
+appended to the job's log and an environment built explicitly (the tmux server's own
+environment is whatever its first client had), records pid/pgid and `running`, waits, and records
+the exit. SIGHUP is deliberately not handled: if the tmux session is killed from outside, the
+wrapper dies with it and the job reads as `lost`, never as a clean exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+
+from specops.jobs import processes, records
+from specops.jobs.records import Record
+
+# What a shell reports when it cannot find or cannot execute a command.
+_NOT_FOUND = 127
+_NOT_EXECUTABLE = 126
+
+
+def child_environment(job_id: str, record: Record) -> dict[str, str]:
+    """The launching agent's environment plus the record's explicit one; the copy on disk is then
+    removed, as it may hold secrets and is needed only once."""
+    path = records.environ_path(job_id)
+    try:
+        launch_env = json.loads(path.read_text())
+    except FileNotFoundError:
+        launch_env = dict(os.environ)
+    path.unlink(missing_ok=True)
+    return {**launch_env, **record["env"]}
+
+
+def _exit_fields(returncode: int) -> dict[str, object]:
+    if returncode < 0:  # killed by a signal: report it as a shell would, and name the signal
+        return {"exit_code": 128 - returncode, "signal": signal.Signals(-returncode).name}
+    return {"exit_code": returncode, "signal": None}
+
+
+def _finish(fields: dict[str, object]) -> Callable[[Record], None]:
+    def change(record: Record) -> None:
+        if record["state"] in ("succeeded", "failed"):
+            return
+        record.update(fields)
+        record["ended"] = record.get("ended") or records.now_iso()
+        if record["state"] == "stopped" or record.get("stop_requested"):
+            record["state"] = "stopped"
+        else:
+            record["state"] = "succeeded" if fields["exit_code"] == 0 else "failed"
+
+    return change
+
+
+def run_job(job_id: str) -> int:
+    record = records.load(job_id)
+    log_fd = os.open(record["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # Our own errors (a traceback, say) belong in the job's log, not in a pane nobody sees.
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        child = subprocess.Popen(record["argv"], cwd=record["cwd"], env=child_environment(job_id, record),
+                                 stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, start_new_session=True)
+    except OSError as exc:
+        code = _NOT_FOUND if isinstance(exc, FileNotFoundError) else _NOT_EXECUTABLE
+        os.write(log_fd, f"specops: cannot start {record['argv'][0]!r}: {exc.strerror or exc}\n".encode())
+        records.update(job_id, _finish({"exit_code": code, "signal": None, "error": str(exc)}))
+        return code
+    finally:
+        os.close(log_fd)
+
+    def mark_running(current: Record) -> None:
+        if current["state"] != "pending":
+            return
+        current.update(pid=child.pid, pgid=child.pid, started=records.now_iso(),
+                       boot_id=processes.boot_id(), wrapper_pid=os.getpid())
+        if not current.get("stop_requested"):
+            current["state"] = "running"
+
+    current = records.update(job_id, mark_running)
+    if current["state"] != "running":  # stopped while we were starting: do not leave it behind
+        processes.terminate_group(child.pid, 5)
+    returncode = child.wait()
+    records.update(job_id, _finish(_exit_fields(returncode)))
+    return 0

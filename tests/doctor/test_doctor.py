@@ -1,0 +1,135 @@
+"""`python -m specops doctor` on real wheel pairs, a tiny model folder and a multimodal wrapper config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from specops.cli import main
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *args: str, run: dict | None = None) -> tuple[int, dict]:
+    argv = ["doctor", *args] + (["--run-json", json.dumps(run)] if run is not None else [])
+    code = main(argv)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def items(document: dict, check: str, result: str | None = None) -> list[dict]:
+    return [f for f in document["findings"] if f["check"] == check and (result is None or f["result"] == result)]
+
+
+def model_folder(root: Path, config: dict, tokenizer: dict | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config))
+    (root / "tokenizer_config.json").write_text(json.dumps(tokenizer or {"chat_template": "{{ messages }}"}))
+    return root
+
+
+TINY = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 512}
+KIMI_LIKE = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+             "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840}}
+
+
+@pytest.mark.wheels
+def test_speculators_030_with_vllm_016_fails_on_each_real_break(
+        capsys: pytest.CaptureFixture[str], site_030: Path, tmp_path: Path) -> None:
+    model = model_folder(tmp_path / "tiny", TINY)
+    code, document = doctor(capsys, "--site", str(site_030), run={"model_path": str(model)})
+    assert code == 1 and document["ok"] is False
+    assert document["versions"]["speculators"] == "0.3.0" and document["versions"]["vllm"] == "0.16.0"
+    errors = {f["where"].rsplit("/", 1)[-1]: f for f in items(document, "api", "error")}
+    assert set(errors) == {"vllm_hidden_states_generator.py:136", "vllm_hidden_states_generator.py:148",
+                           "vllm_hidden_states_generator.py:194"}
+    assert "unexpected keyword 'kv_cache_specs'" in errors["vllm_hidden_states_generator.py:136"]["why"]
+    assert "'block_size'" in errors["vllm_hidden_states_generator.py:148"]["why"]
+    assert "'is_encoder_decoder'" in errors["vllm_hidden_states_generator.py:194"]["why"]
+    assert all(f["fix"] for f in errors.values())
+    eagle3 = [f for f in items(document, "capability") if "SupportsEagle3" in f["why"]]
+    assert [f["result"] for f in eagle3] == ["ok"]
+
+
+@pytest.mark.wheels
+def test_speculators_0401_with_vllm_016_has_no_api_errors(
+        capsys: pytest.CaptureFixture[str], site_0401: Path) -> None:
+    _, document = doctor(capsys, "--site", str(site_0401))
+    assert items(document, "api", "error") == []
+    assert items(document, "api", "ok")
+
+
+@pytest.mark.wheels
+def test_flags_are_checked_against_the_installed_definitions(
+        capsys: pytest.CaptureFixture[str], site_030: Path) -> None:
+    run = {"serve_flags": ["--speculative_config", "{}", "--kv-transfer-config={}", "--made-up-flag"],
+           "prepare_flags": ["--model", "m"]}
+    _, document = doctor(capsys, "--site", str(site_030), "--checks", "flags", run=run)
+    results = {f["where"]: f["result"] for f in items(document, "flags")}
+    assert results == {"vllm serve --speculative_config": "ok", "vllm serve --kv-transfer-config": "ok",
+                       "vllm serve --made-up-flag": "error", "speculators prepare-data": "error"}
+
+
+@pytest.mark.wheels
+def test_a_wrapper_config_is_read_through_text_config(
+        capsys: pytest.CaptureFixture[str], site_030: Path, tmp_path: Path) -> None:
+    model = model_folder(tmp_path / "kimi", KIMI_LIKE,
+                         {"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}})
+    run = {"model_path": str(model), "layer_ids": [2, 30, 58, 61], "draft_vocab_size": 32000,
+           "trust_remote_code": True}
+    _, document = doctor(capsys, "--site", str(site_030), "--checks", "model,capability", run=run)
+    model_items = items(document, "model")
+    assert any("text_config" in f["why"] and f["result"] == "ok" for f in model_items)
+    layer = next(f for f in model_items if f["where"] == "layer_ids")
+    assert layer["result"] == "error" and "[61] out of range for 61 layers" in layer["why"]
+    assert next(f for f in model_items if f["where"] == "draft_vocab_size")["result"] == "ok"
+    tokenizer = [f for f in model_items if "trust_remote_code" in f["why"]]
+    assert [f["result"] for f in tokenizer] == ["error"]  # 0.3.0's generator does not pass it
+    assert any(f["result"] == "warn" and "model.language_model.model" in f["why"] for f in model_items)
+    assert any(f["result"] == "error" and "KimiK25ForConditionalGeneration" in f["why"]
+               for f in items(document, "capability"))
+
+
+def test_tiny_model_config_and_resources(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path / "work"))
+    model = model_folder(tmp_path / "tiny", TINY, {"auto_map": {"AutoTokenizer": ["x.Tok", None]}})
+    run = {"model_path": str(model), "layer_ids": [1, 2, 3], "draft_vocab_size": 1024, "samples": 10**9,
+           "max_seq_len": 4096, "backend": "hf", "output_dir": str(tmp_path / "out" / "hs"),
+           "staging_dir": str(tmp_path / "staging")}
+    code, document = doctor(capsys, "--checks", "model,resources", run=run)
+    assert code == 1
+    assert set(document["timing_s"]) == {"model", "resources", "total"}
+    by_where = {f["where"]: f for f in items(document, "model") + items(document, "resources")}
+    assert by_where["draft_vocab_size"]["result"] == "error"
+    assert by_where["layer_ids"]["result"] == "ok"
+    assert next(f for f in items(document, "model") if "auto_map" in f["why"])["result"] == "error"
+    storage = by_where[str(tmp_path / "out" / "hs")]
+    assert storage["result"] == "error" and "4096 tokens × 3 layers × 64 × 2 bytes" in storage["why"]
+    assert by_where[f"{tmp_path / 'staging'} -> {tmp_path / 'out' / 'hs'}"]["result"] == "ok"
+    assert by_where[str(tmp_path / "work")]["result"] == "ok"
+    assert items(document, "capability") == []  # the hf backend needs no vLLM
+
+
+def test_staging_on_another_filesystem_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    other = Path("/dev/shm")
+    if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to stage on")
+    run = {"backend": "hf", "output_dir": str(tmp_path / "out"), "staging_dir": str(other / "specops-staging")}
+    _, document = doctor(capsys, "--checks", "resources", run=run)
+    crossing = [f for f in items(document, "resources") if "->" in f["where"]]
+    assert [f["result"] for f in crossing] == ["error"]
+
+
+@pytest.mark.parametrize("run_json, message", [
+    ("{not json", "--run-json: not valid JSON"),
+    ('{"layer_ids": [1, "2"]}', "--run-json: key layer_ids: expected a list of integers or null"),
+    ('{"backend": "tgi"}', "--run-json: key backend: expected 'vllm' or 'hf'"),
+    ('{}', "--checks: unknown check 'speed'"),
+])
+def test_bad_run_settings_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], run_json: str,
+                                                  message: str) -> None:
+    extra = ["--checks", "api,speed"] if run_json == "{}" else []
+    code = main(["doctor", "--run-json", run_json, *extra])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 2 and document["error"].startswith(message) and "\n" not in document["error"]

@@ -1,0 +1,24 @@
+"""Fixtures for the host side of jobs: a private workdir, hence a private tmux server, per test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.jobs.agent import SRC, Agent
+
+# The pure-function tests import specops directly; the rest drive it as a subprocess.
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    workdir = tmp_path / "a workdir with spaces" / ("deep" * 20)  # too long for a -S socket path
+    workdir.mkdir(parents=True)
+    host_agent = Agent(workdir)
+    yield host_agent
+    host_agent.clean_up()
