@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ns = Collection()
 # Each module contributes a list TASKS; modules of features not yet landed are skipped.
-for module_name in ("remote.tasks_core", "remote.tasks_sync", "remote.tasks_patch", "remote.tasks_jobs", "remote.tasks_pipeline",
+for module_name in ("remote.tasks_core", "remote.tasks_sync", "remote.tasks_jobs", "remote.tasks_patch", "remote.tasks_pipeline",
                     "remote.tasks_doctor"):
     try:
         module = importlib.import_module(module_name)

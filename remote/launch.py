@@ -1,0 +1,87 @@
+"""Launching a job on a host and following it: the shared path of `run`, `extract`, `train`, ...
+
+One connection launches (the agent bundle travels with that call if the host is stale, so a launch
+always runs this checkout's code, and the job record keeps the synced revision); following then
+streams the job's log by byte offset, reconnecting after drops. Ctrl-C stops following only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from remote import journal
+from remote.connection import Connection
+from remote.errors import AgentError
+from remote.inventory import Host, Inventory
+from remote.jobs import follow_log, job_call, launch_argv
+from remote.revision import current_revision
+
+
+@dataclass
+class LaunchOutcome:
+    job: dict[str, Any]
+    state: str | None
+    exit_code: int | None
+    detached: bool
+    last_document: dict[str, Any] | None  # the step's own JSON result, the last line of its log
+
+
+def agent_step_command(host: Host, args: Sequence[str], env_role: str | None = None) -> list[str]:
+    """The argv of a job that runs an agent command in the host's env."""
+    return [host.env_python(env_role), "-m", "specops", *args]
+
+
+def launch(conn: Connection, host: Host, name: str, command: Sequence[str], *, run: str | None,
+           meta: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    document = job_call(conn, host, launch_argv(name, command, run=run, env=env,
+                                                revision=json.dumps(current_revision()),
+                                                meta=json.dumps(meta or {})))
+    job = document["job"]
+    journal.record("launch", host=host.name, job=job["id"], name=name, run=run, argv=list(command))
+    return job
+
+
+def _last_json_line(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def follow(host: Host, job_id: str, *, inventory: Inventory | None = None, quiet: bool = False,
+           lines: int | None = None) -> LaunchOutcome:
+    """Stream a job's log to stderr until it ends (or Ctrl-C); remember its final JSON line."""
+    tail = {"text": ""}
+
+    def on_text(text: str) -> None:
+        tail["text"] = (tail["text"] + text)[-65536:]
+        if not quiet:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    def on_notice(message: str) -> None:
+        sys.stderr.write(f"specops: {message}\n")
+
+    outcome = follow_log(host, job_id, 0 if lines is None else None, on_text, lines=lines, inventory=inventory,
+                         on_notice=on_notice)
+    if outcome.interrupted:
+        sys.stderr.write(f"\nspecops: detached; job {job_id} keeps running on {host.name}. Reattach with:\n"
+                         f"  invoke logs --host {host.name} --job {job_id} --follow\n")
+    return LaunchOutcome({"id": job_id}, outcome.state, outcome.exit_code, outcome.interrupted,
+                         _last_json_line(tail["text"]))
+
+
+def require_success(outcome: LaunchOutcome, what: str) -> None:
+    if outcome.detached:
+        raise SystemExit(0)
+    if outcome.state != "succeeded":
+        raise AgentError(f"{what}: job {outcome.job['id']} {outcome.state} (exit code {outcome.exit_code})")
