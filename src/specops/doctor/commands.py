@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--site", action="append", default=[], metavar="DIR",
                         help="extra site directory searched before sys.path (repeatable)")
     parser.add_argument("--run-json", default=None, metavar="JSON", help="the run's settings as a JSON object")
+    parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
     parser.add_argument("--checks", default=",".join(CHECKS),
                         help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
     parser.set_defaults(handler=handle)
@@ -29,5 +30,14 @@ def handle(args: argparse.Namespace) -> tuple[int, dict]:
     for name in checks:
         if name not in CHECKS:
             raise BadInput(f"--checks: unknown check {name!r}; choose from {', '.join(CHECKS)}")
-    document = run_doctor(parse_run(args.run_json), site_path(args.site), checks)
+    if args.run and args.run_json:
+        raise BadInput("doctor: give --run or --run-json, not both")
+    run_json = args.run_json
+    if args.run:
+        from specops.doctor.from_run import run_settings_json
+
+        run_json = run_settings_json(args.run)
+    document = run_doctor(parse_run(run_json, "--run" if args.run else "--run-json"), site_path(args.site), checks)
+    if args.run:
+        document["run"] = args.run
     return (0 if document["ok"] else 1), document

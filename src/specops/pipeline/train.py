@@ -1,0 +1,225 @@
+"""Step 4: train the EAGLE-3 draft with `speculators train` (speculators 0.9.0).
+
+The command is built here from a `TrainPlan` (pure, unit-tested) and run as a subprocess whose output
+goes to stderr and, appended, to `<save_path>/train.log` (metrics.py reads it back). speculators resumes
+by itself from the highest numbered checkpoint folder under the save path; this module only reads what
+is there to say so, moves a half-written newest checkpoint aside (speculators would trust it), and for
+`--fresh` moves the old folder aside to `checkpoints-<timestamp>` (never deleting it) and starts over
+in an empty one, so the run's checkpoints always live at the same path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput
+
+LOG_FILE = "train.log"
+CHECKPOINT_FILES = ("model.safetensors", "config.json", "optimizer_state_dict.pt", "training_state.json")
+LOSS_IMPLEMENTATIONS = ("auto", "eager", "fused")
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "simple_flex_attention")
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """Everything `speculators train` needs, resolved to concrete values and paths."""
+
+    verifier: str
+    data_path: Path
+    hidden_states_path: Path
+    save_path: Path
+    target_layer_ids: tuple[int, ...]  # auxiliary layers only, never the final one
+    draft_vocab_size: int
+    d2t_path: Path | None = None
+    t2d_path: Path | None = None
+    trust_remote_code: bool = False
+    num_layers: int = 1
+    ttt_steps: int = 3
+    epochs: int = 1
+    lr: float = 1e-4
+    loss_implementation: str = "auto"  # auto: eager on CPU, speculators' default (fused) on GPU
+    draft_attn_impl: str = "auto"  # auto: sdpa on CPU, speculators' default on GPU
+    total_seq_len: int | None = None
+    extra_args: tuple[str, ...] = field(default=())
+
+
+def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_layers: int) -> tuple[int, ...]:
+    """The layer ids speculators wants: the captured ones without the final layer it appends itself."""
+    ids = tuple(extraction_layer_ids)
+    if ids and ids[-1] == num_hidden_layers:
+        ids = ids[:-1]
+    if any(layer >= num_hidden_layers or layer < 0 for layer in ids):
+        raise BadInput(f"target layer ids {list(ids)} must lie in [0, {num_hidden_layers}) "
+                       "besides the final layer")
+    return ids
+
+
+def build_train_command(plan: TrainPlan, gpus: int) -> list[str]:
+    """argv of the training run: `speculators train ...`, or torchrun over `gpus` GPUs when gpus > 1."""
+    if plan.loss_implementation not in LOSS_IMPLEMENTATIONS:
+        raise BadInput(f"train.loss_implementation: {plan.loss_implementation!r} is not one of "
+                       f"{', '.join(LOSS_IMPLEMENTATIONS)}")
+    if plan.draft_attn_impl not in ATTN_IMPLEMENTATIONS:
+        raise BadInput(f"train.draft_attn_impl: {plan.draft_attn_impl!r} is not one of "
+                       f"{', '.join(ATTN_IMPLEMENTATIONS)}")
+    if (plan.d2t_path is None) != (plan.t2d_path is None):
+        raise BadInput("d2t and t2d paths go together: give both or neither")
+    if gpus > 1:
+        launcher = ["torchrun", "--standalone", f"--nproc_per_node={gpus}", "-m", "speculators.train"]
+    else:
+        launcher = ["speculators", "train"]
+    args = [
+        "--verifier-name-or-path", plan.verifier,
+        "--data-path", str(plan.data_path),
+        "--hidden-states-path", str(plan.hidden_states_path),
+        "--on-missing", "raise",  # never let the trainer call an inference server
+        "--save-path", str(plan.save_path),
+        "--draft-vocab-size", str(plan.draft_vocab_size),
+        "--num-layers", str(plan.num_layers),
+        "--ttt-steps", str(plan.ttt_steps),
+        "--epochs", str(plan.epochs),
+        "--lr", repr(float(plan.lr)),
+    ]
+    if plan.target_layer_ids:
+        args += ["--target-layer-ids", *map(str, plan.target_layer_ids)]
+    if plan.trust_remote_code:
+        args.append("--trust-remote-code")
+    if plan.d2t_path is not None and plan.t2d_path is not None:
+        args += ["--d2t-path", str(plan.d2t_path), "--t2d-path", str(plan.t2d_path)]
+    if plan.total_seq_len is not None:
+        args += ["--total-seq-len", str(plan.total_seq_len)]
+    on_cpu = gpus == 0
+    if on_cpu:
+        args += ["--num-workers", "0"]  # each spawned loader worker re-imports torch; a CPU host has few cores
+    loss = plan.loss_implementation
+    if loss == "auto":
+        loss = "eager" if on_cpu else ""
+    if loss:
+        args += ["--loss-implementation", loss]
+    attn = plan.draft_attn_impl
+    if attn == "auto":
+        attn = "sdpa" if on_cpu else ""
+    if attn:
+        args += ["--draft-attn-impl", attn]
+    return launcher + args + list(plan.extra_args)
+
+
+def train_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the trainer: wide, plain log lines so metrics parse back in one piece."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("COLUMNS", "240")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# --- checkpoints on disk -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckpointState:
+    folder: Path
+    newest_epoch: int | None  # highest numbered, complete checkpoint folder
+    mid_epoch_step: int | None  # local step when that checkpoint was written mid-epoch
+    global_step: int | None
+    interrupted: bool  # an interrupted/ save exists (speculators does not resume from it)
+
+    def resume_note(self) -> str | None:
+        if self.newest_epoch is None:
+            return None
+        if self.mid_epoch_step:
+            return f"resuming from epoch {self.newest_epoch} (mid-epoch, step {self.mid_epoch_step})"
+        return f"resuming from epoch {self.newest_epoch + 1} (epoch {self.newest_epoch} complete)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "newest_epoch": self.newest_epoch,
+                "mid_epoch_step": self.mid_epoch_step, "global_step": self.global_step,
+                "interrupted": self.interrupted, "resume": self.resume_note()}
+
+
+def _numbered(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    found = [entry for entry in folder.iterdir()
+             if entry.is_dir() and not entry.is_symlink() and entry.name.isdigit()]
+    return sorted(found, key=lambda entry: int(entry.name))
+
+
+def is_complete(checkpoint: Path) -> bool:
+    return all((checkpoint / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def set_aside_incomplete(folder: Path) -> list[str]:
+    """Rename half-written numbered checkpoints (killed while saving) so speculators skips them."""
+    moved = []
+    for checkpoint in reversed(_numbered(folder)):
+        if is_complete(checkpoint):
+            break  # only the newest ones can be half-written
+        target = checkpoint.with_name(f"{checkpoint.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+        checkpoint.rename(target)
+        moved.append(target.name)
+    return moved
+
+
+def checkpoint_state(folder: Path) -> CheckpointState:
+    numbered = [checkpoint for checkpoint in _numbered(folder) if is_complete(checkpoint)]
+    newest = numbered[-1] if numbered else None
+    state: dict[str, Any] = {}
+    if newest is not None:
+        try:
+            state = json.loads((newest / "training_state.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+    local_step = state.get("local_step") or None
+    return CheckpointState(folder, int(newest.name) if newest else None, local_step,
+                           state.get("global_step"), (folder / "interrupted").is_dir())
+
+
+def start_fresh(checkpoints: Path) -> Path | None:
+    """--fresh: move a used checkpoints folder aside to checkpoints-<timestamp> (kept, never deleted)."""
+    if not checkpoints.is_dir() or not any(checkpoints.iterdir()):
+        return None
+    while True:
+        aside = checkpoints.with_name(f"{checkpoints.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if not aside.exists():
+            break
+        time.sleep(1)  # two --fresh within one second
+    checkpoints.rename(aside)
+    return aside
+
+
+# --- running ---------------------------------------------------------------------------------
+
+def resolve_executable(name: str) -> str:
+    """A console script of this interpreter's environment first (the agent may run without it on PATH)."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name) or name
+
+
+def run_training(command: list[str], save_path: Path, env: dict[str, str] | None = None) -> int:
+    """Run the trainer; its output goes to our stderr and is appended to save_path/train.log."""
+    save_path.mkdir(parents=True, exist_ok=True)
+    argv = [resolve_executable(command[0]), *command[1:]]
+    with open(save_path / LOG_FILE, "ab") as log:
+        log.write(f"### specops launch {time.strftime('%Y-%m-%dT%H:%M:%S')}: {json.dumps(command)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   env=train_environment(env), start_new_session=False)
+        assert process.stdout is not None
+        try:
+            for chunk in iter(lambda: process.stdout.read1(65536), b""):  # type: ignore[union-attr]
+                log.write(chunk)
+                log.flush()
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+        except KeyboardInterrupt:
+            process.terminate()  # speculators saves interrupted/ on SIGTERM
+        return process.wait()

@@ -1,0 +1,198 @@
+"""Agent commands for steps 3 and 4: `step vocab`, `step train`, `step metrics` (each `--run NAME`).
+
+    step vocab   --run NAME                     -> d2t/t2d + coverage report, skipped when unchanged
+    step train   --run NAME [--fresh] [--epochs E] [--gpus G] [--dry-run]
+                                                 -> runs `speculators train`, output streamed to stderr
+    step metrics --run NAME                     -> per-epoch table (JSON) and the loss plot
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput, CheckFailed
+from specops.pipeline import metrics, plot, train, vocab
+
+
+def _run(name: str) -> Any:
+    from specops.pipeline.config import Run
+
+    return Run(name)
+
+
+def _manifest(run: Any) -> Any:
+    from specops.pipeline.manifest import Manifest
+
+    return Manifest(run.paths.run_dir)
+
+
+def _hash(inputs: dict[str, Any]) -> str:
+    from specops.pipeline.config import config_hash
+
+    return config_hash(inputs)
+
+
+def draft_vocab_size(run: Any, target_vocab: int) -> int:
+    return min(run.config.draft.vocab_size, target_vocab)
+
+
+def vocab_step(run: Any) -> dict[str, Any]:
+    paths = run.paths
+    target_vocab = vocab.target_vocab_size(run.model_path)
+    size = draft_vocab_size(run, target_vocab)
+    if not paths.token_freq.is_file():
+        raise BadInput(f"{paths.token_freq}: token frequencies missing; run the prepare step first")
+    manifest = _manifest(run)
+    inputs = {"draft_vocab": size, "target_vocab": target_vocab,
+              "prepare": manifest.inputs_hash("prepare"), "token_freq": vocab.file_sha256(paths.token_freq)}
+    inputs_hash = _hash(inputs)
+    outputs = vocab.outputs_in(paths.vocab, size)
+    if manifest.is_current("vocab", inputs_hash) and outputs.d2t.is_file() and outputs.t2d.is_file():
+        report = vocab.read_report(outputs.report)
+        return {"step": "vocab", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
+                "draft_vocab": size, "coverage": report.get("coverage"), "d2t": str(outputs.d2t),
+                "t2d": str(outputs.t2d)}
+    started = manifest.begin("vocab", inputs_hash, inputs)
+    report = vocab.build_vocab(paths.token_freq, size, target_vocab, paths.vocab)
+    manifest.finish("vocab", started, {"draft_vocab": size, "distinct_tokens_seen": report["distinct_tokens_seen"]})
+    for row in report["coverage"]:
+        print(f"draft vocab {row['draft_vocab']:>7}: {100 * row['share']:6.2f}% of assistant tokens",
+              file=sys.stderr)
+    return {"step": "vocab", "status": "done", "inputs_hash": inputs_hash, "draft_vocab": size,
+            "coverage": report["coverage"], "d2t": report["d2t"], "t2d": report["t2d"]}
+
+
+def gpu_count() -> int:
+    from specops.jobs.gpus import gpu_usage
+
+    return len(gpu_usage().get("gpus") or [])
+
+
+def train_plan(run: Any, epochs: int | None = None) -> train.TrainPlan:
+    config, paths = run.config, run.paths
+    target_vocab = vocab.target_vocab_size(run.model_path)
+    size = draft_vocab_size(run, target_vocab)
+    outputs = vocab.outputs_in(paths.vocab, size)
+    return train.TrainPlan(
+        verifier=str(run.model_path),
+        trust_remote_code=config.trust_remote_code,
+        data_path=paths.prepared,
+        hidden_states_path=paths.hidden_states,
+        save_path=paths.checkpoints,
+        target_layer_ids=train.aux_layer_ids(run.layer_ids(), run.num_layers()),
+        draft_vocab_size=size,
+        d2t_path=outputs.d2t,
+        t2d_path=outputs.t2d,
+        num_layers=config.draft.num_layers,
+        ttt_steps=config.draft.ttt_steps,
+        epochs=epochs if epochs is not None else config.train.epochs,
+        lr=config.train.lr,
+        loss_implementation=config.train.loss_implementation,
+        draft_attn_impl=config.train.draft_attn_impl or "auto",
+        extra_args=tuple(config.train.extra_args),
+    )
+
+
+def _train_inputs(run: Any, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
+    manifest = _manifest(run)
+    # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
+    settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()}
+    return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
+            "extract": manifest.inputs_hash("extract")}
+
+
+def train_step(run: Any, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
+    gpus = gpu_count() if gpus is None else gpus
+    plan = train_plan(run, epochs)
+    command = train.build_train_command(plan, gpus)
+    document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
+    if dry_run:
+        return 0, {**document, "status": "dry run"}
+    for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
+        if needed is not None and not needed.exists():
+            raise BadInput(f"{needed}: missing; run the {step} step first")
+    inputs = _train_inputs(run, plan, gpus)
+    inputs_hash = _hash(inputs)
+    manifest = _manifest(run)
+    record = manifest.record("train") or {}
+    if (not fresh and manifest.is_current("train", inputs_hash)
+            and record.get("counts", {}).get("epochs", 0) >= plan.epochs):
+        return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
+    moved_aside = train.start_fresh(plan.save_path) if fresh else None
+    started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
+    set_aside = train.set_aside_incomplete(plan.save_path)
+    state = train.checkpoint_state(plan.save_path)
+    note = state.resume_note() or "starting fresh"
+    print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
+    code = train.run_training(command, plan.save_path)
+    final = train.checkpoint_state(plan.save_path)
+    report = metrics_report(run)
+    finished_epochs = (final.newest_epoch + 1) if final.newest_epoch is not None and not final.mid_epoch_step else 0
+    status = "done" if code == 0 else "failed"
+    manifest.finish("train", started, {"epochs": finished_epochs, "exit_code": code}, status=status)
+    document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
+                    else None, resume=note, checkpoints=final.as_dict(), moved_aside=str(moved_aside)
+                    if moved_aside else None, incomplete_set_aside=set_aside, metrics=report["epochs"],
+                    plot=report["plot"])
+    if code != 0:
+        raise CheckFailed(f"speculators train exited with status {code} (log: {plan.save_path / train.LOG_FILE})")
+    return 0, document
+
+
+def metrics_report(run: Any) -> dict[str, Any]:
+    checkpoints: Path = run.paths.checkpoints
+    log = metrics.read_log(checkpoints / train.LOG_FILE)
+    png = plot.plot_loss(metrics.loss_per_step(log), checkpoints / plot.PLOT_FILE, title=run.paths.name)
+    state = train.checkpoint_state(checkpoints)
+    return {"step": "metrics", "run": run.paths.name, "log": str(checkpoints / train.LOG_FILE),
+            "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
+            "checkpoints": state.as_dict(), "plot": str(png) if png else None}
+
+
+def _vocab(args: argparse.Namespace) -> tuple[int, dict]:
+    return 0, vocab_step(_run(args.run))
+
+
+def _train(args: argparse.Namespace) -> tuple[int, dict]:
+    if args.epochs is not None and args.epochs < 1:
+        raise BadInput(f"--epochs: must be at least 1, got {args.epochs}")
+    return train_step(_run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run)
+
+
+def _metrics(args: argparse.Namespace) -> tuple[int, dict]:
+    return 0, metrics_report(_run(args.run))
+
+
+def _step_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The `step` command's own subparsers, created here unless another module already made them."""
+    step = subparsers.choices.get("step")
+    if step is None:
+        step = subparsers.add_parser("step", help="run one pipeline step")
+        return step.add_subparsers(dest="step", required=True, parser_class=type(step))
+    for action in step._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return step.add_subparsers(dest="step", required=True, parser_class=type(step))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    steps = _step_subparsers(subparsers)
+    parser = steps.add_parser("vocab", help="build the draft vocabulary (d2t/t2d) and its coverage report")
+    parser.add_argument("--run", required=True)
+    parser.set_defaults(handler=_vocab)
+
+    parser = steps.add_parser("train", help="train the draft with speculators (resumes from its checkpoints)")
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--fresh", action="store_true", help="move old checkpoints aside and start over")
+    parser.add_argument("--epochs", type=int, default=None, help="override train.epochs")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
+    parser.add_argument("--dry-run", action="store_true", help="print the command, do not train")
+    parser.set_defaults(handler=_train)
+
+    parser = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
+    parser.add_argument("--run", required=True)
+    parser.set_defaults(handler=_metrics)

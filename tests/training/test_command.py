@@ -1,0 +1,146 @@
+"""Step 4 without training: the command, layer ids, metrics parsing, the plot, the patch sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specops.errors import BadInput
+from specops.patching.spec import load_set
+from specops.pipeline import metrics, plot
+from specops.pipeline.train import TrainPlan, aux_layer_ids, build_train_command
+
+REPO = Path(__file__).resolve().parents[2]
+
+PLAN = TrainPlan(
+    verifier="/m/Llama", data_path=Path("/r/prepared"), hidden_states_path=Path("/r/hidden_states"),
+    save_path=Path("/r/checkpoints"), target_layer_ids=(2, 16, 29), draft_vocab_size=32000,
+    d2t_path=Path("/r/vocab/d2t-32000.npy"), t2d_path=Path("/r/vocab/t2d-32000.npy"), trust_remote_code=True,
+    num_layers=1, ttt_steps=3, epochs=5, lr=3e-4,
+)
+
+
+def flag(command: list[str], name: str) -> list[str]:
+    """The values following `name` up to the next flag."""
+    start = command.index(name) + 1
+    end = next((i for i in range(start, len(command)) if command[i].startswith("--")), len(command))
+    return command[start:end]
+
+
+def test_single_gpu_command_is_speculators_train_with_every_setting() -> None:
+    command = build_train_command(PLAN, gpus=1)
+    assert command[:2] == ["speculators", "train"]
+    assert flag(command, "--verifier-name-or-path") == ["/m/Llama"]
+    assert flag(command, "--data-path") == ["/r/prepared"]
+    assert flag(command, "--hidden-states-path") == ["/r/hidden_states"]
+    assert flag(command, "--on-missing") == ["raise"]
+    assert flag(command, "--target-layer-ids") == ["2", "16", "29"]
+    assert flag(command, "--draft-vocab-size") == ["32000"]
+    assert flag(command, "--d2t-path") == ["/r/vocab/d2t-32000.npy"]
+    assert flag(command, "--t2d-path") == ["/r/vocab/t2d-32000.npy"]
+    assert flag(command, "--ttt-steps") == ["3"] and flag(command, "--epochs") == ["5"]
+    assert flag(command, "--lr") == ["0.0003"] and flag(command, "--save-path") == ["/r/checkpoints"]
+    assert "--trust-remote-code" in command
+    # a GPU keeps speculators' defaults: fused loss, flex attention
+    assert "--loss-implementation" not in command and "--draft-attn-impl" not in command
+
+
+def test_several_gpus_go_through_torchrun_and_the_module_entry_point() -> None:
+    command = build_train_command(PLAN, gpus=8)
+    assert command[:5] == ["torchrun", "--standalone", "--nproc_per_node=8", "-m", "speculators.train"]
+    assert flag(command, "--on-missing") == ["raise"]
+
+
+def test_cpu_command_uses_eager_loss_sdpa_and_no_loader_workers() -> None:
+    command = build_train_command(PLAN, gpus=0)
+    assert flag(command, "--loss-implementation") == ["eager"]
+    assert flag(command, "--draft-attn-impl") == ["sdpa"]
+    assert flag(command, "--num-workers") == ["0"]
+
+
+def test_explicit_settings_and_extra_args_win() -> None:
+    plan = TrainPlan(**{**PLAN.__dict__, "loss_implementation": "fused", "draft_attn_impl": "eager",
+                        "extra_args": ("--num-workers", "4")})
+    command = build_train_command(plan, gpus=0)
+    assert flag(command, "--loss-implementation") == ["fused"]
+    assert flag(command, "--draft-attn-impl") == ["eager"]
+    assert command[-2:] == ["--num-workers", "4"]  # argparse: the last occurrence wins
+
+
+def test_bad_loss_implementation_is_bad_input() -> None:
+    with pytest.raises(BadInput, match="loss_implementation"):
+        build_train_command(TrainPlan(**{**PLAN.__dict__, "loss_implementation": "triton"}), gpus=1)
+
+
+def test_target_layer_ids_drop_the_final_layer() -> None:
+    assert aux_layer_ids([2, 16, 29, 32], 32) == (2, 16, 29)
+    assert aux_layer_ids([1, 2, 3], 4) == (1, 2, 3)
+    with pytest.raises(BadInput, match="must lie in"):
+        aux_layer_ids([2, 40, 32], 32)
+
+
+# What speculators' rich console prints: records wrap at spaces, times repeat as blanks.
+RICH_LOG = """\
+### specops launch 2026-11-02T10:00:00: ["speculators", "train"]
+[10:00:01] INFO     trainer/epochs=2, optimizer/lr=1.00e-04, loss/ttt_steps=3      logger.py:740
+[10:00:05] INFO     train/loss_0=0.500, train/full_acc_0=0.100,                  trainer.py:589
+                    train/loss=1.500, train/error_records=0.00e+00,
+                    profile/step_ms=900.000, profile/tokens_per_s=100.000,
+                    epoch=0, lr=9.09e-05, global_step=0
+           INFO     train/loss_0=0.400, train/full_acc_0=0.300,                  trainer.py:589
+                    train/loss=1.300, profile/step_ms=100.000,
+                    profile/tokens_per_s=1000.000, epoch=0, lr/Muon=9.09e-05,
+                    lr/AdamW=9.09e-05, global_step=1
+           INFO     val/loss_0_epoch=0.450, val/full_acc_0_epoch=0.250,          trainer.py:673
+                    val/loss_epoch=1.350, epoch=0
+### specops launch 2026-11-02T10:05:00: ["speculators", "train"]
+           INFO     Resuming training on epoch 1.                                trainer.py:277
+           INFO     train/loss_0=0.300, train/full_acc_0=0.500, train/loss=1.000, trainer.py:589
+                    profile/step_ms=500.000, profile/tokens_per_s=200.000,
+                    epoch=1, lr=8.0e-05, global_step=2
+"""
+
+
+def test_metrics_table_from_wrapped_rich_log() -> None:
+    log = metrics.parse_log(RICH_LOG)
+    assert [step.global_step for step in log.steps] == [0, 1, 2] and log.launches == 2
+    table = metrics.epoch_table(log)
+    assert [row["epoch"] for row in table] == [0, 1]
+    first = table[0]
+    assert first["steps"] == 2
+    assert first["train"]["loss"] == pytest.approx(1.4)
+    assert first["train"]["full_acc_0"] == pytest.approx(0.2)
+    assert "error_records" not in first["train"]
+    assert first["val"] == {"loss_0": 0.45, "full_acc_0": 0.25, "loss": 1.35}
+    assert first["tokens_per_s"] == 1000.0  # the launch's first step (compile, warm-up) is left out
+    assert table[1]["tokens_per_s"] == 200.0  # an epoch with only a first step keeps it
+    assert metrics.loss_per_step(log) == [(0, 1.5), (1, 1.3), (2, 1.0)]
+
+
+def test_a_replayed_step_replaces_the_earlier_record() -> None:
+    replay = RICH_LOG + "  INFO  train/loss=0.9, epoch=1, global_step=2\n"
+    assert metrics.parse_log(replay).steps[-1].train["loss"] == 0.9
+
+
+def test_loss_plot_is_a_png(tmp_path: Path) -> None:
+    written = plot.plot_loss([(0, 2.0), (1, 1.5), (2, 1.2)], tmp_path / "loss.png")
+    assert written is not None and written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.plot_loss([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("name", ["speculators-0.9.0-cpu", "speculators-0.9.0-fused-loss"])
+def test_patch_set_replacements_match_the_pristine_wheel(name: str, tmp_path: Path) -> None:
+    from tests.support.wheels import site_with
+
+    site = site_with(tmp_path / "site", ("speculators", "0.9.0"))
+    patch_set = load_set(REPO / "patches" / name)
+    assert patch_set.package == "speculators"
+    assert patch_set.host == ("cpu" if name.endswith("cpu") else "gpu")  # a GPU host never gets the CPU shims
+    for patch in patch_set.patches:
+        source = (site / (patch.module.replace(".", "/") + ".py")).read_text()
+        for replacement in patch.replacements:
+            assert source.count(replacement.old) == replacement.count, (patch.id, replacement.old)
+            source = source.replace(replacement.old, replacement.new)
+        compile(source, patch.module, "exec")  # the patched module still parses
