@@ -1,0 +1,187 @@
+"""Benchmark of the hf extraction backend against the GPU's compute limit and the disk's write rate.
+
+    PYTHONPATH=src python bench/extract_hf.py --out DIR          # H200: Llama-3.1-8B dimensions, bf16
+    PYTHONPATH=src python bench/extract_hf.py --out DIR --tiny   # CPU smoke run, tiny dimensions
+
+Builds a Llama with random weights (on the meta device, then to_empty on the target device and a
+fast normal_ init, so it starts in seconds; no download), then measures on random token ids:
+  bare forward     the decoder forward alone (no capture, nothing leaves the device)
+  extractor        specops' capture hooks + pinned host copies + background atomic writes (fsync)
+  compute limit    2 x matmul parameters x tokens / peak FLOP/s, as tokens/s
+  disk             safetensors files of one sample's size written with fsync, GB/s, against the
+                   hidden-state byte rate the extractor needs at bare-forward speed
+and prints them side by side as ratios (also written to DIR/bench.json). Prints ratios, asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specops.pipeline.extract_hf import Extractor, plan_batches
+from specops.pipeline.hidden_states import BackgroundWriter, write_sample
+
+PEAK_FLOPS = 790e12  # H200 dense bf16, as the issue asks
+
+LLAMA_8B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192)
+TINY = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+            intermediate_size=128, vocab_size=512, max_position_embeddings=1024)
+
+
+def build_model(dims: dict, device: torch.device, dtype: torch.dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**dims, tie_word_embeddings=False)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).to(dtype)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:  # norm weights
+                parameter.fill_(1.0)
+            else:
+                parameter.normal_(0.0, 0.02, generator=generator)
+    # the rotary inv_freq buffer is not a parameter: to_empty left it as garbage, so rebuild it
+    rotary = model.model.rotary_emb
+    model.model.rotary_emb = type(rotary)(config=model.config).to(device)
+    return model.eval()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bare_forward(model, batches: list[torch.Tensor], device: torch.device) -> float:
+    decoder = model.model
+    with torch.inference_mode():
+        decoder(input_ids=batches[0].to(device), use_cache=False)  # warm-up
+        synchronize(device)
+        started = time.perf_counter()
+        for batch in batches:
+            decoder(input_ids=batch.to(device), use_cache=False)
+        synchronize(device)
+    return time.perf_counter() - started
+
+
+def extractor_run(model, tokens: torch.Tensor, batch_tokens: int, layer_ids: list[int], out: Path,
+                  device: torch.device, dtype: torch.dtype, writers: int) -> float:
+    folder = out / "hidden_states"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    samples = tokens.tolist()
+    plan = plan_batches([len(row) for row in samples], batch_tokens)
+    writer = BackgroundWriter(threads=writers, depth=2)
+    extractor = Extractor(model, layer_ids, model.config.hidden_size, device, dtype, writer)
+    extractor.extract(plan[0], [samples[i] for i in plan[0]], set(), folder)  # warm-up, writes nothing
+    wanted = set(range(len(samples)))
+    synchronize(device)
+    started = time.perf_counter()
+    try:
+        for batch in plan:
+            extractor.extract(batch, [samples[i] for i in batch], wanted, folder)
+    finally:
+        writer.close()
+        extractor.capture.remove()
+    elapsed = time.perf_counter() - started
+    written = len(list(folder.glob("hs_*.safetensors")))
+    if written != len(samples):
+        raise SystemExit(f"extractor wrote {written} files for {len(samples)} samples")
+    return elapsed
+
+
+def disk_rate(out: Path, seq_len: int, layers: int, hidden: int, dtype: torch.dtype, files: int) -> float:
+    """Bytes/s of safetensors files of one sample's size written with fsync, one after another."""
+    folder = out / "disk"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    states = torch.randn(seq_len, layers, hidden).to(dtype)
+    token_ids = torch.zeros(seq_len, dtype=torch.int64)
+    started = time.perf_counter()
+    total = sum(write_sample(folder, index, token_ids, states) for index in range(files))
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(folder, ignore_errors=True)
+    return total / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="scratch folder on the disk under test")
+    parser.add_argument("--tiny", action="store_true", help="tiny dimensions on the CPU (smoke run)")
+    parser.add_argument("--samples", type=int, help="samples per measurement (default 96, tiny 16)")
+    parser.add_argument("--seq-len", type=int, help="tokens per sample (default 2048, tiny 256)")
+    parser.add_argument("--batch-tokens", type=int, help="padded tokens per batch (default 16384, tiny 1024)")
+    parser.add_argument("--writers", type=int, default=2, help="writer threads")
+    parser.add_argument("--peak-flops", type=float, default=PEAK_FLOPS)
+    args = parser.parse_args()
+
+    tiny = args.tiny or not torch.cuda.is_available()
+    if not args.tiny and tiny:
+        print("no GPU: running the tiny CPU variant", file=sys.stderr)
+    device = torch.device("cpu" if tiny else "cuda")
+    dtype = torch.float32 if tiny else torch.bfloat16
+    dims = TINY if tiny else LLAMA_8B
+    samples = args.samples or (16 if tiny else 96)
+    seq_len = args.seq_len or (256 if tiny else 2048)
+    batch_tokens = max(args.batch_tokens or (1024 if tiny else 16384), seq_len)
+    layers = dims["num_hidden_layers"]
+    layer_ids = [1, layers // 2, layers - 1, layers] if tiny else [2, layers // 2, layers - 3, layers]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    model = build_model(dims, device, dtype)
+    synchronize(device)
+    print(f"model built in {time.perf_counter() - started:.1f}s on {device}", file=sys.stderr)
+    matmul_params = sum(p.numel() for n, p in model.model.named_parameters() if "embed_tokens" not in n)
+
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, dims["vocab_size"], (samples, seq_len), generator=generator)
+    rows = max(1, batch_tokens // seq_len)
+    batches = [tokens[i: i + rows] for i in range(0, samples, rows)]
+    total_tokens = samples * seq_len
+
+    bare_s = bare_forward(model, batches, device)
+    extract_s = extractor_run(model, tokens, batch_tokens, layer_ids, args.out, device, dtype, args.writers)
+    hidden = dims["hidden_size"]
+    bytes_per_token = len(layer_ids) * hidden * dtype.itemsize + 8
+    disk_bps = disk_rate(args.out, seq_len, len(layer_ids), hidden, dtype, files=max(4, min(samples, 24)))
+
+    bare_tps, extract_tps = total_tokens / bare_s, total_tokens / extract_s
+    limit_tps = args.peak_flops / (2 * matmul_params)
+    need_bps = bare_tps * bytes_per_token
+    result = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "dims": dims, "dtype": str(dtype), "samples": samples, "seq_len": seq_len, "batch_tokens": batch_tokens,
+        "layer_ids": layer_ids, "matmul_params": matmul_params, "peak_flops": args.peak_flops,
+        "bare_tokens_per_s": bare_tps, "extractor_tokens_per_s": extract_tps,
+        "compute_limit_tokens_per_s": limit_tps, "disk_write_gb_per_s": disk_bps / 1e9,
+        "needed_write_gb_per_s_at_bare_speed": need_bps / 1e9,
+        "extractor_write_gb_per_s": extract_tps * bytes_per_token / 1e9,
+        "ratios": {"extractor_vs_bare": extract_tps / bare_tps, "bare_vs_compute_limit": bare_tps / limit_tps,
+                   "extractor_vs_compute_limit": extract_tps / limit_tps, "disk_vs_needed": disk_bps / need_bps},
+    }
+    (args.out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    shutil.rmtree(args.out / "hidden_states", ignore_errors=True)
+
+    print(f"{'':28}{'tokens/s':>14}{'vs compute limit':>18}")
+    print(f"{'compute limit':28}{limit_tps:14,.0f}{1.0:18.2f}")
+    print(f"{'bare forward':28}{bare_tps:14,.0f}{bare_tps / limit_tps:18.2f}")
+    print(f"{'extractor (capture+write)':28}{extract_tps:14,.0f}{extract_tps / limit_tps:18.2f}")
+    print(f"extractor / bare forward:  {extract_tps / bare_tps:.2f}")
+    print(f"disk write with fsync:     {disk_bps / 1e9:.2f} GB/s; needed at bare speed {need_bps / 1e9:.2f} GB/s "
+          f"-> disk / needed = {disk_bps / need_bps:.2f} ({'IO-bound' if disk_bps < need_bps else 'compute-bound'})")
+    print(f"total {time.perf_counter() - started:.1f}s; details in {args.out / 'bench.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

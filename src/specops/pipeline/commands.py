@@ -1,0 +1,109 @@
+"""Agent commands of the pipeline: `step prepare|extract|validate`, `tiny`, `run show`.
+
+Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
+the job log captures.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput
+from specops.paths import workdir
+
+
+def _run(args: argparse.Namespace):
+    from specops.pipeline.config import Run
+    from specops.pipeline.tiny import generate
+
+    run = Run(args.run)
+    if run.config.embedded == "tiny":
+        generate(workdir())
+    return run
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadInput(f"expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected a number > 0, got {number}")
+    return number
+
+
+def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.prepare import prepare
+
+    report = prepare(_run(args), args.samples, args.strict)
+    return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    run = _run(args)
+    backend = args.backend or run.backend(_gpu_count())
+    if backend == "vllm":
+        raise BadInput(f"--backend: the vllm extraction backend is not available yet (run {args.run}); use hf")
+    from specops.pipeline.extract_hf import extract
+
+    report = extract(run, args.samples, args.batch_tokens)
+    return 0, {"ok": True, "run": args.run, "backend": backend, **report}
+
+
+def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.validate import validate
+
+    report = validate(_run(args), args.fidelity_samples)
+    return (0 if report["ok"] else 1), {"run": args.run, **report}
+
+
+def tiny(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.tiny import generate
+
+    return 0, {"ok": True, **generate(workdir(), force=args.force)}
+
+
+def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.config import Run
+
+    return 0, {"ok": True, **Run(args.run).describe(_gpu_count())}
+
+
+def _gpu_count() -> int:
+    """NVIDIA device nodes; importing torch to ask would cost seconds on every `run show`."""
+    return sum(1 for node in Path("/dev").glob("nvidia[0-9]*") if node.name[6:].isdigit())
+
+
+def register(subparsers: Any) -> None:
+    step = subparsers.add_parser("step", help="run one pipeline step of a run on this host")
+    steps = step.add_subparsers(dest="step", required=True)
+
+    prepare = steps.add_parser("prepare", help="tokenise conversations, loss mask, token frequencies")
+    prepare.add_argument("--run", required=True)
+    prepare.add_argument("--samples", type=_positive, help="rows to prepare (default: the run's samples)")
+    prepare.add_argument("--strict", action="store_true", help="malformed records are fatal (exit 2)")
+    prepare.set_defaults(handler=step_prepare)
+
+    extract = steps.add_parser("extract", help="capture target hidden states (runs prepare first if needed)")
+    extract.add_argument("--run", required=True)
+    extract.add_argument("--samples", type=_positive, help="extract rows 0..N-1 (default: all prepared)")
+    extract.add_argument("--backend", choices=["hf", "vllm"])
+    extract.add_argument("--batch-tokens", type=_positive, help="padded tokens per forward batch")
+    extract.set_defaults(handler=step_extract)
+
+    validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
+    validate.add_argument("--run", required=True)
+    validate.add_argument("--fidelity-samples", type=_positive, default=4)
+    validate.set_defaults(handler=step_validate)
+
+    tiny_parser = subparsers.add_parser("tiny", help="generate the embedded tiny model and data")
+    tiny_parser.add_argument("--force", action="store_true", help="regenerate even if present")
+    tiny_parser.set_defaults(handler=tiny)
+
+    run = subparsers.add_parser("run", help="run configs")
+    run_commands = run.add_subparsers(dest="run_command", required=True)
+    show = run_commands.add_parser("show", help="the validated run config and derived values")
+    show.add_argument("--run", required=True)
+    show.set_defaults(handler=run_show)

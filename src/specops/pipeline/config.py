@@ -1,0 +1,245 @@
+"""Run configs: `runs/<name>.yaml` validated into a RunConfig, plus the values derived from it.
+
+A run config names the target model, the conversations to learn from, the layers whose hidden
+states feed the draft, and the draft and training settings. Unknown keys and bad values are bad
+input: one line naming the file, the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from specops.errors import BadInput
+from specops.paths import workdir
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class DraftSettings(_Strict):
+    vocab_size: int = Field(32000, gt=0)
+    num_layers: int = Field(1, gt=0)
+    ttt_steps: int = Field(3, gt=0)
+
+
+class TrainSettings(_Strict):
+    epochs: int = Field(10, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    loss_implementation: Literal["auto", "eager", "fused"] = "auto"
+    draft_attn_impl: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class VllmSettings(_Strict):
+    serve_args: list[str] = Field(default_factory=list)
+    port: int = Field(8000, gt=0, lt=65536)
+
+
+class RunConfig(_Strict):
+    model: str = Field(min_length=1)
+    trust_remote_code: bool = False
+    embedded: Literal["tiny"] | None = None
+    data: str = Field(min_length=1)
+    max_seq_len: int = Field(2048, gt=0)
+    samples: int | None = Field(None, gt=0)
+    layer_ids: list[int] | None = None
+    backend: Literal["vllm", "hf"] | None = None  # None: hf on a host without GPUs, vllm otherwise
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    draft: DraftSettings = Field(default_factory=DraftSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
+
+    @field_validator("layer_ids")
+    @classmethod
+    def _distinct_non_negative(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if len(value) < 2:
+            raise ValueError("needs at least one auxiliary layer and the final layer")
+        if min(value) < 0:
+            raise ValueError("must be >= 0")
+        if len(set(value)) != len(value):
+            raise ValueError("must be distinct")
+        return value
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key"
+    if kind == "missing":
+        return f"{key}: required key is missing"
+    message = error["msg"]
+    for prefix in ("Value error, ", "Input should be "):
+        if message.startswith(prefix):
+            message = ("must be " if prefix == "Input should be " else "") + message[len(prefix):]
+    message = message.replace("greater than", ">").replace("less than", "<").replace(" or equal to", "=")
+    message = message.replace("> =", ">=").replace("< =", "<=")
+    return f"{key}: {message}"
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a run config; any problem is one BadInput line naming file and key."""
+    path = Path(path)
+    label = _label(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{label}: no such run config") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BadInput(f"{label}: not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{label}: must be a mapping of keys to values")
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise BadInput(f"{label}: {_describe(exc.errors()[0])}") from None
+
+
+def _label(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(workdir()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def config_hash(section: Any) -> str:
+    """A stable short hash of a config section (model, dict, list or scalar)."""
+    if isinstance(section, BaseModel):
+        section = section.model_dump(mode="json")
+    canonical = json.dumps(section, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def text_config(model_config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: multimodal wrappers keep it under `text_config`."""
+    inner = model_config.get("text_config")
+    return inner if isinstance(inner, dict) else model_config
+
+
+def derive_layer_ids(num_layers: int) -> list[int]:
+    """Layer ids as vLLM serving uses them: auxiliary [2, n//2, n-3] plus the final id n.
+
+    Tiny targets make that list collide ([2, 2, 1] for n=4); there the auxiliary layers are
+    spread as [1, n//2, n-1] instead, the choice that trains on CPU with speculators.
+    """
+    if num_layers < 3:
+        raise ValueError(f"a target with {num_layers} layers is too shallow for three auxiliary layers")
+    auxiliary = [2, num_layers // 2, num_layers - 3]
+    if len(set(auxiliary)) != 3 or min(auxiliary) < 0:
+        auxiliary = [1, num_layers // 2, num_layers - 1]
+    if len(set(auxiliary)) != 3:
+        auxiliary = [0, 1, 2]
+    return [*auxiliary, num_layers]
+
+
+def read_model_config(model_path: Path) -> dict[str, Any]:
+    config_file = model_path / "config.json"
+    try:
+        return json.loads(config_file.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{config_file}: target model config not found") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{config_file}: not valid JSON (line {exc.lineno})") from None
+
+
+class RunPaths:
+    """Where a run keeps its things: <workdir>/runs/<name>/..."""
+
+    def __init__(self, name: str, root: Path | None = None) -> None:
+        self.name = name
+        self.workdir = root or workdir()
+        self.config_file = self.workdir / "runs" / f"{name}.yaml"
+        self.run_dir = self.workdir / "runs" / name
+        self.prepared = self.run_dir / "prepared"
+        self.token_freq = self.prepared / "token_freq.pt"  # where `speculators train` looks for it
+        self.hidden_states = self.run_dir / "hidden_states"
+        self.progress = self.hidden_states / "progress.json"
+        self.vocab = self.run_dir / "vocab"
+        self.checkpoints = self.run_dir / "checkpoints"
+        self.manifest = self.run_dir / "manifest.json"
+        self.prepare_report = self.run_dir / "prepare_report.json"
+        self.validate_report = self.run_dir / "validate_report.json"
+
+    def resolve(self, value: str) -> Path:
+        """A path from the run config: relative paths are relative to the workdir."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.workdir / path
+
+    def as_dict(self) -> dict[str, str]:
+        keys = ["config_file", "run_dir", "prepared", "token_freq", "hidden_states", "progress", "vocab",
+                "checkpoints", "manifest"]
+        return {key: str(getattr(self, key)) for key in keys}
+
+
+def check_run_name(name: str) -> str:
+    if not name or "/" in name or name.startswith(".") or not name.replace("-", "").replace("_", "").isalnum():
+        raise BadInput(f"--run: {name!r} is not a run name (letters, digits, - and _)")
+    return name
+
+
+class Run:
+    """A loaded run: its config, its paths and the values derived from the target's config."""
+
+    def __init__(self, name: str, root: Path | None = None) -> None:
+        self.paths = RunPaths(check_run_name(name), root)
+        self.config = load_run_config(self.paths.config_file)
+        self.label = f"runs/{name}.yaml"
+
+    @property
+    def model_path(self) -> Path:
+        return self.paths.resolve(self.config.model)
+
+    def data_is_local(self) -> bool:
+        return self.paths.resolve(self.config.data).exists() or self.config.data.endswith((".json", ".jsonl"))
+
+    def num_layers(self) -> int:
+        config = text_config(read_model_config(self.model_path))
+        layers = config.get("num_hidden_layers")
+        if not isinstance(layers, int) or layers <= 0:
+            raise BadInput(f"{self.model_path / 'config.json'}: num_hidden_layers: missing or not a count")
+        return layers
+
+    def layer_ids(self) -> list[int]:
+        layers = self.num_layers()
+        ids = self.config.layer_ids
+        if ids is None:
+            try:
+                return derive_layer_ids(layers)
+            except ValueError as exc:
+                raise BadInput(f"{self.label}: layer_ids: {exc}; set them explicitly") from None
+        if max(ids) > layers:
+            raise BadInput(f"{self.label}: layer_ids: {max(ids)} is beyond the target's {layers} layers")
+        if ids[-1] != layers:
+            raise BadInput(f"{self.label}: layer_ids: the last id must be the final layer {layers}")
+        return ids
+
+    def backend(self, gpu_count: int) -> str:
+        if self.config.backend is not None:
+            return self.config.backend
+        return "hf" if gpu_count == 0 else "vllm"
+
+    def describe(self, gpu_count: int) -> dict[str, Any]:
+        return {
+            "run": self.paths.name,
+            "config": self.config.model_dump(mode="json"),
+            "derived": {
+                "model_path": str(self.model_path),
+                "data_path": str(self.paths.resolve(self.config.data)),
+                "num_layers": self.num_layers() if (self.model_path / "config.json").exists() else None,
+                "layer_ids": self.layer_ids() if (self.model_path / "config.json").exists() else None,
+                "backend": self.backend(gpu_count),
+                "config_hash": config_hash(self.config),
+                "paths": self.paths.as_dict(),
+            },
+        }

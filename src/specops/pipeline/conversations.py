@@ -1,0 +1,92 @@
+"""Conversations from JSONL (ShareGPT or OpenAI-messages shapes), with malformed lines reported.
+
+ShareGPT: {"conversations": [{"from": "human"|"gpt"|"system", "value": ...}, ...]}
+OpenAI:   {"messages": [{"role": "user"|"assistant"|"system", "content": ...}, ...]}
+A line that is not one of these is reported with its line number and never stops the reading.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROLES = {
+    "human": "user", "user": "user",
+    "gpt": "assistant", "assistant": "assistant", "model": "assistant", "chatgpt": "assistant",
+    "system": "system", "tool": "tool",
+}
+
+
+@dataclass(frozen=True)
+class Conversation:
+    line: int  # 1-based line of the JSONL file (row number for a hub dataset)
+    messages: list[dict[str, str]]  # [{"role": "user"|"assistant"|"system"|"tool", "content": str}]
+
+
+@dataclass(frozen=True)
+class Malformed:
+    line: int
+    reason: str
+
+
+def normalise(record: Any) -> list[dict[str, str]]:
+    """The record's turns as role/content messages; ValueError says what is wrong with it."""
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if "conversations" in record:
+        turns, role_key, content_key = record["conversations"], "from", "value"
+    elif "messages" in record:
+        turns, role_key, content_key = record["messages"], "role", "content"
+    else:
+        raise ValueError("no 'conversations' or 'messages' key")
+    if not isinstance(turns, list) or not turns:
+        raise ValueError("conversation is not a non-empty list of turns")
+    messages = []
+    for position, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turn {position} is not an object")
+        role = turn.get(role_key, turn.get("role", turn.get("from")))
+        content = turn.get(content_key, turn.get("content", turn.get("value")))
+        if role not in ROLES:
+            raise ValueError(f"turn {position} has unknown role {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"turn {position} content is not a string")
+        messages.append({"role": ROLES[role], "content": content})
+    return messages
+
+
+def read_jsonl(path: Path) -> Iterator[Conversation | Malformed]:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield Malformed(number, f"not valid JSON ({exc.msg})")
+                continue
+            yield _parsed(number, record)
+
+
+def read_hub(name: str) -> Iterator[Conversation | Malformed]:
+    """A hub dataset (hosts with internet only), read only when a step asks for it."""
+    import datasets
+
+    for number, record in enumerate(datasets.load_dataset(name, split="train"), start=1):
+        yield _parsed(number, record)
+
+
+def _parsed(number: int, record: Any) -> Conversation | Malformed:
+    try:
+        return Conversation(number, normalise(record))
+    except ValueError as exc:
+        return Malformed(number, str(exc))
+
+
+def read_conversations(data: str, path: Path) -> Iterator[Conversation | Malformed]:
+    if path.exists() or data.endswith((".json", ".jsonl")):
+        return read_jsonl(path)
+    return read_hub(data)

@@ -1,0 +1,146 @@
+"""The run manifest: what produced each step's outputs, so unchanged steps are skipped.
+
+<run>/manifest.json holds one record per step: the hash of the step's inputs (its config section
+plus the hashes of the steps it reads from), package versions, the synced revision, counts and
+timings. When a step's inputs change, every step that depends on it is invalidated: its record
+and its outputs go, so outputs of two configs never mix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.installed import version_of
+from specops.paths import workdir
+
+# Which steps read the outputs of which. vocab and train are added by their own modules' steps
+# but are listed here so that invalidation reaches them.
+DEPENDS_ON: dict[str, list[str]] = {
+    "prepare": [],
+    "extract": ["prepare"],
+    "validate": ["extract"],
+    "vocab": ["prepare"],
+    "train": ["vocab", "extract"],
+}
+# Output folders of each step, relative to the run folder.
+OUTPUTS: dict[str, list[str]] = {
+    "prepare": ["prepared"],
+    "extract": ["hidden_states"],
+    "validate": [],
+    "vocab": ["vocab"],
+    "train": ["checkpoints"],
+}
+# Outputs too costly to delete outright: moved aside instead.
+KEEP_ASIDE = {"checkpoints"}
+
+PACKAGES = ["torch", "transformers", "tokenizers", "datasets", "safetensors", "speculators", "vllm", "specops"]
+
+
+def package_versions() -> dict[str, str | None]:
+    return {name: version_of(name) for name in PACKAGES}
+
+
+def synced_revision() -> dict[str, Any] | None:
+    """What the control side's sync recorded about the agent's source revision, if anything."""
+    path = workdir() / "state" / "revision.json"
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def dependents(step: str) -> list[str]:
+    """Every step that reads, directly or not, from step's outputs."""
+    found: list[str] = []
+    frontier = [step]
+    while frontier:
+        current = frontier.pop()
+        for name, parents in DEPENDS_ON.items():
+            if current in parents and name not in found:
+                found.append(name)
+                frontier.append(name)
+    return found
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Manifest:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / "manifest.json"
+        try:
+            self.document = json.loads(self.path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            self.document = {}
+        self.document.setdefault("steps", {})
+
+    @property
+    def steps(self) -> dict[str, dict[str, Any]]:
+        return self.document["steps"]
+
+    def record(self, step: str) -> dict[str, Any] | None:
+        return self.steps.get(step)
+
+    def inputs_hash(self, step: str) -> str | None:
+        record = self.record(step)
+        return record.get("inputs_hash") if record else None
+
+    def is_current(self, step: str, inputs_hash: str) -> bool:
+        """Done with these very inputs (which include the hashes of the steps it reads from)."""
+        record = self.record(step)
+        return bool(record and record.get("status") == "done" and record.get("inputs_hash") == inputs_hash)
+
+    def begin(self, step: str, inputs_hash: str, inputs: dict[str, Any]) -> float:
+        """Mark step as running with these inputs; different earlier inputs invalidate it first."""
+        previous = self.inputs_hash(step)
+        if previous is not None and previous != inputs_hash:
+            self.invalidate(step)
+        elif previous is None and step != "validate":
+            self._remove_outputs(step)  # outputs without a record cannot be trusted
+        for later in dependents(step):
+            self._drop(later)
+        started = time.time()
+        self.steps[step] = {"status": "running", "inputs_hash": inputs_hash, "inputs": inputs,
+                            "versions": package_versions(), "revision": synced_revision(),
+                            "started_at": now()}
+        self.save()
+        return started
+
+    def finish(self, step: str, started: float, counts: dict[str, Any], status: str = "done") -> dict[str, Any]:
+        record = self.steps[step]
+        record.update(status=status, counts=counts, finished_at=now(), seconds=round(time.time() - started, 3))
+        self.save()
+        return record
+
+    def invalidate(self, step: str) -> list[str]:
+        """Forget step and everything downstream of it, outputs included."""
+        gone = [step, *dependents(step)]
+        for name in gone:
+            self._drop(name)
+        self.save()
+        return gone
+
+    def _drop(self, step: str) -> None:
+        self.steps.pop(step, None)
+        self._remove_outputs(step)
+
+    def _remove_outputs(self, step: str) -> None:
+        for folder in OUTPUTS.get(step, []):
+            path = self.run_dir / folder
+            if not path.exists():
+                continue
+            if folder in KEEP_ASIDE:
+                path.rename(path.with_name(f"{folder}.superseded-{int(time.time())}"))
+            else:
+                shutil.rmtree(path)
+
+    def save(self) -> None:
+        atomic.write_json(self.path, self.document)

@@ -1,0 +1,77 @@
+"""Validate: whole, matching files and fidelity; damaged or misaligned files are caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specops.pipeline.hidden_states import file_for
+from specops.pipeline.validate import fidelity_indices, validate
+
+from .conftest import copy_workdir, in_workdir
+
+
+@pytest.fixture
+def damaged(extracted, tmp_path):
+    """A copy of the extracted workdir and a function that rewrites hs_0 with a change."""
+    root = copy_workdir(extracted, tmp_path / "w")
+    path = file_for(root / "runs" / "tiny" / "hidden_states", 0)
+
+    def rewrite(change) -> None:
+        tensors = load_file(str(path))
+        tensors["hidden_states"] = change(tensors["hidden_states"]).contiguous()
+        save_file(tensors, str(path))
+
+    return root, path, rewrite
+
+
+def test_intact_files_pass_with_full_agreement(extracted, tmp_path):
+    root = copy_workdir(extracted, tmp_path / "w")
+    report = validate(in_workdir(root), 4)
+    assert report["ok"] is True
+    assert report["checks"]["files"]["detail"]["checked"] == 40
+    assert report["checks"]["fidelity"]["detail"]["agreement"] == 1.0
+
+
+def test_a_shifted_file_fails_fidelity(damaged):
+    root, _, rewrite = damaged
+    rewrite(lambda states: states.roll(1, dims=0))  # every position holds its neighbour's state
+    report = validate(in_workdir(root), 1)
+    assert report["ok"] is False
+    assert report["checks"]["files"]["ok"] is True  # shapes and tokens are still right ...
+    assert report["checks"]["fidelity"]["detail"]["agreement"] < 0.5  # ... but the states are not theirs
+
+
+def test_a_shuffled_file_fails_fidelity(damaged):
+    root, _, rewrite = damaged
+    rewrite(lambda states: states[torch.randperm(states.shape[0], generator=torch.Generator().manual_seed(0))])
+    report = validate(in_workdir(root), 1)
+    assert report["ok"] is False and report["checks"]["fidelity"]["detail"]["agreement"] < 0.5
+
+
+def test_a_truncated_file_fails_the_file_check(damaged):
+    root, path, _ = damaged
+    path.write_bytes(path.read_bytes()[:-64])
+    report = validate(in_workdir(root), 1)
+    assert report["ok"] is False
+    problems = report["checks"]["files"]["detail"]["problems"]
+    assert [p["file"] for p in problems] == ["hs_0.safetensors"] and "bytes" in problems[0]["problem"]
+
+
+def test_non_finite_values_and_wrong_tokens_are_caught(damaged):
+    root, _, rewrite = damaged
+    rewrite(lambda states: states.index_fill(0, torch.tensor([3]), float("nan")))
+    other = file_for(root / "runs" / "tiny" / "hidden_states", 1)
+    tensors = load_file(str(other))
+    tensors["token_ids"] = tensors["token_ids"].flip(0).contiguous()
+    save_file(tensors, str(other))
+    problems = validate(in_workdir(root), 1)["checks"]["files"]["detail"]["problems"]
+    assert [p["problem"] for p in problems] == ["hidden states hold non-finite values",
+                                                "token ids differ from the prepared sample"]
+
+
+def test_fidelity_rows_spread_over_the_extracted_rows():
+    assert fidelity_indices(40, 4) == [0, 13, 26, 39]
+    assert fidelity_indices(3, 10) == [0, 1, 2]
+    assert fidelity_indices(40, 1) == [0]
