@@ -1,0 +1,161 @@
+"""Agent commands of the vLLM extraction backend: `vllm command|serve|wait|extract`.
+
+- `vllm command --run R [--port N] [--gpus G] [--serve-python P]`: the server's argv and env, as JSON
+  (what a `vllm-server` job runs).
+- `vllm serve --run R ...`: becomes that server (exec, in the caller's process group), for a job.
+- `vllm wait --run R --pgid P [--port N] [--timeout S] [--log F | --job ID]`: the readiness gate.
+- `vllm extract --run R [--samples N] [--port N | --endpoint URL] [--validate]`: speculators'
+  generate-offline-data against a ready server, then (with --validate) specops' own validation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput
+from specops.paths import workdir
+
+
+def _run(name: str):
+    from specops.pipeline.config import Run
+    from specops.pipeline.tiny import generate
+
+    run = Run(name)
+    if run.config.embedded == "tiny":
+        generate(workdir())
+    return run
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadInput(f"expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected a number > 0, got {number}")
+    return number
+
+
+def _non_negative(value: str) -> int:
+    if value == "0":
+        return 0
+    return _positive(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadInput(f"expected seconds, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected seconds > 0, got {value}")
+    return number
+
+
+def _gpus(args: argparse.Namespace) -> int:
+    if args.gpus is not None:
+        return args.gpus
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _command(args: argparse.Namespace) -> tuple[Any, list[str], dict[str, str]]:
+    from specops.pipeline.vllm_server import build_serve_command
+
+    run = _run(args.run)
+    port = args.port or run.config.vllm.port
+    if args.serve_python is not None and not Path(args.serve_python).is_file():
+        raise BadInput(f"--serve-python: {args.serve_python} is not a file")
+    argv, env = build_serve_command(run, _gpus(args), port, workdir(), serve_python=args.serve_python)
+    return run, argv, env
+
+
+def vllm_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.vllm_server import staging_dir
+
+    run, argv, env = _command(args)
+    return 0, {"ok": True, "run": args.run, "argv": argv, "env": env, "staging": str(staging_dir(run)),
+               "layer_ids": run.layer_ids(), "model": str(run.model_path)}
+
+
+def vllm_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    _, argv, env = _command(args)
+    os.execve(argv[0], argv, {**os.environ, **env})  # never returns
+
+
+def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.vllm_server import wait_ready
+
+    run = _run(args.run)
+    port = args.port or run.config.vllm.port
+    log = Path(args.log) if args.log else None
+    if args.job:
+        from specops.jobs import records
+
+        log = Path(records.load(args.job)["log"])
+    result = wait_ready(port, args.pgid, log=log, timeout_s=args.timeout)
+    return (0 if result["ok"] else 1), {"run": args.run, **result}
+
+
+def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.extract_vllm import check_endpoint, run_generate_offline
+
+    run = _run(args.run)
+    endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
+    report = run_generate_offline(run, endpoint, args.samples, host_gpus=args.gpus)
+    document = {"ok": True, "run": args.run, **report}
+    if args.validate:
+        from specops.pipeline.validate import validate
+
+        checked = validate(run, args.fidelity_samples)
+        document["validate"] = checked
+        document["ok"] = checked["ok"]
+    return (0 if document["ok"] else 1), document
+
+
+def register(subparsers: Any) -> None:
+    vllm = subparsers.add_parser("vllm", help="the vLLM extraction server and client")
+    commands = vllm.add_subparsers(dest="vllm_command", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--run", required=True)
+        parser.add_argument("--port", type=_positive, help="default: the run's vllm.port")
+
+    def server(parser: argparse.ArgumentParser) -> None:
+        common(parser)
+        parser.add_argument("--gpus", type=_non_negative, help="GPUs of this host (default: nvidia-smi -L)")
+        parser.add_argument("--serve-python", help="the serve env's python (default: this one)")
+
+    command = commands.add_parser("command", help="the `vllm serve` argv and env for a run, as JSON")
+    server(command)
+    command.set_defaults(handler=vllm_command)
+
+    serve = commands.add_parser("serve", help="exec the run's extraction server (for a job)")
+    server(serve)
+    serve.set_defaults(handler=vllm_serve)
+
+    wait = commands.add_parser("wait", help="wait until the run's server answers, or fail with its log")
+    common(wait)
+    wait.add_argument("--pgid", type=_positive, required=True, help="the server's process group")
+    wait.add_argument("--timeout", type=_seconds, default=1800.0, help="seconds (default 1800)")
+    source = wait.add_mutually_exclusive_group()
+    source.add_argument("--log", help="the server's log file (progress, and the tail on failure)")
+    source.add_argument("--job", help="the server's job id (its log is read)")
+    wait.set_defaults(handler=vllm_wait)
+
+    extract = commands.add_parser("extract", help="generate-offline-data against a ready server")
+    common(extract)
+    extract.add_argument("--endpoint", help="OpenAI base URL (default: http://127.0.0.1:<port>/v1)")
+    extract.add_argument("--samples", type=_positive, help="rows 0..N-1 (default: the run's samples)")
+    extract.add_argument("--gpus", type=_non_negative, help="GPUs of this host: decides the dtype")
+    extract.add_argument("--validate", action="store_true", help="then check files and fidelity")
+    extract.add_argument("--fidelity-samples", type=_positive, default=4)
+    extract.set_defaults(handler=vllm_extract)

