@@ -27,7 +27,8 @@ def patch_cli(tmp_path: Path, sshd, known_hosts: Path, wheel_sites: tuple[Path, 
     site = tmp_path / "site"
     shutil.copytree(speculators_site, site)
     python = tmp_path / "host-python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={site}:{vllm_site}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
+    path = f"{site}:{vllm_site}${{PYTHONPATH:+:$PYTHONPATH}}"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={path} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     hosts = {
         "local": {"connection": "local", "workdir": str(tmp_path / "local-wd"), "python": str(python)},
