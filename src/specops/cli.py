@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "tiny": ("specops.pipeline.commands",),
     "run": ("specops.pipeline.commands",),
     "pipeline": ("specops.pipeline.driver",),
+    "fetch-list": ("specops.pipeline.fetch",),
     "vllm": ("specops.pipeline.vllm_commands",),
 }
 

@@ -90,7 +90,7 @@ def test_revert_is_byte_identical_to_the_wheel(host: Host) -> None:
     for relative in (GENERATOR, WORKER):
         assert host.file(relative).read_bytes() == wheel_member("speculators", "0.3.0", relative)
     assert set(host.states().values()) == {"not-applied"}
-    assert not (host.workdir / "state" / "patches" / SET_NAME / "record.json").exists()
+    assert not (host.site / ".specops-patches" / SET_NAME / "record.json").exists()
 
 
 def test_a_hand_edit_after_apply_is_drift_and_blocks_apply_and_revert(host: Host) -> None:

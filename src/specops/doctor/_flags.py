@@ -29,8 +29,9 @@ COMMANDS = (
     Command("speculators prepare-data", "speculators", ("speculators.cli.prepare_data",), "prepare_flags"),
     Command("speculators generate-offline-data", "speculators", ("speculators.cli.generate_offline_data",),
             "generate_flags"),
+    # Hidden-state backends register their own train flags (e.g. --hidden-states-path) from hs_connectors.
     Command("speculators train", "speculators", ("speculators.cli.train", "speculators.train.config",
-                                                 "speculators.train.cli"), "train_flags"),
+                                                 "speculators.train.cli", "hs_connectors"), "train_flags"),
 )
 
 

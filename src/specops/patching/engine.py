@@ -72,6 +72,11 @@ def _classify(target: Target, patch_set: PatchSet, record: SetRecord | None, env
         same_spec = all(digests.get(pid) == digest for pid, digest in current_digests.items())
         same_spec = same_spec and sorted(entry.get("patches", [])) == sorted(current_digests)
         target.state = "applied" if same_spec else "stale"
+        if not same_spec:
+            changed = [p.source.name for p in target.patches if digests.get(p.id) != p.digest]
+            dropped = sorted(set(entry.get("patches", [])) - set(current_digests))
+            what = ", ".join([*changed, *(f"{pid} (removed)" for pid in dropped)])
+            target.detail = f"{STATES['stale']}: {what} changed since apply"
         target.base = record.pristine(target.module) if record else None
         if target.base is None or sha256(target.base) != entry["pre_sha256"]:
             target.state, target.detail = "hand-edited", "the saved pristine copy is missing or damaged"
@@ -89,11 +94,21 @@ def _classify(target: Target, patch_set: PatchSet, record: SetRecord | None, env
     target.state = "upstream-changed" if installed_version != recorded_version else "hand-edited"
     target.detail = (f"{target.file} matches neither the patched image, the pristine image nor "
                      f"{patch_set.package} {installed_version}'s RECORD")
+    if target.state == "upstream-changed":
+        target.detail += f"; {patch_set.package} went from {recorded_version} to {installed_version} since apply"
+    else:
+        target.detail += f"; {patch_set.package} is still {installed_version}: {STATES['hand-edited']}"
+
+
+def records_site(patch_set: PatchSet, env: Environment) -> Path | None:
+    """The site directory of the distribution the set patches: its records live there."""
+    dist = env.dists.get(normalise(patch_set.package))
+    return dist.site if dist else None
 
 
 def plan(patch_set: PatchSet, env: Environment) -> list[Target]:
     """Every target of the set with its state and, where it fits, the text after patching."""
-    record = records.load(patch_set.name)
+    record = records.load(patch_set.name, records_site(patch_set, env))
     dist = env.dists.get(normalise(patch_set.package))
     targets = []
     for module in patch_set.modules():
@@ -141,7 +156,8 @@ def drop_bytecode(file: Path) -> None:
 
 def write(patch_set: PatchSet, targets: list[Target], env: Environment) -> None:
     """Record first (pristine copies, hashes, versions), then the patched files, atomically each."""
-    record = records.load(patch_set.name) or SetRecord(records.set_folder(patch_set.name), {})
+    site = records_site(patch_set, env)
+    record = records.load(patch_set.name, site) or SetRecord(records.set_folder(patch_set.name, site), {})
     record.document.update({
         "set": patch_set.name,
         "applied_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -170,7 +186,7 @@ def write(patch_set: PatchSet, targets: list[Target], env: Environment) -> None:
 
 def revert(patch_set: PatchSet, env: Environment) -> tuple[list[str], list[str]]:
     """Restore every recorded file's pristine original; returns (restored files, problems)."""
-    record = records.load(patch_set.name)
+    record = records.load(patch_set.name, records_site(patch_set, env))
     if record is None:
         return [], []
     targets = {t.module: t for t in plan(patch_set, env)}
@@ -198,5 +214,5 @@ def revert(patch_set: PatchSet, env: Environment) -> tuple[list[str], list[str]]
         if sha256(file.read_bytes()) != sha256(original):
             problems.append(f"{file}: restored bytes do not match the pristine hash")
     if not problems:
-        records.clear(patch_set.name)
+        records.clear(patch_set.name, records_site(patch_set, env))
     return [str(file) for file, _ in restores], problems

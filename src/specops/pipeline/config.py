@@ -34,6 +34,8 @@ class TrainSettings(_Strict):
     lr: float = Field(1e-4, gt=0)
     loss_implementation: Literal["auto", "eager", "fused"] = "auto"
     draft_attn_impl: str | None = None
+    # Tokens packed into one training batch (speculators' --total-seq-len; its default is 8192).
+    total_seq_len: int | None = Field(None, gt=0)
     extra_args: list[str] = Field(default_factory=list)
 
 

@@ -93,6 +93,7 @@ def train_plan(run: Any, epochs: int | None = None) -> train.TrainPlan:
         lr=config.train.lr,
         loss_implementation=config.train.loss_implementation,
         draft_attn_impl=config.train.draft_attn_impl or "auto",
+        total_seq_len=config.train.total_seq_len,
         extra_args=tuple(config.train.extra_args),
     )
 

@@ -1,0 +1,69 @@
+"""Bring a run's results home: the best checkpoint, metrics, plot, logs; every file hash-verified.
+
+Files land in fetched/<host>/<run>/ (checkpoint/ is the folder vLLM loads as a speculative
+model). They are downloaded into a temporary sibling folder, checked against the host's sha256
+and size, and only then swapped into place, so an interrupted fetch never leaves a mixed folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from remote.agent import agent_call
+from remote.connection import LocalConnection
+from remote.errors import AgentError, BadInput, SpecopsError
+from remote.inventory import REPO_ROOT, Host
+
+
+def fetched_root() -> Path:
+    return Path(os.environ.get("SPECOPS_FETCHED") or REPO_ROOT / "fetched")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch_run(conn: Any, host: Host, run: str, *, with_training_state: bool = False) -> dict[str, Any]:
+    args = ["fetch-list", "--run", run] + (["--with-training-state"] if with_training_state else [])
+    result = agent_call(conn, host, args)
+    if not result.ok:
+        error = result.document.get("error", "fetch-list failed")
+        raise (BadInput if result.exit_code == 2 else AgentError)(f"{host.name}: {error}")
+    listing = result.document
+    destination = fetched_root() / host.name / run
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run}.incoming-", dir=destination.parent))
+    try:
+        sftp = None if isinstance(conn, LocalConnection) else conn._client.open_sftp()
+        try:
+            for entry in listing["files"]:
+                local = staging / entry["name"]
+                local.parent.mkdir(parents=True, exist_ok=True)
+                if sftp is None:
+                    shutil.copyfile(entry["path"], local)
+                else:
+                    sftp.get(entry["path"], str(local))
+                if local.stat().st_size != entry["size"] or _sha256(local) != entry["sha256"]:
+                    raise SpecopsError(f"{host.name}: {entry['path']}: size or sha256 differs after transfer")
+        finally:
+            if sftp is not None:
+                sftp.close()
+        previous = destination.with_name(f".{run}.previous")
+        shutil.rmtree(previous, ignore_errors=True)
+        if destination.exists():
+            destination.rename(previous)
+        staging.rename(destination)
+        shutil.rmtree(previous, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {**listing, "destination": str(destination), "verified": len(listing["files"])}

@@ -1,0 +1,202 @@
+"""`python -m specops pipeline --run NAME`: every step of a run, in order, on this host.
+
+embedded model (if any) -> doctor -> patches for this host (apply + verify) -> prepare -> extract ->
+validate -> vocab -> train -> metrics. Each step skips itself when its inputs are unchanged (the
+manifest decides), so a second pipeline is quick; the first failing step stops the pipeline with
+its reason. Progress goes to stderr (the job log); the summary is the one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput, CheckFailed
+from specops.paths import workdir
+
+STEPS = ("doctor", "patches", "prepare", "extract", "validate", "vocab", "train", "metrics")
+
+
+def say(message: str) -> None:
+    print(f"specops: {message}", file=sys.stderr, flush=True)
+
+
+def _doctor(run_name: str) -> dict[str, Any]:
+    from specops.doctor._run import parse_run
+    from specops.doctor.checks import run_doctor
+    from specops.doctor.from_run import run_settings_json
+
+    document = run_doctor(parse_run(run_settings_json(run_name), "--run"))
+    errors = [finding for finding in document["findings"] if finding["result"] == "error"]
+    for finding in errors:
+        say(f"doctor error: {finding['check']}: {finding['where']}: {finding['why']} (fix: {finding['fix']})")
+    if errors:
+        raise CheckFailed(f"doctor found {len(errors)} error(s); fix them or pass --skip-doctor")
+    return {"status": "ok", "findings": len(document["findings"]), "timing_s": document.get("timing_s")}
+
+
+def _patches() -> dict[str, Any]:
+    """Apply and verify the patch sets that fit this host (e.g. the CPU training shims on CPU hosts)."""
+    from specops.patching.commands import handle
+
+    def call(action: str) -> tuple[int, dict[str, Any]]:
+        args = argparse.Namespace(action=action, sets=None, dry_run=False, deep=False, patches_dir=None,
+                                  module=None, edited=None, patch_id=None, reason=None)
+        return handle(args)
+
+    code, applied = call("apply")
+    for entry in applied["sets"]:
+        if entry.get("applicable"):
+            say(f"patch set {entry['name']}: {entry.get('result')} — {entry.get('detail')}")
+    if code != 0:
+        raise CheckFailed("applying patch sets failed: " + "; ".join(
+            entry.get("detail", "") for entry in applied["sets"] if not entry.get("ok")))
+    code, verified = call("verify")
+    failing = [check for check in verified.get("checks", []) if not check["ok"]]
+    if failing:
+        raise CheckFailed("patch verify failed: " + "; ".join(f"{c.get('check')}: {c.get('detail')}" for c in failing))
+    sets = [entry["name"] for entry in applied["sets"] if entry.get("applicable")]
+    return {"status": "ok", "sets": sets, "checks": len(verified.get("checks", []))}
+
+
+def _hidden_state_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.glob("hs_*.safetensors"))
+
+
+def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
+                 backend: str | None) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.commands import _gpu_count
+    from specops.pipeline.config import Run
+    from specops.pipeline.tiny import generate
+
+    run = Run(run_name)
+    if run.config.embedded == "tiny":
+        generate(workdir())
+    chosen_backend = backend or run.backend(_gpu_count())
+    results: dict[str, Any] = {}
+    summary: dict[str, Any] = {"run": run_name, "backend": chosen_backend, "steps": results}
+    started_all = time.perf_counter()
+
+    def step(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        say(f"== {name}")
+        started = time.perf_counter()
+        try:
+            report = action()
+        except (BadInput, CheckFailed) as exc:
+            results[name] = {"status": "failed", "error": str(exc), "seconds": round(time.perf_counter() - started, 2)}
+            say(f"{name} failed: {exc}")
+            raise
+        status = report.get("status", "done")
+        results[name] = {"status": status, "seconds": round(time.perf_counter() - started, 2)}
+        say(f"{name}: {status} in {results[name]['seconds']} s")
+        return report
+
+    try:
+        if skip_doctor:
+            results["doctor"] = {"status": "skipped: --skip-doctor"}
+        else:
+            step("doctor", lambda: _doctor(run_name))
+        if skip_patches:
+            results["patches"] = {"status": "skipped: --skip-patches"}
+        else:
+            step("patches", _patches)
+        prepared = step("prepare", lambda: _prepare(run, samples))
+        extracted = step("extract", lambda: _extract(run, samples, chosen_backend))
+        validated = step("validate", lambda: _validate(run))
+        vocab = step("vocab", lambda: _vocab(run))
+        trained = step("train", lambda: _train(run))
+    except (BadInput, CheckFailed) as exc:
+        summary.update(ok=False, error=str(exc), failed_step=next(
+            (name for name, result in results.items() if result.get("status") == "failed"), None))
+        summary["seconds"] = round(time.perf_counter() - started_all, 2)
+        return (2 if isinstance(exc, BadInput) else 1), summary
+    metrics = trained.get("metrics") or []
+    losses = [row["train"]["loss"] for row in metrics if row.get("train", {}).get("loss") is not None]
+    summary.update(
+        ok=True,
+        samples=extracted.get("counts", {}).get("samples"),
+        tokens=prepared.get("counts", {}).get("tokens"),
+        loss_tokens=prepared.get("counts", {}).get("loss_tokens"),
+        hidden_state_bytes=_hidden_state_bytes(run.paths.hidden_states),
+        fidelity=validated.get("checks", {}).get("fidelity", {}).get("detail", {}).get("agreement"),
+        coverage=vocab.get("coverage"),
+        loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None,
+        epochs=metrics,
+        checkpoints=str(run.paths.checkpoints),
+        plot=trained.get("plot"),
+        resume=trained.get("resume"),
+        seconds=round(time.perf_counter() - started_all, 2),
+    )
+    return 0, summary
+
+
+def _prepare(run: Any, samples: int | None) -> dict[str, Any]:
+    from specops.pipeline.prepare import prepare
+
+    return prepare(run, samples, False)
+
+
+def _extract(run: Any, samples: int | None, backend: str) -> dict[str, Any]:
+    if backend == "vllm":
+        from specops.pipeline.vllm_pipeline import extract_with_server
+
+        return extract_with_server(run, samples)
+    from specops.pipeline.extract_hf import extract
+
+    return extract(run, samples)
+
+
+def _validate(run: Any) -> dict[str, Any]:
+    import json
+
+    from specops.pipeline.config import config_hash
+    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.validate import validate
+
+    # Inside a pipeline, validation of unchanged hidden states that passed before is skipped like any
+    # other step; `step validate` (invoke validate) always checks again.
+    manifest = Manifest(run.paths.run_dir)
+    extract_record = manifest.record("extract") or {}
+    count = extract_record.get("counts", {}).get("samples")
+    inputs = {"extract": extract_record.get("inputs_hash"), "samples": count, "fidelity_samples": 4}
+    if manifest.is_current("validate", config_hash(inputs)) and run.paths.validate_report.is_file():
+        previous = json.loads(run.paths.validate_report.read_text())
+        if previous.get("ok"):
+            return {**previous, "status": "skipped: unchanged"}
+    report = validate(run, 4)
+    if not report["ok"]:
+        raise CheckFailed("validation failed: " + "; ".join(
+            f"{name}: {check.get('detail')}" for name, check in report["checks"].items() if not check["ok"]))
+    return report
+
+
+def _vocab(run: Any) -> dict[str, Any]:
+    from specops.pipeline.train_commands import vocab_step
+
+    return vocab_step(run)
+
+
+def _train(run: Any) -> dict[str, Any]:
+    from specops.pipeline.train_commands import train_step
+
+    _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False)
+    return document
+
+
+def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    return run_pipeline(args.run, args.samples, args.skip_doctor, args.skip_patches, args.backend)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("pipeline", help="every step of a run, each skipped when unchanged")
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--samples", type=int, default=None, help="samples to prepare and extract")
+    parser.add_argument("--backend", choices=["hf", "vllm"], default=None)
+    parser.add_argument("--skip-doctor", action="store_true", help="do not run the doctor first (recorded)")
+    parser.add_argument("--skip-patches", action="store_true", help="do not apply/verify this host's patch sets")
+    parser.set_defaults(handler=_handle)

@@ -1,0 +1,63 @@
+"""`python -m specops fetch-list --run NAME`: what `invoke fetch` brings home, with sizes and hashes.
+
+The best checkpoint (the folder vLLM loads as a speculative model: config.json and
+model.safetensors with d2t/t2d inside, in speculators' format) without its optimizer and
+scheduler state, plus the run's metrics table, loss plot, training log, vocab coverage report,
+validation report and manifest. The metrics table is written first, so what is listed is current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import BadInput
+
+TRAINING_STATE = ("optimizer_state_dict.pt", "scheduler_state_dict.pt")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _entry(path: Path, local_name: str) -> dict[str, Any]:
+    return {"path": str(path), "name": local_name, "size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
+    from specops.pipeline.config import Run
+    from specops.pipeline.train_commands import metrics_report
+
+    run = Run(run_name)
+    checkpoints = run.paths.checkpoints
+    best = checkpoints / "checkpoint_best"
+    if not best.exists():
+        raise BadInput(f"{checkpoints}: no checkpoint_best yet for run {run_name}: train first")
+    best_dir = best.resolve()
+    report = metrics_report(run)
+    atomic.write_json(checkpoints / "metrics.json", report)
+    files = [_entry(path, f"checkpoint/{path.name}") for path in sorted(best_dir.iterdir())
+             if path.is_file() and (with_training_state or path.name not in TRAINING_STATE)]
+    extras = [checkpoints / "metrics.json", checkpoints / "loss.png", checkpoints / "train.log",
+              run.paths.validate_report, run.paths.manifest, *sorted(run.paths.vocab.glob("*.json"))]
+    files += [_entry(path, path.name) for path in extras if path.is_file()]
+    return {"ok": True, "run": run_name, "best_epoch": best_dir.name, "files": files,
+            "total_bytes": sum(entry["size"] for entry in files), "metrics": report["epochs"]}
+
+
+def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    return 0, fetch_list(args.run, args.with_training_state)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("fetch-list", help="files `invoke fetch` brings home, with sha256")
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--with-training-state", action="store_true", help="include optimizer/scheduler state")
+    parser.set_defaults(handler=_handle)
