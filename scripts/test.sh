@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The test command: sets up everything it needs (Debian packages, .venv, Python deps), then runs
-# the linter and the whole test suite (real sshd, real tmux, real wheels, tiny models).
+# The test command: sets up everything it needs (Debian packages, .venv, Python deps, the vLLM
+# `serve` env .venv-vllm), then runs the linter and the whole test suite (real sshd, real tmux,
+# real wheels, tiny models, a real vLLM CPU server). Extra arguments go to pytest, e.g.
+# `scripts/test.sh -m "not vllm"`; SPECOPS_SKIP_VLLM_SETUP=1 skips building .venv-vllm (its
+# tests then skip themselves, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+if [ "${SPECOPS_SKIP_VLLM_SETUP:-0}" != 1 ]; then
+  bash scripts/setup-vllm.sh
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

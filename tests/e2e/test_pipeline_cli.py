@@ -1,0 +1,143 @@
+"""The pipeline through the real `invoke` tasks, on `local` and over the real sshd, on the tiny model.
+
+These are the user's flows: `invoke extract --samples 10`, `invoke validate`, `invoke pipeline` twice
+(the second skips every step), a changed draft vocabulary re-running only vocab and train, a killed
+training resuming, and `invoke fetch` bringing home a checkpoint that speculators loads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import Cli
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+
+def _workdir(tmp_path: Path, host_name: str) -> Path:
+    return tmp_path / ("local-workdir" if host_name == "local" else "loop-workdir")
+
+
+def test_extract_ten_samples_then_validate(cli: Cli, tmp_path: Path, host_name: str) -> None:
+    extracted = cli("extract", "--host", host_name, "--samples", "10", "--json", timeout=600)
+    assert extracted.exit_code == 0, extracted.stderr[-3000:]
+    report = extracted.json()
+    assert report["ok"] is True and report["backend"] == "hf"
+    assert report["counts"]["samples"] == 10
+    files = sorted((_workdir(tmp_path, host_name) / "runs" / "tiny" / "hidden_states").glob("hs_*.safetensors"))
+    assert len(files) == 10
+    jobs = cli("status", "--host", host_name, "--json").json()["jobs"]
+    extract_job = next(job for job in jobs if job["name"] == "extract")
+    assert extract_job["state"] == "succeeded" and extract_job["meta"]["doctor"]["ok"] is True
+    assert extract_job["revision"]["commit"]  # the synced revision is recorded
+
+    validated = cli("validate", "--host", host_name, "--json", timeout=600)
+    assert validated.exit_code == 0, validated.stderr[-3000:]
+    checks = validated.json()["checks"]
+    assert checks["files"]["ok"] and checks["fidelity"]["ok"]
+    assert checks["fidelity"]["detail"]["agreement"] >= 0.98
+
+
+def test_extract_refuses_to_start_when_the_doctor_finds_an_error(cli: Cli, tmp_path: Path) -> None:
+    workdir = _workdir(tmp_path, "local")
+    assert cli("check", "--host", "local").exit_code == 0  # installs the agent and runs/tiny.yaml
+    config = yaml.safe_load((workdir / "runs" / "tiny.yaml").read_text())
+    config["train"]["extra_args"] = ["--no-such-flag"]
+    (workdir / "runs" / "tiny.yaml").write_text(yaml.safe_dump(config))
+    refused = cli("extract", "--host", "local", "--samples", "2", timeout=600)
+    assert refused.exit_code == 1
+    assert "doctor found" in refused.stderr and "--no-such-flag" in refused.stdout + refused.stderr
+    assert cli("status", "--host", "local", "--json").json()["jobs"] == []  # nothing was launched
+    skipped = cli("extract", "--host", "local", "--samples", "2", "--skip-doctor", "--json", timeout=600)
+    assert skipped.exit_code == 0, skipped.stderr[-2000:]
+    job = cli("status", "--host", "local", "--json").json()["jobs"][0]
+    assert job["meta"]["doctor"] == {"skipped": True}
+
+
+def _pipeline(cli: Cli, host_name: str) -> dict:
+    result = cli("pipeline", "--host", host_name, "--json", timeout=900)
+    assert result.exit_code == 0, result.stderr[-4000:]
+    return result.json()
+
+
+def test_pipeline_runs_then_skips_every_step_and_fetches_a_loadable_checkpoint(
+        cli: Cli, tmp_path: Path, host_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fetched = tmp_path / "fetched"
+    cli_env = {"SPECOPS_FETCHED": str(fetched)}
+    first = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
+    assert first.exit_code == 0, first.stderr[-4000:]
+    summary = first.json()
+    assert summary["ok"] is True
+    assert {name: info["status"] for name, info in summary["steps"].items()} == {
+        "doctor": "ok (checked before launch)", "patches": "ok", "prepare": "done", "extract": "done",
+        "validate": "done", "vocab": "done", "train": "done"}
+    assert summary["samples"] == 200 and summary["fidelity"] >= 0.98
+    assert summary["loss_last"] < summary["loss_first"]
+    checkpoint = fetched / host_name / "tiny" / "checkpoint"
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "config.json").is_file()
+    assert (fetched / host_name / "tiny" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (checkpoint / "optimizer_state_dict.pt").exists()
+
+    second = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
+    assert second.exit_code == 0, second.stderr[-4000:]
+    statuses = {name: info["status"] for name, info in second.json()["steps"].items()}
+    for step in ("prepare", "extract", "validate", "vocab", "train"):
+        assert statuses[step] == "skipped: unchanged", statuses
+
+    if host_name == "local":
+        _assert_loads_with_speculators(checkpoint)
+
+
+def _assert_loads_with_speculators(checkpoint: Path) -> None:
+    import torch
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    aux_layers = len(config["eagle_aux_hidden_state_layer_ids"])
+    hidden = config["transformer_layer_config"]["hidden_size"]
+    model = Eagle3DraftModel.from_pretrained(str(checkpoint)).float().eval()
+    captured: list[torch.Tensor] = []
+    model.lm_head.register_forward_hook(lambda _module, _inputs, output: captured.append(output))
+    seq = 12
+    with torch.no_grad():
+        model(hidden_states=torch.randn(1, seq, aux_layers * hidden), input_ids=torch.randint(0, 500, (1, seq)),
+              document_ids=torch.zeros(1, seq, dtype=torch.long), ttt_steps=1)
+    assert captured and captured[0].shape == (1, seq, config["draft_vocab_size"])
+
+
+def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
+        cli: Cli, tmp_path: Path) -> None:
+    workdir = _workdir(tmp_path, "local")
+    _pipeline(cli, "local")
+    config_file = workdir / "runs" / "tiny.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config["draft"]["vocab_size"] = 128
+    config_file.write_text(yaml.safe_dump(config))
+    changed = _pipeline(cli, "local")
+    statuses = {name: info["status"] for name, info in changed["steps"].items()}
+    assert statuses["prepare"] == statuses["extract"] == statuses["validate"] == "skipped: unchanged"
+    assert statuses["vocab"] == "done" and statuses["train"] == "done"
+    assert changed["coverage"][0]["draft_vocab"] == 128
+
+    # more epochs continue the same training; kill it mid-way and launch again: it resumes
+    launched = cli("train", "--host", "local", "--epochs", "8", "--detach", "--json", "--skip-doctor")
+    assert launched.exit_code == 0, launched.stderr
+    job_id = launched.json()["job"]["id"]
+    checkpoints = workdir / "runs" / "tiny" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not (checkpoints / "4" / "model.safetensors").exists():
+        assert time.monotonic() < deadline, "training never reached epoch 5"
+        time.sleep(0.5)
+    stopped = cli("stop", "--host", "local", "--job", job_id, "--json")
+    assert stopped.exit_code == 0 and stopped.json()["job"]["state"] == "stopped"
+    resumed = cli("train", "--host", "local", "--epochs", "8", "--json", "--skip-doctor", timeout=900)
+    assert resumed.exit_code == 0, resumed.stderr[-4000:]
+    result = resumed.json()
+    assert result["resume"].startswith("resuming from epoch")
+    assert result["checkpoints"]["newest_epoch"] == 7
+    assert (checkpoints / "0").exists()  # nothing restarted from scratch into a new folder
