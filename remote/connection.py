@@ -30,6 +30,7 @@ from remote.errors import ConnectError, HostKeyError
 from remote.inventory import Host, Inventory
 
 READ_CHUNK = 65536
+_POLL_S = 1.0  # how often a quiet command's connection is checked for life
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ class SSHConnection:
                                               timeout=host.connect_timeout)
             else:
                 sock = socket.create_connection((target.hostname, target.port), timeout=host.connect_timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if os.environ.get("SPECOPS_TCP_NODELAY", "1") != "0":  # off only to measure Nagle's cost
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.connect(
                 target.hostname, port=target.port, username=target.user, sock=sock,
                 key_filename=list(target.identity_files) or None, look_for_keys=not target.identity_files,
@@ -257,19 +259,21 @@ class SSHConnection:
         transport.set_keepalive(5)
         self._client = client
         self._where = where
+        self._probe: threading.Thread | None = None
+        self._last_reply = 0.0
 
     def _close_jump(self) -> None:
         if self._jump is not None:
             self._jump.close()
 
-    def _open(self, argv, cwd, env, timeout) -> paramiko.Channel:
+    def _open(self, argv, cwd, env) -> paramiko.Channel:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise ConnectError(f"{self._where}: connection lost")
         self.round_trips += 1
         try:
             channel = transport.open_session(timeout=self.host.connect_timeout)
-            channel.settimeout(timeout or self.host.channel_timeout)
+            channel.settimeout(_POLL_S)
             channel.exec_command(shell_command(argv, cwd, env))
         except (OSError, paramiko.SSHException) as exc:
             raise ConnectError(f"{self._where}: could not start a command: {exc}") from None
@@ -283,8 +287,44 @@ class SSHConnection:
     def stream(self, argv, *, on_stdout, on_stderr=None, cwd=None, env=None, timeout=None) -> int:
         return self._drive(argv, cwd, env, None, timeout, on_stdout, on_stderr or (lambda _data: None))
 
+    def _probe_liveness(self) -> None:
+        """Ask the server for a reply (OpenSSH answers any global request): proof the link is up.
+
+        A quiet command is not a dead connection: liveness is judged by these replies, never by
+        the command's own output. The request runs in a thread, since paramiko waits for the reply
+        without a deadline; closing the transport ends it.
+        """
+        if self._probe is not None and self._probe.is_alive():
+            return
+        transport = self._client.get_transport()
+
+        def ask() -> None:
+            try:
+                if transport is not None:
+                    transport.global_request("keepalive@openssh.com", wait=True)
+                    self._last_reply = time.monotonic()
+            except Exception:  # a dead transport: the caller's deadline reports it
+                pass
+
+        self._probe = threading.Thread(target=ask, daemon=True)
+        self._probe.start()
+
     def _drive(self, argv, cwd, env, stdin, timeout, on_stdout, on_stderr) -> int:
-        channel = self._open(argv, cwd, env, timeout)
+        channel = self._open(argv, cwd, env)
+        started = last_sign = time.monotonic()
+        dead_after = self.host.channel_timeout
+
+        def check_alive() -> None:
+            nonlocal last_sign
+            now = time.monotonic()
+            last_sign = max(last_sign, self._last_reply)
+            if now - last_sign > dead_after:
+                raise ConnectError(f"{self._where}: no data from the host for {dead_after:g} s and no answer to "
+                                   "keepalives (connection dead?)")
+            if timeout is not None and now - started > timeout:
+                raise ConnectError(f"{self._where}: the command did not finish within {timeout:g} s")
+            self._probe_liveness()  # one keepalive in flight at a time, each second of silence
+
         try:
             if stdin:
                 channel.sendall(stdin)
@@ -292,23 +332,31 @@ class SSHConnection:
             while True:
                 if channel.recv_stderr_ready():
                     on_stderr(channel.recv_stderr(READ_CHUNK))
+                    last_sign = time.monotonic()
                     continue
-                data = channel.recv(READ_CHUNK)
+                try:
+                    data = channel.recv(READ_CHUNK)
+                except TimeoutError:
+                    check_alive()
+                    continue
                 if not data:
                     break
+                last_sign = time.monotonic()
                 on_stdout(data)
-            while chunk := channel.recv_stderr(READ_CHUNK):
+            while True:
+                try:
+                    chunk = channel.recv_stderr(READ_CHUNK)
+                except TimeoutError:
+                    check_alive()
+                    continue
+                if not chunk:
+                    break
                 on_stderr(chunk)
-            deadline = time.monotonic() + (timeout or self.host.channel_timeout)
             while not channel.exit_status_ready():
-                if time.monotonic() > deadline:
-                    raise ConnectError(f"{self._where}: no exit status from the host")
+                check_alive()
                 time.sleep(0.005)
             code = channel.recv_exit_status()
             return 255 if code == -1 else code
-        except TimeoutError:
-            raise ConnectError(f"{self._where}: no data from the host for "
-                               f"{timeout or self.host.channel_timeout:g} s (connection dead?)") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectError(f"{self._where}: connection lost: {exc}") from None
         finally:

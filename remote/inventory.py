@@ -37,8 +37,9 @@ class Host(BaseModel):
     gpus: int = Field(default=0, ge=0)
     run: str = "tiny"  # default run config (runs/<run>.yaml)
     connect_timeout: float = Field(default=10.0, gt=0)
-    # Seconds without any byte from the host before a command is declared dead (keepalives run
-    # underneath, so a quiet but healthy command is not affected).
+    # Seconds without any sign of life from the host (command output or an answer to a keepalive
+    # request, sent while a command is quiet) before the connection is declared dead. A quiet but
+    # healthy command is never affected.
     channel_timeout: float = Field(default=30.0, gt=0)
 
     @field_validator("workdir", "python")

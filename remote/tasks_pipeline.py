@@ -41,8 +41,13 @@ def _positive(value: Any, flag: str) -> int | None:
 
 def run_step_job(host_name: str | None, run: str | None, name: str, step_args: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
-                 env_role: str | None = None) -> tuple[Host, dict[str, Any] | None]:
-    """Launch `python -m specops <step_args>` as job `name`, follow it, return its JSON result."""
+                 env_role: str | None = None,
+                 role_pythons: dict[str, str] | None = None) -> tuple[Host, dict[str, Any] | None]:
+    """Launch `python -m specops <step_args>` as job `name`, follow it, return its JSON result.
+
+    role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to the interpreter of the host's env of
+                  that role (inventory `envs`), when the host has one; e.g. the serve env for extract.
+    """
     inventory = load_inventory()
     with host_connection(host_name) as (host, conn):
         run_name = run or host.run
@@ -50,7 +55,8 @@ def run_step_job(host_name: str | None, run: str | None, name: str, step_args: l
         meta: dict[str, Any] = {}
         if doctor:
             meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
-        job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta)
+        env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
+        job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta, env=env)
     print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
     if detach:
         if json:
@@ -84,10 +90,17 @@ def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, js
 
 
 @task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
-            "skip_doctor": "do not run the doctor first (recorded in the job record)"})
+            "skip_doctor": "do not run the doctor first (recorded in the job record)",
+            "stop_server": "vllm: stop the vllm-server job afterwards (default: keep it for the next extract)",
+            "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
 @reports_errors
-def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, detach=False, json=False):
-    """Step 2: capture the target's hidden states at the run's layers (runs step 1 first if needed)."""
+def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
+            detach=False, json=False):
+    """Step 2: capture the target's hidden states at the run's layers (runs step 1 first if needed).
+
+    With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
+    dtype, serve args and vLLM version match, else (re)started from the host's `envs.serve`.
+    """
     args = ["step", "extract", "--run", "{run}"]
     if _positive(samples, "--samples"):
         args += ["--samples", str(samples)]
@@ -95,7 +108,12 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         if backend not in ("hf", "vllm"):
             raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
         args += ["--backend", backend]
-    run_step_job(host, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor)
+    if stop_server:
+        args.append("--stop-server")
+    if _positive(port, "--port"):
+        args += ["--port", str(port)]
+    run_step_job(host, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
+                 role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
 
 
 @task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})

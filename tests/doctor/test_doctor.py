@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from specops.analysis import ModuleIndex
 from specops.cli import main
+from specops.doctor._contract import PIPELINE, check_pipeline_contract
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str, run: dict | None = None) -> tuple[int, dict]:
@@ -133,3 +135,35 @@ def test_bad_run_settings_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[
     code = main(["doctor", "--run-json", run_json, *extra])
     document = json.loads(capsys.readouterr().out)
     assert code == 2 and document["error"].startswith(message) and "\n" not in document["error"]
+
+
+@pytest.mark.wheels
+def test_check_1_covers_specops_own_pipeline_calls(capsys: pytest.CaptureFixture[str], site_030: Path) -> None:
+    _, document = doctor(capsys, "--site", str(site_030), "--checks", "api")
+    pipeline = [f for f in items(document, "api") if f["where"] == "specops.pipeline"
+                or f["where"].startswith(str(PIPELINE))]
+    summary = [f for f in pipeline if f["where"] == "specops.pipeline"]
+    assert [f["result"] for f in summary] == ["ok"]
+    assert "into speculators, transformers, vllm bind" in summary[0]["why"]
+    assert [f for f in pipeline if f["result"] == "error"] == []
+
+
+@pytest.mark.wheels
+def test_a_pipeline_call_that_no_longer_binds_is_an_error_with_file_and_line(site_030: Path, tmp_path: Path) -> None:
+    steps = tmp_path / "pipeline"
+    steps.mkdir()
+    (steps / "extract.py").write_text(
+        "from vllm.config import SchedulerConfig\n"
+        "from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups\n\n\n"
+        "def configure(groups, memory):\n"
+        "    get_kv_cache_config_from_groups(None, groups, memory)\n"
+        "    return SchedulerConfig(max_num_seqs=8)\n")
+    (steps / "unrelated.py").write_text("import json\n\n\ndef dump(x):\n    return json.dumps(x)\n")
+
+    found = check_pipeline_contract(ModuleIndex([str(site_030)]), {"vllm": "0.16.0"}, steps)
+
+    [error] = [f for f in found if f.result == "error"]
+    assert error.where == f"{steps / 'extract.py'}:7"
+    assert "missing required parameter 'max_model_len'" in error.why
+    assert error.fix == "update specops's extract.py for vllm 0.16.0"
+    assert found[-1].result == "ok" and found[-1].why.startswith("3 calls and imports of specops's pipeline")

@@ -7,13 +7,16 @@ search path and read with `ast`, lazily, so a check touches only the modules it 
     check_calls(file, index, packages={"vllm"})   # -> [Finding(kind="call", status="error", ...)]
     check_imports(file, index)
     check_package("speculators", index, into={"vllm", "transformers"})
+    bind_live("pkg.module", findings)   # --deep: the same calls bound in a child interpreter
 """
 
-from specops.analysis._checks import Finding, bind, check_calls, check_imports, check_package, package_files
+from specops.analysis._checks import CallShape, Finding, bind, check_calls, check_imports, check_package, package_files
 from specops.analysis._index import DefTarget, ModuleIndex, ModuleTarget, Unresolved
+from specops.analysis._live import bind_live
 from specops.analysis._signatures import Signature, SignatureReader, Unknown
 
 __all__ = [
+    "CallShape",
     "DefTarget",
     "Finding",
     "ModuleIndex",
@@ -23,6 +26,7 @@ __all__ = [
     "Unknown",
     "Unresolved",
     "bind",
+    "bind_live",
     "check_calls",
     "check_imports",
     "check_package",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specops.analysis._index import DefTarget, ModuleIndex, Target, Unresolved, top_level
@@ -17,6 +18,7 @@ from specops.analysis._scope import (
     LocalBinding,
     ModuleBinding,
     ModuleScope,
+    OpaqueBinding,
     absolute_module,
     function_locals,
     is_type_checking_test,
@@ -28,6 +30,25 @@ _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "
 
 
 @dataclass(frozen=True)
+class CallShape:
+    """How a call passes its arguments, as written: enough to bind placeholders to a live signature."""
+
+    positional: int
+    keywords: tuple[str, ...]
+    star_args: bool
+    star_kwargs: bool
+
+    @classmethod
+    def of(cls, call: ast.Call) -> CallShape:
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        keywords = tuple(k.arg for k in call.keywords if k.arg is not None)
+        return cls(len(positional), keywords, len(positional) < len(call.args), len(keywords) < len(call.keywords))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "keywords": list(self.keywords)}
+
+
+@dataclass(frozen=True)
 class Finding:
     kind: str  # "call" | "import"
     status: str  # "ok" | "error" | "unknown"
@@ -36,9 +57,10 @@ class Finding:
     code: str  # the source text, one line, shortened
     callee: str  # dotted name of what is called or imported, "" if unresolved
     detail: str  # why, for a human
+    shape: CallShape | None = field(default=None, compare=False, repr=False)  # calls only
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if key != "shape"}
 
 
 @dataclass(frozen=True)
@@ -128,8 +150,10 @@ class _File:
             return None
         binding = self.binding(func.id, site)
         own = self.module or "__main__"
-        if binding is None or isinstance(binding, LocalBinding):
-            return None  # builtins, locals, parameters
+        if binding is None or isinstance(binding, LocalBinding | OpaqueBinding):
+            # builtins, locals, parameters, and this module's own run-time values (`log = getLogger()`):
+            # nothing in them is a name of another package's API
+            return None
         if isinstance(binding, ImportBinding):
             spelled = f"{binding.module}.{binding.name}"
         elif isinstance(binding, ModuleBinding):
@@ -164,6 +188,10 @@ def _in_lines(node: ast.AST, only_lines: set[int] | None) -> bool:
     first = node.lineno  # type: ignore[attr-defined]
     last = getattr(node, "end_lineno", None) or first
     return any(line in only_lines for line in range(first, last + 1))
+
+
+def _mentions(text: str, packages: set[str]) -> bool:
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in packages)
 
 
 def _is_foreign(top: str, own_top: str | None, index: ModuleIndex, packages: set[str] | None) -> bool:
@@ -213,13 +241,17 @@ def bind(signature: Signature, call: ast.Call) -> tuple[str, list[str]]:
 
 
 def check_calls(path: Path, index: ModuleIndex, *, packages: set[str] | None = None,
-                only_lines: set[int] | None = None) -> list[Finding]:
+                only_lines: set[int] | None = None, any_package_lines: set[int] | None = None) -> list[Finding]:
     """Every call in `path` into another installed package (or into `packages`), bound statically to
-    the installed callee's signature."""
+    the installed callee's signature. On `any_package_lines` a call into any other installed package
+    is checked too, whatever `packages` says (a patch's own lines)."""
     checked = _File(path, index)
     reader = _reader(index)
     own_top = top_level(checked.module) if checked.module else None
     findings: list[Finding] = []
+    if packages is not None and any_package_lines is None and own_top not in packages and not _mentions(
+            index.text(checked.path) or "", packages):
+        return findings  # a call can only reach a package through an import that names it
     for node, site in checked.walk():
         if not isinstance(node, ast.Call) or site.type_checking or not _in_lines(node, only_lines):
             continue
@@ -227,7 +259,10 @@ def check_calls(path: Path, index: ModuleIndex, *, packages: set[str] | None = N
         if found is None:
             continue
         spelled, resolve = found
-        if not _is_foreign(top_level(spelled), own_top, index, packages):
+        top = top_level(spelled)
+        if not _is_foreign(top, own_top, index, packages) and not (
+                any_package_lines is not None and _in_lines(node, any_package_lines)
+                and _is_foreign(top, own_top, index, None)):
             continue
         findings.append(_call_finding(checked, node, spelled, resolve(), reader))
     return findings
@@ -236,7 +271,8 @@ def check_calls(path: Path, index: ModuleIndex, *, packages: set[str] | None = N
 def _call_finding(checked: _File, node: ast.Call, spelled: str, target: Target, reader: SignatureReader
                   ) -> Finding:
     def finding(status: str, callee: str, detail: str) -> Finding:
-        return Finding("call", status, str(checked.path), node.lineno, checked.code(node), callee, detail)
+        return Finding("call", status, str(checked.path), node.lineno, checked.code(node), callee, detail,
+                       CallShape.of(node))
 
     if isinstance(target, Unresolved):
         if target.missing:

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,11 @@ class ModuleIndex:
         self._names_of_file: dict[Path, str | None] = {}
         self._may_define_cache: dict[tuple[str, str], bool] = {}
         self.signatures: dict[int, object] = {}  # filled by the signatures module, keyed by id(node)
+
+    @property
+    def files_parsed(self) -> int:
+        """How many source files this index has parsed: the measure of how lazy a check was."""
+        return sum(1 for tree in self._trees.values() if tree is not None)
 
     # ---- finding files -------------------------------------------------------------------------
     def _listing(self, folder: Path) -> frozenset[str]:
@@ -241,6 +247,9 @@ class ModuleIndex:
         ):
             return Unresolved(qualname, f"{module} does not export {name}", missing=True)
         binding = scope.names.get(name)
+        if binding == ImportBinding(module, name):
+            # `from torch import cuda` inside torch/__init__.py: the import system loads the submodule
+            binding = None
         if binding is not None:
             found = self.follow(module, binding, name, depth + 1)
             if isinstance(found, Unresolved) and found.missing:
@@ -327,7 +336,7 @@ class ModuleIndex:
         return Unresolved(f"{target.qualname}.{attr}", "attribute of a function")
 
     def class_member(self, cls: DefTarget, attr: str, depth: int = 0) -> Target:
-        for klass in self.mro(cls):
+        for klass in self.iter_mro(cls):
             if isinstance(klass, Unresolved):
                 return Unresolved(f"{cls.qualname}.{attr}", f"base class {klass.qualname}: {klass.reason}")
             for stmt in klass.node.body:
@@ -377,23 +386,31 @@ class ModuleIndex:
 
     def mro(self, cls: DefTarget, depth: int = 0) -> list[DefTarget | Unresolved]:
         """Depth-first, left-to-right, de-duplicated: C3 in every case that matters for __init__."""
-        order: list[DefTarget | Unresolved] = [cls]
+        return list(self.iter_mro(cls, depth))
+
+    def iter_mro(self, cls: DefTarget, depth: int = 0) -> Iterator[DefTarget | Unresolved]:
+        """`mro` one class at a time: a base is resolved (its module parsed) only when asked for, so a
+        lookup that the class itself answers never reads transformers' PreTrainedModel and its mixins."""
+        seen: list[DefTarget | Unresolved] = []
+        for klass in self._walk_mro(cls, depth):
+            if klass not in seen:
+                seen.append(klass)
+                yield klass
+
+    def _walk_mro(self, cls: DefTarget, depth: int) -> Iterator[DefTarget | Unresolved]:
+        yield cls
         if depth > MAX_DEPTH:
-            return [*order, Unresolved(cls.qualname, "class hierarchy too deep")]
+            yield Unresolved(cls.qualname, "class hierarchy too deep")
+            return
         for base in self.bases(cls):
             if isinstance(base, ModuleTarget):
-                order.append(Unresolved(base.qualname, "a module used as a base class"))
-                continue
-            if isinstance(base, Unresolved):
-                order.append(base)
-                continue
-            if not base.is_class:
-                order.append(Unresolved(base.qualname, "a function used as a base class"))
-                continue
-            for klass in self.mro(base, depth + 1):
-                if klass not in order:
-                    order.append(klass)
-        return order
+                yield Unresolved(base.qualname, "a module used as a base class")
+            elif isinstance(base, Unresolved):
+                yield base
+            elif not base.is_class:
+                yield Unresolved(base.qualname, "a function used as a base class")
+            else:
+                yield from self._walk_mro(base, depth + 1)
 
 
 def _exports_textually(text: str, name: str) -> bool:

@@ -146,7 +146,7 @@ class SignatureReader:
                 if spelled not in ("abc.ABCMeta",):
                     return Unknown(target.qualname, f"metaclass {ast.unparse(keyword.value)} may change "
                                                     "construction")
-        for klass in self.index.mro(target):
+        for klass in self.index.iter_mro(target):
             if isinstance(klass, Unresolved):
                 if klass.qualname == "builtins.object":
                     continue
@@ -183,9 +183,12 @@ class SignatureReader:
         result: tuple[str, bool] | None = None
         for decorator in klass.node.decorator_list:  # type: ignore[union-attr]
             spelled = self.index.spelled(klass.module, _callee_of(decorator))
-            if spelled in TRANSPARENT_CLASS_DECORATORS or self._returns_what_it_decorates(klass.module, decorator):
+            # known names first: resolving `dataclasses.dataclass` would parse the standard library
+            flavour = DATACLASS_DECORATORS.get(spelled or "")
+            if spelled in TRANSPARENT_CLASS_DECORATORS or (
+                    flavour is None and self._returns_what_it_decorates(klass.module, decorator)):
                 continue
-            flavour = DATACLASS_DECORATORS.get(spelled or "") or self._dataclass_wrapper(klass, decorator)
+            flavour = flavour or self._dataclass_wrapper(klass, decorator)
             if flavour is None:
                 return Unknown(klass.qualname, f"class decorator @{ast.unparse(decorator)} may change its "
                                                f"__init__ ({self._where(klass)})")

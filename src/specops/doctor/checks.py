@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specops.analysis import ModuleIndex
 from specops.doctor._capabilities import check_capabilities, server_pipeline
-from specops.doctor._contract import check_api_contract
+from specops.doctor._contract import check_api_contract, check_pipeline_contract
 from specops.doctor._flags import check_flags
 from specops.doctor._model import check_model
 from specops.doctor._report import Item
@@ -41,7 +41,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
 
     server = server_pipeline(versions)
     model_items, facts = check_model(settings, server, versions.get("speculators"))
-    timed("api", lambda: check_api_contract(index, versions))
+    timed("api", lambda: check_api_contract(index, versions) + check_pipeline_contract(index, versions))
     timed("flags", lambda: check_flags(index, {
         "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
         "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))

@@ -54,6 +54,7 @@ def handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                 "host": env.host, "dry_run": args.dry_run, "sets": []}
     if args.action == "verify":
         document["checks"] = []
+        document["analysis"] = {"files_parsed": 0}
     if args.action == "status":
         document["lines"] = []
     for patch_set in load_sets(patches_dir, args.sets):
@@ -123,6 +124,7 @@ def _verify(patch_set: PatchSet, set_fit: Fit, env: Environment, entry: dict[str
                  detail=f"{len(checks) - len(failed)}/{len(checks)} checks passed",
                  patches=_patch_entries(targets))
     document["checks"].extend(checks)
+    document["analysis"]["files_parsed"] = env.index.files_parsed  # one index for all sets
 
 
 def _status(patch_set: PatchSet, set_fit: Fit, env: Environment, entry: dict[str, Any], document: dict[str, Any],

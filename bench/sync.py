@@ -1,0 +1,157 @@
+"""`invoke sync` against plain rsync of the same tree, with the same filters, over the same sshd.
+
+    .venv/bin/python bench/sync.py [--n 5]
+
+Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), and pushes this checkout's src/,
+patches/ and runs/*.yaml into three workdirs on that host, one per contender:
+
+  rsync -a           plain rsync, quick check (size + mtime), remote.sync.RSYNC_FILTERS, ssh -e
+  rsync -rlptc       remote.sync's own rsync flags (whole-file checksums on both sides), no invoke
+  invoke sync        the task: `invoke sync --host H --json` (connection + `command -v rsync` + rsync)
+
+in two cases, after one warm-up each and N rounds of all contenders in turn (median and p90 in ms):
+  no change          nothing differs: the cost of finding that out
+  one file changed   one file on the host was edited (outside the timing), so exactly one file moves
+
+The checkout itself is never written to; the "change" is made on the host side. Ratios are against
+plain `rsync -a`. Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from remote.agent import forget_current  # noqa: E402
+from remote.inventory import load_inventory  # noqa: E402
+from remote.sync import RSYNC_FILTERS  # noqa: E402
+from tests.support.cli import INVOKE, write_inventory  # noqa: E402
+from tests.support.sshd import SshServer, start_sshd  # noqa: E402
+
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
+EDITED = "src/specops/cli.py"  # the file edited on the host in the one-file case
+
+
+@dataclass
+class Row:
+    name: str
+    case: str
+    times: list[float] = field(default_factory=list)
+    moved: set[int] = field(default_factory=set)  # files reported as sent, per run
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times) * 1000
+
+    @property
+    def p90_ms(self) -> float:
+        return statistics.quantiles(self.times, n=10, method="inclusive")[8] * 1000 if len(self.times) > 1 \
+            else self.times[0] * 1000
+
+
+def ssh_command(server: SshServer, known_hosts: Path) -> str:
+    return shlex.join(["ssh", "-F", "/dev/null", "-p", str(server.port), "-i", str(server.client_key),
+                       "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                       "-o", f"UserKnownHostsFile={known_hosts}"])
+
+
+def plain_rsync(flags: list[str], server: SshServer, known_hosts: Path, user: str, workdir: Path) -> Callable[[], int]:
+    def run() -> int:
+        argv = ["rsync", *flags, "--delete", "--itemize-changes", *RSYNC_FILTERS,
+                "-e", ssh_command(server, known_hosts), f"{REPO}/", f"{user}@127.0.0.1:{workdir}/"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rsync exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        return sum(1 for line in proc.stdout.splitlines() if line[:2] in ("<f", ">f"))
+    return run
+
+
+def invoke_sync(env: dict[str, str]) -> Callable[[], int]:
+    def run() -> int:
+        proc = subprocess.run([str(INVOKE), "sync", "--host", "h", "--json"], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"invoke sync exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        return len(json.loads(proc.stdout)["changed"])
+    return run
+
+
+def edit_on_host(workdir: Path) -> None:
+    target = workdir / EDITED
+    target.write_bytes(target.read_bytes() + b"# edited on the host\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=5, help="rounds per case (after one warm-up)")
+    options = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="specops-bench-sync-"))
+    server = start_sshd(root / "sshd")
+    inventory: Path | None = None
+    started = time.perf_counter()
+    try:
+        known_hosts = root / "known_hosts"
+        known_hosts.write_text(server.known_hosts_line())
+        user = server.user
+        workdirs = {name: root / name for name in ("plain", "ours", "invoke")}
+        inventory = write_inventory(root / "inventory.yaml", {"h": {
+            "address": "127.0.0.1", "port": server.port, "user": user, "identity_file": str(server.client_key),
+            "known_hosts": str(known_hosts), "workdir": str(workdirs["invoke"]), "python": PYTHON}}, default="h")
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
+        env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
+        contenders = {
+            "rsync -a": (plain_rsync(["-a"], server, known_hosts, user, workdirs["plain"]), workdirs["plain"]),
+            "rsync -rlptc (ours)": (plain_rsync(["-rlptc"], server, known_hosts, user, workdirs["ours"]),
+                                    workdirs["ours"]),
+            "invoke sync": (invoke_sync(env), workdirs["invoke"]),
+        }
+        files = len(list((REPO / "src").rglob("*.py")))
+        rows: list[Row] = []
+        for case in ("no change", "one file changed"):
+            case_rows = {name: Row(name, case) for name in contenders}
+            for run, workdir in contenders.values():  # warm-up: the first full push
+                if case != "no change":
+                    edit_on_host(workdir)
+                run()
+            for _ in range(options.n):
+                for name, (run, workdir) in contenders.items():
+                    if case != "no change":
+                        edit_on_host(workdir)
+                    begun = time.perf_counter()
+                    moved = run()
+                    case_rows[name].times.append(time.perf_counter() - begun)
+                    case_rows[name].moved.add(moved)
+            rows += case_rows.values()
+        print(f"specops sync, {options.n} rounds per case after one warm-up, sshd on 127.0.0.1 as {user}, "
+              f"tree of ~{files} .py files, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+        print(f"{'contender':22} {'case':18} {'median ms':>10} {'p90 ms':>8} {'files sent':>11} {'x rsync -a':>10}")
+        floors = {row.case: row.median_ms for row in rows if row.name == "rsync -a"}
+        for row in rows:
+            moved = ",".join(str(count) for count in sorted(row.moved))
+            print(f"{row.name:22} {row.case:18} {row.median_ms:10.1f} {row.p90_ms:8.1f} {moved:>11} "
+                  f"{row.median_ms / floors[row.case]:10.2f}")
+        print(f"(whole bench: {time.perf_counter() - started:.0f} s)")
+        return 0
+    finally:
+        server.stop()
+        if inventory is not None:
+            forget_current(load_inventory(inventory).host("h"))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
