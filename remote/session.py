@@ -37,6 +37,8 @@ def reports_errors(task_function: Callable) -> Callable:
         try:
             return task_function(*args, **kwargs)
         except SpecopsError as exc:
+            if kwargs.get("json"):  # --json promises one JSON document on stdout, failures included
+                emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
             raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None

@@ -34,6 +34,10 @@ RSYNC_FILTERS = [
 ]
 
 
+class RsyncUnavailable(SpecopsError):
+    """rsync is missing here or on the host: the caller falls back to SFTP."""
+
+
 @dataclass
 class SyncReport:
     method: str
@@ -103,7 +107,12 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
                      f"mkdir -p {shlex.quote(_remote_workdir(host))} && rsync"]
             destination = f"{user}{target.hostname}:{_remote_workdir(host).rstrip('/')}/"
         argv += [f"{REPO_ROOT}/", f"{staging}/", destination]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        except FileNotFoundError:
+            raise RsyncUnavailable("rsync is not installed on this workstation") from None
+        if proc.returncode != 0 and ("rsync: command not found" in proc.stderr or "rsync: not found" in proc.stderr):
+            raise RsyncUnavailable(f"{host.name}: the host has no rsync")
         if proc.returncode != 0:
             message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
             if "Host key verification failed" in proc.stderr or "REMOTE HOST IDENTIFICATION" in proc.stderr:
@@ -198,5 +207,3 @@ def _sftp_makedirs(sftp, path: str) -> None:
             sftp.mkdir(partial)
 
 
-def host_has_rsync(conn) -> bool:
-    return conn.run(["sh", "-c", "command -v rsync"]).exit_code == 0

@@ -7,8 +7,9 @@ import time
 from invoke import task
 
 from remote import render
+from remote.inventory import load_inventory
 from remote.session import emit_json, host_connection, reports_errors
-from remote.sync import host_has_rsync, rsync_sync, sftp_sync
+from remote.sync import RsyncUnavailable, rsync_sync, sftp_sync
 
 
 @task(help={"host": "inventory host", "dry_run": "show what would change, change nothing",
@@ -17,10 +18,18 @@ from remote.sync import host_has_rsync, rsync_sync, sftp_sync
 def sync(c, host=None, dry_run=False, json=False, sftp=False):
     """Push what the host needs (src/, patches/, runs/) to its workdir; only changed files move."""
     started = time.perf_counter()
-    with host_connection(host) as (chosen, conn):
-        if chosen.is_local or (not sftp and host_has_rsync(conn)):
-            report = rsync_sync(chosen, dry_run=dry_run)
-        else:
+    inventory = load_inventory()
+    chosen = inventory.host(host)
+    report = None
+    if chosen.is_local or not sftp:
+        # rsync first: one login. Only a host without rsync costs a second connection, for SFTP.
+        try:
+            report = rsync_sync(chosen, dry_run=dry_run, inventory=inventory)
+        except RsyncUnavailable:
+            if chosen.is_local:
+                raise
+    if report is None:
+        with host_connection(host) as (_chosen, conn):
             report = sftp_sync(conn, chosen, dry_run=dry_run)
     document = {**report.to_dict(), "host": chosen.name, "elapsed_s": round(time.perf_counter() - started, 3)}
     if json:

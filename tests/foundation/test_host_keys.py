@@ -89,3 +89,11 @@ def test_a_host_that_accepts_but_never_answers_times_out_in_seconds(tmp_path: Pa
     assert result.exit_code == 1
     assert "no answer within 1.5 s" in result.stderr or "banner" in result.stderr.lower()
     assert elapsed < 8
+
+
+def test_with_json_a_connection_failure_is_still_one_json_document(tmp_path: Path, sshd: SshServer) -> None:
+    cli = _cli_for(tmp_path, ssh_host(sshd, tmp_path / "wd", tmp_path / "known_hosts", port=free_port()))
+    result = cli("check", "--json")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and "connection refused" in document["error"]
