@@ -6,6 +6,7 @@ written: the action is a positional word.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -83,12 +84,12 @@ def _write_new_patch(document: dict) -> None:
     text = document.get("patch_text")
     if not relative or text is None:
         return
-    target = REPO_ROOT / "patches" / relative
+    target = Path(os.environ.get("SPECOPS_PATCHES_DIR") or REPO_ROOT / "patches") / relative
     if target.exists():
         raise BadInput(f"{target}: already exists; choose another --id")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
-    document["written"] = str(target)
+    document["written_here"] = str(target)
 
 
 def _render(action: str, doc: dict) -> None:
@@ -110,7 +111,8 @@ def _render(action: str, doc: dict) -> None:
         for line in doc.get("lines", []):
             out.print(line)
     elif action == "new":
-        out.print(f"wrote {doc.get('written') or doc.get('patch_file_relative')}")
+        out.print(f"wrote {doc.get('written_here')} ({doc.get('replacements')} replacement(s), replayed against "
+                  f"the host's {doc.get('file')}); review it and commit it with its set")
     else:
         for entry in doc.get("sets", []):
             out.print(f"[bold]{entry['name']}[/]: {render.status_text(entry.get('ok'), entry.get('result') or '')}"

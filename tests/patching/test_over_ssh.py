@@ -88,3 +88,24 @@ def test_an_unknown_action_is_bad_input(patch_cli) -> None:
     cli, _site = patch_cli
     result = cli("patch", "frobnicate")
     assert result.exit_code == 2 and "unknown action" in result.stderr
+
+
+def test_patch_new_writes_a_reviewable_patch_into_this_checkout(patch_cli, tmp_path: Path) -> None:
+    import tomllib
+
+    cli, site = patch_cli
+    installed = site / GENERATOR
+    edited = tmp_path / "edited.py"
+    edited.write_text(installed.read_text().replace(
+        "AutoTokenizer.from_pretrained(model_path)", "AutoTokenizer.from_pretrained(model_path, use_fast=True)"))
+    local_patches = tmp_path / "checkout-patches"
+    module = "speculators.data_generation.vllm_hidden_states_generator"
+    result = cli("patch", "new", "--set", SET_NAME, "--module", module, "--edited", str(edited), "--id", "fast-tok",
+                 "--reason", "use the fast tokenizer", "--json", SPECOPS_PATCHES_DIR=str(local_patches))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    written = Path(result.json()["written_here"])
+    assert written.parent == local_patches / SET_NAME and written.name.endswith("-fast-tok.toml")
+    spec = tomllib.loads(written.read_text())
+    assert spec["id"] == "fast-tok" and spec["module"] == module
+    assert any("use_fast=True" in replace["new"] for replace in spec["replace"])
+    assert installed.read_text() != edited.read_text()  # nothing on the host was patched by `new`

@@ -117,5 +117,7 @@ def handle(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, 
         target.unlink()
         raise BadInput(f"--edited {args.edited}: could not express the edit as unique replacements "
                        f"({'; '.join(m.detail for m in misfits) or 'result differs'})")
+    # The text travels back too: the workstation keeps patch sets in its checkout.
     return 0, {"ok": True, "action": "new", "written": str(target), "set": args.sets[0], "id": args.patch_id,
-               "module": args.module, "file": str(installed), "replacements": len(pairs)}
+               "module": args.module, "file": str(installed), "replacements": len(pairs),
+               "patch_file_relative": f"{args.sets[0]}/{target.name}", "patch_text": text}
