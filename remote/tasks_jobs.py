@@ -8,6 +8,7 @@ import time
 from invoke import task
 
 from remote import render
+from remote.agent import agent_call
 from remote.errors import BadInput
 from remote.inventory import load_inventory
 from remote.jobs import job_call
@@ -53,6 +54,13 @@ def status(c, host=None, json=False, all=False):
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
         document = job_call(conn, chosen, ["list", *(["--all"] if all else [])])
+        train_jobs = [job for job in document["jobs"] if job["name"] in ("train", "pipeline") and job.get("run")]
+        if train_jobs:
+            # the newest training's per-epoch table: one more round trip, only when there is one
+            newest = max(train_jobs, key=lambda job: job.get("created") or "")
+            metrics = agent_call(conn, chosen, ["step", "metrics", "--run", newest["run"]])
+            if metrics.ok:
+                document["metrics"] = metrics.document.get("epochs")
         trips = conn.round_trips
     document = {**document, "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
@@ -64,10 +72,20 @@ def status(c, host=None, json=False, all=False):
     for job in document["jobs"]:
         state = job["state"]
         ok = {"succeeded": True, "running": None, "pending": None}.get(state, False)
+        detail = (job.get("last_log_line") or "")[-100:]
+        if job.get("note"):
+            detail = f"{job['note'][:100]}\n{detail}"
+        progress = job.get("progress")
+        if progress and state in ("running", "pending"):
+            detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
+                      f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
         view.add_row(job["id"], job.get("run") or "-", render.status_text(ok, state), _age(job.get("age_s")),
-                     "-" if job.get("exit_code") is None else str(job["exit_code"]),
-                     (job.get("last_log_line") or "")[-100:])
+                     "-" if job.get("exit_code") is None else str(job["exit_code"]), detail)
     out.print(view)
+    if document.get("metrics"):
+        from remote.tasks_pipeline import render_epochs
+
+        render_epochs(document["metrics"])
     for gpu in document.get("gpus") or []:
         out.print(f"GPU {gpu['index']} {gpu['name']}: {gpu['utilization_pct']}% util, "
                   f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB")

@@ -43,4 +43,37 @@ def describe(record: Record, server: TmuxServer) -> dict[str, Any]:
         "age_s": round(age.total_seconds(), 1),
         "processes_alive": processes_alive(record),
         "last_log_line": logtail.last_line(Path(record["log"])),
+        "note": specops_note(Path(record["log"])),
+        "progress": step_progress(record),
     }
+
+
+_NOTE_PREFIX = "specops: "
+_NOTE_HEAD_BYTES = 1 << 18
+
+
+def specops_note(log: Path) -> str | None:
+    """The latest line specops itself wrote near the start of a job's log (e.g. "resuming from
+    epoch 3"): what a person wants to see in `status` while a tool's own output scrolls past."""
+    try:
+        with log.open("rb") as handle:
+            head = handle.read(_NOTE_HEAD_BYTES).decode(errors="replace")
+    except OSError:
+        return None
+    notes = [line[len(_NOTE_PREFIX):] for line in head.splitlines() if line.startswith(_NOTE_PREFIX)]
+    return notes[-1][:300] if notes else None
+
+
+def step_progress(record: Record) -> dict[str, Any] | None:
+    """An extraction's progress file (samples/s, tokens/s, ETA), when the job is one."""
+    if record.get("name") != "extract" or not record.get("run"):
+        return None
+    import json
+
+    from specops import paths
+
+    progress = paths.workdir() / "runs" / record["run"] / "hidden_states" / "progress.json"
+    try:
+        return json.loads(progress.read_text())
+    except (OSError, ValueError):
+        return None
