@@ -51,19 +51,28 @@ class SyncReport:
                 "dry_run": self.dry_run, "revision": self.revision}
 
 
-def _ssh_command(host: Host, inventory: Inventory | None) -> str:
+def _ssh_options(host: Host) -> list[str]:
+    """OpenSSH client options equal to our own connection's: key, port, strict known_hosts, timeouts."""
     target = _resolve_target(host)
     known_hosts = os.path.expanduser(host.known_hosts)
-    parts = ["ssh", "-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+    parts = ["-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"ConnectTimeout={int(host.connect_timeout)}",
              "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "IPQoS=throughput"]
     for identity in target.identity_files:
         parts += ["-i", identity, "-o", "IdentitiesOnly=yes"]
+    return parts
+
+
+def _ssh_command(host: Host, inventory: Inventory | None) -> str:
+    parts = ["ssh", *_ssh_options(host)]
     jump = _jump_host(host, inventory)
     if jump is not None:
+        # Not -J: OpenSSH would reach the jump host without our key and known_hosts. A ProxyCommand
+        # carries the jump host's own settings, host-key verification included.
         jump_target = _resolve_target(jump)
         user = f"{jump_target.user}@" if jump_target.user else ""
-        parts += ["-J", f"{user}{jump_target.hostname}:{jump_target.port}"]
+        proxy = shlex.join(["ssh", *_ssh_options(jump), "-W", "%h:%p", f"{user}{jump_target.hostname}"])
+        parts += ["-o", f"ProxyCommand={proxy}"]
     return shlex.join(parts)
 
 
