@@ -189,7 +189,8 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     if skip_patches:
         args.append("--skip-patches")
     chosen, result = run_step_job(host, run, "pipeline", args, detach=detach, json=False, doctor=True,
-                                  skip_doctor=skip_doctor, env_role="train")
+                                  skip_doctor=skip_doctor, env_role="train",
+                                  role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result is None:
         return
     run_name = result.get("run") or run or chosen.run

@@ -45,7 +45,12 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     run = _run(args)
     backend = args.backend or run.backend(_gpu_count())
     if backend == "vllm":
-        raise BadInput(f"--backend: the vllm extraction backend is not available yet (run {args.run}); use hf")
+        from specops.pipeline.vllm_pipeline import extract_with_server
+
+        report = extract_with_server(run, args.samples, stop_server=args.stop_server, port=args.port)
+        return 0, {"ok": True, "run": args.run, **report}
+    if args.stop_server or args.port:
+        raise BadInput(f"--stop-server/--port: only for the vllm backend (run {args.run} extracts with {backend})")
     from specops.pipeline.extract_hf import extract
 
     report = extract(run, args.samples, args.batch_tokens)
@@ -91,6 +96,9 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--samples", type=_positive, help="extract rows 0..N-1 (default: all prepared)")
     extract.add_argument("--backend", choices=["hf", "vllm"])
     extract.add_argument("--batch-tokens", type=_positive, help="padded tokens per forward batch")
+    extract.add_argument("--stop-server", action="store_true",
+                         help="vllm: stop the vllm-server job afterwards (default: keep it for the next extract)")
+    extract.add_argument("--port", type=_positive, help="vllm: the server's port (default: the run's vllm.port)")
     extract.set_defaults(handler=step_extract)
 
     validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
