@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from remote import bundle as bundle_module
+from remote import journal
 from remote.connection import Connection
 from remote.errors import AgentError
-from remote.inventory import REPO_ROOT, Host
+from remote.inventory import Host
 
 STALE_EXIT = 86
 # Positional parameters keep every value quoted: $1 workdir, $2 bundle hash, $3 python, $4 install
@@ -52,8 +53,9 @@ class AgentResult:
 
 
 def _marker(host: Host) -> Path:
+    """This side's note that the host has the current bundle (a hint only: the host checks too)."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{host.name}-{host.workdir}")
-    return REPO_ROOT / ".specops" / "agent-current" / safe
+    return journal.journal_path().parent / "agent-current" / safe
 
 
 def _known_current(host: Host, digest: str) -> bool:
