@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 from dataclasses import dataclass
 from functools import cache
@@ -19,26 +20,33 @@ from remote.inventory import REPO_ROOT
 EXCLUDED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
 
-def bundle_files(root: Path = REPO_ROOT) -> list[Path]:
-    """Relative paths of every file the host needs, sorted."""
-    files: list[Path] = []
+def runs_dir(root: Path = REPO_ROOT) -> Path:
+    """Where run configs come from: the checkout's runs/, or SPECOPS_RUNS_DIR (configs kept elsewhere)."""
+    return Path(os.environ.get("SPECOPS_RUNS_DIR") or root / "runs")
+
+
+def bundle_files(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Every file the host needs: its path on the host (relative to the workdir) -> its file here."""
+    files: dict[str, Path] = {}
     for top in ("src", "patches"):
         base = root / top
         if base.exists():
-            files.extend(path for path in base.rglob("*") if path.is_file()
-                         and not EXCLUDED_PARTS.intersection(path.parts) and not path.name.endswith(".pyc")
-                         and ".egg-info" not in path.as_posix())
-    runs = root / "runs"
+            for path in base.rglob("*"):
+                if (path.is_file() and not EXCLUDED_PARTS.intersection(path.parts)
+                        and not path.name.endswith(".pyc") and ".egg-info" not in path.as_posix()):
+                    files[path.relative_to(root).as_posix()] = path
+    runs = runs_dir(root)
     if runs.exists():
-        files.extend(runs.glob("*.yaml"))
-    return sorted(path.relative_to(root) for path in files)
+        files.update({f"runs/{path.name}": path for path in runs.glob("*.yaml")})
+    return dict(sorted(files.items()))
 
 
 @dataclass(frozen=True)
 class Bundle:
     digest: str
     archive: bytes  # gzip'd tar of the files, deterministic
-    files: tuple[str, ...]
+    files: tuple[str, ...]  # paths on the host, relative to the workdir
+    sources: dict[str, Path]  # where each comes from here
 
 
 @cache
@@ -47,13 +55,13 @@ def build_bundle(root: Path = REPO_ROOT) -> Bundle:
     hasher = hashlib.sha256()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
-        for relative in files:
-            data = (root / relative).read_bytes()
-            hasher.update(relative.as_posix().encode() + b"\0" + len(data).to_bytes(8, "big") + data)
-            info = tarfile.TarInfo(relative.as_posix())
+        for relative, source in files.items():
+            data = source.read_bytes()
+            hasher.update(relative.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+            info = tarfile.TarInfo(relative)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             archive.addfile(info, io.BytesIO(data))
-    return Bundle(hasher.hexdigest(), buffer.getvalue(), tuple(path.as_posix() for path in files))
+    return Bundle(hasher.hexdigest(), buffer.getvalue(), tuple(files), files)
 
 
 # Runs on the host with the host's python (any 3.8+): unpack the bundle read from stdin into the

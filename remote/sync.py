@@ -22,7 +22,7 @@ from pathlib import Path
 from remote.bundle import build_bundle
 from remote.connection import SSHConnection, _jump_host, _resolve_target
 from remote.errors import ConnectError, SpecopsError
-from remote.inventory import REPO_ROOT, Host, Inventory
+from remote.inventory import Host, Inventory
 from remote.revision import current_revision
 
 # Sender-side filter: what a host needs. Excluded paths on the receiver are protected from --delete.
@@ -82,8 +82,11 @@ def _remote_workdir(host: Host) -> str:
 
 
 def _staging() -> Path:
-    """A folder holding the state files that travel with the code."""
+    """The tree the host should have: the bundle's files (mtimes kept) and the state files with them."""
     folder = Path(tempfile.mkdtemp(prefix="specops-sync-"))
+    for relative, source in build_bundle().sources.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, folder / relative)
     (folder / "state").mkdir()
     (folder / "state" / "agent.sha256").write_text(build_bundle().digest)
     (folder / "state" / "revision.json").write_text(json.dumps(current_revision()) + "\n")
@@ -115,7 +118,7 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
             argv += ["-e", _ssh_command(host, inventory), "--rsync-path",
                      f"mkdir -p {shlex.quote(_remote_workdir(host))} && rsync"]
             destination = f"{user}{target.hostname}:{_remote_workdir(host).rstrip('/')}/"
-        argv += [f"{REPO_ROOT}/", f"{staging}/", destination]
+        argv += [f"{staging}/", destination]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         except FileNotFoundError:
@@ -135,7 +138,7 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
 
 
 def _wanted_files() -> dict[str, Path]:
-    return {relative: REPO_ROOT / relative for relative in build_bundle().files}
+    return dict(build_bundle().sources)
 
 
 def sftp_sync(conn: SSHConnection, host: Host, *, dry_run: bool = False) -> SyncReport:

@@ -112,30 +112,42 @@ def _assert_loads_with_speculators(checkpoint: Path) -> None:
 
 def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
         cli: Cli, tmp_path: Path) -> None:
+    # Run configs kept outside the checkout (SPECOPS_RUNS_DIR): the user's edit travels to the host.
+    runs = tmp_path / "my-runs"
+    runs.mkdir()
+    config_file = runs / "tiny.yaml"
+    config_file.write_text((Path(__file__).resolve().parents[2] / "runs" / "tiny.yaml").read_text())
+    env = {"SPECOPS_RUNS_DIR": str(runs)}
     workdir = _workdir(tmp_path, "local")
-    _pipeline(cli, "local")
-    config_file = workdir / "runs" / "tiny.yaml"
+
+    def pipeline() -> dict:
+        result = cli("pipeline", "--host", "local", "--json", timeout=900, **env)
+        assert result.exit_code == 0, result.stderr[-4000:]
+        return result.json()
+
+    pipeline()
     config = yaml.safe_load(config_file.read_text())
     config["draft"]["vocab_size"] = 128
     config_file.write_text(yaml.safe_dump(config))
-    changed = _pipeline(cli, "local")
+    changed = pipeline()
     statuses = {name: info["status"] for name, info in changed["steps"].items()}
     assert statuses["prepare"] == statuses["extract"] == statuses["validate"] == "skipped: unchanged"
     assert statuses["vocab"] == "done" and statuses["train"] == "done"
     assert changed["coverage"][0]["draft_vocab"] == 128
 
     # more epochs continue the same training; kill it mid-way and launch again: it resumes
-    launched = cli("train", "--host", "local", "--epochs", "8", "--detach", "--json", "--skip-doctor")
+    launched = cli("train", "--host", "local", "--epochs", "8", "--detach", "--json", "--skip-doctor", **env)
     assert launched.exit_code == 0, launched.stderr
     job_id = launched.json()["job"]["id"]
     checkpoints = workdir / "runs" / "tiny" / "checkpoints"
     deadline = time.monotonic() + 300
     while not (checkpoints / "4" / "model.safetensors").exists():
         assert time.monotonic() < deadline, "training never reached epoch 5"
+        assert cli("status", "--host", "local", "--json").json()["jobs"][-1]["state"] in ("running", "pending")
         time.sleep(0.5)
     stopped = cli("stop", "--host", "local", "--job", job_id, "--json")
     assert stopped.exit_code == 0 and stopped.json()["job"]["state"] == "stopped"
-    resumed = cli("train", "--host", "local", "--epochs", "8", "--json", "--skip-doctor", timeout=900)
+    resumed = cli("train", "--host", "local", "--epochs", "8", "--json", "--skip-doctor", timeout=900, **env)
     assert resumed.exit_code == 0, resumed.stderr[-4000:]
     result = resumed.json()
     assert result["resume"].startswith("resuming from epoch")
