@@ -20,11 +20,13 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.specops-deps
 want=$(cat requirements/*.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+# pip repeats one warning per package for index folders this machine's pip config names but lacks.
+quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python deps into .venv" >&2
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements/control.txt -r requirements/host.txt -r requirements/test.txt
-  .venv/bin/pip install -q --no-deps -r requirements/pinned-ml.txt
+  quiet .venv/bin/pip install -q --upgrade pip
+  quiet .venv/bin/pip install -q -r requirements/control.txt -r requirements/host.txt -r requirements/test.txt
+  quiet .venv/bin/pip install -q --no-deps -r requirements/pinned-ml.txt
   # Never let a torchvision/torchaudio sneak in: they break `import transformers` beside CPU torch.
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   echo "$want" >"$stamp"
