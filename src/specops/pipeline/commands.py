@@ -12,26 +12,14 @@ from typing import Any
 
 from specops.errors import BadInput
 from specops.paths import workdir
+from specops.pipeline.runs import open_run, positive_int
 
 
 def _run(args: argparse.Namespace):
-    from specops.pipeline.config import Run
-    from specops.pipeline.tiny import generate
-
-    run = Run(args.run)
-    if run.config.embedded == "tiny":
-        generate(workdir())
-    return run
+    return open_run(args.run)
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"expected a number > 0, got {number}")
-    return number
+_positive = positive_int
 
 
 def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from specops.errors import BadInput, CheckFailed
-from specops.paths import workdir
 
 STEPS = ("doctor", "patches", "prepare", "extract", "validate", "vocab", "train", "metrics")
 
@@ -70,12 +69,9 @@ def _hidden_state_bytes(folder: Path) -> int:
 def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
                  backend: str | None) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.commands import _gpu_count
-    from specops.pipeline.config import Run
-    from specops.pipeline.tiny import generate
+    from specops.pipeline.runs import open_run
 
-    run = Run(run_name)
-    if run.config.embedded == "tiny":
-        generate(workdir())
+    run = open_run(run_name)
     chosen_backend = backend or run.backend(_gpu_count())
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": chosen_backend, "steps": results}

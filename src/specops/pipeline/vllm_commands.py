@@ -17,26 +17,10 @@ from typing import Any
 
 from specops.errors import BadInput
 from specops.paths import workdir
+from specops.pipeline.runs import open_run, positive_int
 
-
-def _run(name: str):
-    from specops.pipeline.config import Run
-    from specops.pipeline.tiny import generate
-
-    run = Run(name)
-    if run.config.embedded == "tiny":
-        generate(workdir())
-    return run
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"expected a number > 0, got {number}")
-    return number
+_run = open_run
+_positive = positive_int
 
 
 def _non_negative(value: str) -> int:
