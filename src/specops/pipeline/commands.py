@@ -48,7 +48,7 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.validate import validate
 
-    report = validate(_run(args), args.fidelity_samples)
+    report = validate(_run(args), args.fidelity_samples, args.reference)
     return (0 if report["ok"] else 1), {"run": args.run, **report}
 
 
@@ -92,6 +92,9 @@ def register(subparsers: Any) -> None:
     validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
     validate.add_argument("--run", required=True)
     validate.add_argument("--fidelity-samples", type=_positive, default=4)
+    validate.add_argument("--reference", choices=("auto", "hf", "vllm"), default="auto",
+                          help="the target's own next-token choices: a fresh hf forward, the run's vLLM "
+                               "server (prompt_logprobs), or auto: vllm when that server is up, else hf")
     validate.set_defaults(handler=step_validate)
 
     tiny_parser = subparsers.add_parser("tiny", help="generate the embedded tiny model and data")

@@ -4,9 +4,11 @@ Checks, each reported as {"ok": bool, "detail": ...}:
 - files: every hs_i of the extracted rows opens, has the right keys, shapes and dtype, finite
   values, and token ids equal to prepared row i.
 - fidelity: on a few samples the final captured slice (id n, the residual stream before the final
-  norm) goes through the target's final norm and LM head; its next-token argmax must agree with a
-  fresh forward of the target at (nearly) every position. A file whose rows are shifted or
-  shuffled agrees only by chance.
+  norm) goes through the target's final norm and LM head, read alone from the safetensors shards
+  (specops.pipeline.fidelity); its next-token argmax must agree with the target's own choice at
+  (nearly) every position: a fresh hf forward ("hf") or the run's vLLM server's prompt_logprobs
+  ("vllm"; "auto" picks it when that server is up). A file whose rows are shifted or shuffled agrees
+  only by chance; what cannot be checked is status "unknown", never ok.
 """
 
 from __future__ import annotations
@@ -50,44 +52,108 @@ def check_files(run: Run, dataset: Any, count: int, layer_ids: list[int], hidden
     return {"ok": not bad, "detail": {"checked": count, "bad": len(bad), "problems": listed}}
 
 
-def agreement(model: Any, tokens: Any, hidden_states: Any) -> tuple[int, int]:
-    """(positions whose argmax from the captured final layer matches the fresh forward, positions)."""
-    import torch
-
-    from specops.pipeline.extract_hf import decoder_parts
-
-    _, _, norm = decoder_parts(model)
-    head = model.get_output_embeddings()
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        fresh = model(input_ids=tokens.unsqueeze(0).to(device), use_cache=False).logits[0].argmax(-1)
-        final = hidden_states[:, -1].to(device=device, dtype=head.weight.dtype)
-        projected = head(norm(final.unsqueeze(0)))[0].argmax(-1)
-    return int((fresh == projected).sum()), int(tokens.numel())
+REFERENCES = ("auto", "hf", "vllm")
 
 
-def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool]) -> dict:
+def unknown(reference: str, reason: str, samples: list | None = None) -> dict:
+    """Fidelity that could not be checked: never ok, with the reason."""
+    return {"ok": False, "detail": {"status": "unknown", "reason": reason, "agreement": None,
+                                    "threshold": FIDELITY_THRESHOLD, "samples": samples or [],
+                                    "reference": reference}}
+
+
+def find_vllm_endpoint(run: Run) -> tuple[str | None, str | None, str]:
+    """(endpoint, staging, why): this run's running `vllm-server` job whose port answers, else (None, None, why).
+
+    The job is found as vllm_pipeline finds it (the jobs layer's records and liveness); its recorded
+    signature must name this run's model, its process group must hold the port, and /v1/models
+    must answer.
+    """
+    from specops.jobs import launching, liveness
+    from specops.jobs.tmux import TmuxServer
+    from specops.paths import workdir
+    from specops.pipeline.vllm_pipeline import SERVER_JOB
+    from specops.pipeline.vllm_server import _models, port_owner
+
+    record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
+    if record is None:
+        return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
+    signature = (record.get("meta") or {}).get("server") or {}
+    port = signature.get("port")
+    if signature.get("model") != str(run.model_path):
+        return None, None, f"{SERVER_JOB} job {record['id']} serves {signature.get('model')!r}, not {run.model_path}"
+    if not isinstance(port, int) or not record.get("pgid") or not liveness.processes_alive(record):
+        return None, None, f"{SERVER_JOB} job {record['id']} has no live process group or no recorded port"
+    if not port_owner(port, int(record["pgid"]))["ours"]:
+        return None, None, f"{SERVER_JOB} job {record['id']} does not hold port {port} (still loading?)"
+    if not _models(port, 5.0):
+        return None, None, f"{SERVER_JOB} job {record['id']}: port {port} does not answer /v1/models"
+    return (f"http://127.0.0.1:{port}/v1", signature.get("staging"),
+            f"{SERVER_JOB} job {record['id']} on port {port}")
+
+
+def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], reference: str = "auto",
+                   endpoint: str | None = None) -> dict:
+    """Fidelity of rows `indices`: captured final layer -> norm + head (loaded alone) vs the reference.
+
+    reference  "hf" (a fresh forward of the whole target), "vllm" (prompt_logprobs of this run's
+               vLLM server, or of `endpoint` when given) or "auto" (vllm when such a server is up,
+               else hf). What cannot be checked is reported as status "unknown", never ok.
+    """
     from safetensors.torch import load_file
 
+    from specops.pipeline import fidelity
     from specops.pipeline.extract_hf import choose_device, load_target
 
+    if reference not in REFERENCES:
+        return unknown(reference, f"reference {reference!r} is not one of {', '.join(REFERENCES)}")
+    chosen, how, staging = reference, None, None
+    if reference in ("auto", "vllm") and endpoint is None:
+        endpoint, staging, how = find_vllm_endpoint(run)
+        if endpoint is None and reference == "vllm":
+            return unknown("vllm", f"no vLLM server to ask: {how}")
+    if reference == "auto":
+        chosen = "vllm" if endpoint else "hf"
     device, dtype = choose_device(run.config.dtype)
-    model = load_target(run, device, dtype)
+    try:
+        projector = fidelity.load_projector(run.model_path, device)
+        if chosen == "vllm":
+            from specops.pipeline.vllm_server import staging_dir
+
+            source = fidelity.VllmReference(endpoint, staging=staging or staging_dir(run))
+        else:
+            source = fidelity.HfReference(load_target(run, device, dtype))
+    except fidelity.Unsupported as exc:
+        return unknown(chosen, str(exc))
     per_sample, matched, total = [], 0, 0
     for index in indices:
         if not files_ok.get(index, True):
             per_sample.append({"index": index, "skipped": "file failed the file checks"})
             continue
         tensors = load_file(str(file_for(run.paths.hidden_states, index)))
-        hits, positions = agreement(model, tensors["token_ids"], tensors["hidden_states"])
+        try:
+            hits, positions = fidelity.agreement(projector, source, tensors["token_ids"], tensors["hidden_states"])
+        except fidelity.Unsupported as exc:
+            return unknown(chosen, f"row {index}: {exc}", per_sample)
         matched, total = matched + hits, total + positions
-        per_sample.append({"index": index, "agreement": round(hits / positions, 4), "positions": positions})
-    rate = matched / total if total else 0.0
-    return {"ok": total > 0 and rate >= FIDELITY_THRESHOLD,
-            "detail": {"agreement": round(rate, 4), "threshold": FIDELITY_THRESHOLD, "samples": per_sample}}
+        per_sample.append({"index": index, "agreement": round(hits / positions, 4) if positions else None,
+                           "positions": positions})
+    if total == 0:
+        return unknown(chosen, "no positions to compare (every chosen row failed the file checks or is empty)",
+                       per_sample)
+    rate = matched / total
+    detail = {"status": "ok" if rate >= FIDELITY_THRESHOLD else "failed", "agreement": round(rate, 4),
+              "threshold": FIDELITY_THRESHOLD, "samples": per_sample, "reference": chosen,
+              "projection": projector.source}
+    if chosen == "vllm":
+        detail["endpoint"] = endpoint
+        if how:
+            detail["server"] = how
+    return {"ok": rate >= FIDELITY_THRESHOLD, "detail": detail}
 
 
-def validate(run: Run, fidelity_samples: int) -> dict[str, Any]:
+def validate(run: Run, fidelity_samples: int, reference: str = "auto",
+             endpoint: str | None = None) -> dict[str, Any]:
     import datasets
 
     from specops.pipeline.config import config_hash
@@ -109,7 +175,7 @@ def validate(run: Run, fidelity_samples: int) -> dict[str, Any]:
     bad = {int(p["file"][3:-12]) for p in checks["files"]["detail"]["problems"]}
     indices = fidelity_indices(count, fidelity_samples)
     print(f"validate: fidelity on rows {indices}", file=sys.stderr)
-    checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices})
+    checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices}, reference, endpoint)
     ok = all(check["ok"] for check in checks.values())
 
     inputs = {"extract": extract_record["inputs_hash"], "samples": count, "fidelity_samples": fidelity_samples}

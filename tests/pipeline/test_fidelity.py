@@ -1,0 +1,163 @@
+"""Fidelity by the final norm and LM head alone: exact logits, no whole model, honest "unknown"."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from specops.pipeline.fidelity import Unsupported, load_projector
+from specops.pipeline.validate import check_fidelity, validate
+
+from .conftest import copy_workdir, in_workdir
+
+TOKENS = torch.tensor([[1, 4, 17, 99, 250, 3, 511, 42, 7, 300, 5, 64]])
+
+
+def model_dir(root: Path) -> Path:
+    return root / "models" / "tiny-llama"
+
+
+def hf_logits_and_final(folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hf model's logits and the residual stream entering its final norm (hidden_states[-1] is after it)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    captured = {}
+
+    def keep(_module, args) -> None:
+        captured["final"] = args[0][0].clone()
+
+    model.model.norm.register_forward_pre_hook(keep)
+    with torch.inference_mode():
+        logits = model(input_ids=TOKENS, use_cache=False).logits[0]
+    return logits, captured["final"]
+
+
+def resave(source: Path, target: Path, **kwargs) -> Path:
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+    if kwargs.pop("tied", False):
+        config = model.config
+        config.tie_word_embeddings = True
+        tied = LlamaForCausalLM(config)
+        tied.load_state_dict(model.state_dict(), strict=False)
+        tied.tie_weights()
+        model = tied
+    model.save_pretrained(str(target), **kwargs)
+    return target
+
+
+def strip_to(folder: Path, keep) -> int:
+    """Rewrite every shard of folder with only the tensors `keep(name)` accepts; how many were dropped."""
+    dropped = 0
+    for shard in folder.glob("*.safetensors"):
+        with safe_open(str(shard), framework="pt") as handle:
+            names = list(handle.keys())
+            kept = {name: handle.get_tensor(name) for name in names if keep(name)}
+        dropped += len(names) - len(kept)
+        save_file(kept, str(shard), metadata={"format": "pt"})
+    return dropped
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("checkpoints")
+    single = model_dir(tiny_workdir)
+    return {"single": single,
+            "sharded": resave(single, root / "sharded", max_shard_size="100KB"),
+            "tied": resave(single, root / "tied", tied=True)}
+
+
+@pytest.mark.parametrize("kind", ["single", "sharded", "tied"])
+def test_norm_and_head_alone_reproduce_the_hf_logits_exactly(checkpoints, kind):
+    folder = checkpoints[kind]
+    if kind == "sharded":
+        assert (folder / "model.safetensors.index.json").is_file() and len(list(folder.glob("*.safetensors"))) > 3
+    logits, final = hf_logits_and_final(folder)
+    projector = load_projector(folder)
+    assert projector.source["tensors_read"] == 2
+    assert projector.source["head_kind"] == ("tied embedding" if kind == "tied" else "lm_head")
+    assert torch.equal(projector.logits(final), logits)
+
+
+def test_the_projection_never_needs_the_decoder_layers(checkpoints, tmp_path):
+    folder = shutil.copytree(checkpoints["sharded"], tmp_path / "headless")
+    logits, final = hf_logits_and_final(folder)
+    dropped = strip_to(folder, lambda name: name in ("model.norm.weight", "lm_head.weight"))
+    assert dropped > 30  # embeddings and every decoder layer are gone from the shards
+    assert torch.equal(load_projector(folder).logits(final), logits)
+
+
+def test_a_multimodal_wrapper_is_read_through_text_config(checkpoints, tmp_path):
+    folder = shutil.copytree(checkpoints["single"], tmp_path / "wrapped")
+    logits, final = hf_logits_and_final(folder)
+    shard = folder / "model.safetensors"
+    with safe_open(str(shard), framework="pt") as handle:
+        tensors = {name: handle.get_tensor(name) for name in ("model.norm.weight", "lm_head.weight")}
+    save_file({"model.language_model.norm.weight": tensors["model.norm.weight"],
+               "lm_head.weight": tensors["lm_head.weight"]}, str(shard), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": config}))
+    projector = load_projector(folder)
+    assert projector.source["norm"] == "model.language_model.norm.weight"
+    assert torch.equal(projector.logits(final), logits)
+
+
+def edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda f: (f / "model.safetensors").unlink(), "no model.safetensors"),
+    (lambda f: edit_config(f, rms_norm_eps=None), "epsilon is unknown"),
+    (lambda f: edit_config(f, model_type="gemma2"), "not a plain RMSNorm"),
+    (lambda f: strip_to(f, lambda name: name != "lm_head.weight"), "no LM head"),
+    (lambda f: strip_to(f, lambda name: name != "model.norm.weight"), "no final norm"),
+])
+def test_unsupported_checkpoints_say_why(checkpoints, tmp_path, damage, reason):
+    folder = shutil.copytree(checkpoints["single"], tmp_path / "bad")
+    damage(folder)
+    with pytest.raises(Unsupported, match=reason):
+        load_projector(folder)
+
+
+def test_validate_reports_unknown_never_ok(extracted, tmp_path):
+    root = copy_workdir(extracted, tmp_path / "w")
+    run = in_workdir(root)
+    no_server = check_fidelity(run, [0], {0: True}, "vllm")
+    assert no_server["ok"] is False and no_server["detail"]["status"] == "unknown"
+    assert "no running vllm-server job" in no_server["detail"]["reason"] and no_server["detail"]["reference"] == "vllm"
+    dead = check_fidelity(run, [0], {0: True}, "vllm", endpoint="http://127.0.0.1:9/v1")
+    assert dead["ok"] is False and dead["detail"]["status"] == "unknown"
+    assert "does not answer" in dead["detail"]["reason"]
+    bogus = check_fidelity(run, [0], {0: True}, "magic")
+    assert bogus["ok"] is False and bogus["detail"]["status"] == "unknown"
+    skipped = check_fidelity(run, [0], {0: False}, "hf")
+    assert skipped["ok"] is False and skipped["detail"]["status"] == "unknown"
+
+    edit_config(run.model_path, model_type="gemma2")
+    report = validate(run, 1, "hf")
+    fidelity = report["checks"]["fidelity"]
+    assert report["ok"] is False and fidelity["ok"] is False and fidelity["detail"]["status"] == "unknown"
+    assert "not a plain RMSNorm" in fidelity["detail"]["reason"]
+
+
+def test_auto_without_a_server_uses_hf(extracted, tmp_path):
+    root = copy_workdir(extracted, tmp_path / "w")
+    report = validate(in_workdir(root), 2, "auto")
+    detail = report["checks"]["fidelity"]["detail"]
+    assert report["ok"] is True and detail["reference"] == "hf" and detail["agreement"] == 1.0
+    assert detail["projection"]["tensors_read"] == 2
