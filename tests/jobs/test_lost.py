@@ -23,6 +23,7 @@ def test_a_session_killed_from_outside_reads_lost_and_the_record_says_so(agent: 
 
 def test_a_lost_job_does_not_block_a_new_launch(agent: Agent) -> None:
     job = agent.launch("extract", SLEEPER)
+    agent.wait_for_log(job, "up")
     agent.tmux(job["tmux_server"], "kill-session", "-t", f"={job['id']}")
     replacement = agent.launch("extract", SLEEPER)
     assert replacement["state"] == "running"
@@ -31,6 +32,7 @@ def test_a_lost_job_does_not_block_a_new_launch(agent: Agent) -> None:
 
 def test_a_session_whose_name_extends_the_jobs_does_not_keep_it_alive(agent: Agent) -> None:
     job = agent.launch("extract", SLEEPER)
+    agent.wait_for_log(job, "up")  # running for sure, so only the session's fate is under test
     server = job["tmux_server"]
     agent.tmux(server, "kill-session", "-t", f"={job['id']}")
     impostor = f"{job['id']}-2"
