@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from remote.errors import BadInput
 from remote.inventory import REPO_ROOT
 
 EXCLUDED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
@@ -22,7 +23,10 @@ EXCLUDED_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
 def runs_dir(root: Path = REPO_ROOT) -> Path:
     """Where run configs come from: the checkout's runs/, or SPECOPS_RUNS_DIR (configs kept elsewhere)."""
-    return Path(os.environ.get("SPECOPS_RUNS_DIR") or root / "runs")
+    chosen = os.environ.get("SPECOPS_RUNS_DIR")
+    if chosen and not Path(chosen).is_dir():
+        raise BadInput(f"SPECOPS_RUNS_DIR={chosen}: not a directory of run configs")
+    return Path(chosen) if chosen else root / "runs"
 
 
 def bundle_files(root: Path = REPO_ROOT) -> dict[str, Path]:

@@ -58,7 +58,7 @@ def status(c, host=None, json=False, all=False):
         if train_jobs:
             # the newest training's per-epoch table: one more round trip, only when there is one
             newest = max(train_jobs, key=lambda job: job.get("created") or "")
-            metrics = agent_call(conn, chosen, ["step", "metrics", "--run", newest["run"]])
+            metrics = agent_call(conn, chosen, ["step", "metrics", "--run", newest["run"], "--no-plot"])
             if metrics.ok:
                 document["metrics"] = metrics.document.get("epochs")
         trips = conn.round_trips

@@ -27,6 +27,15 @@ STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "json": "one JSON document on stdout (the step's result)"}
 
 
+def _count(value: Any, flag: str) -> int:
+    """A whole number >= 0 (0 GPUs means train on the CPU)."""
+    if str(value) == "0":
+        return 0
+    number = _positive(value, flag)
+    assert number is not None
+    return number
+
+
 def _positive(value: Any, flag: str) -> int | None:
     if value is None:
         return None
@@ -148,7 +157,7 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
     if _positive(epochs, "--epochs"):
         args += ["--epochs", str(epochs)]
     if gpus is not None:
-        args += ["--gpus", str(int(gpus))]
+        args += ["--gpus", str(_count(gpus, "--gpus"))]
     if fresh:
         args.append("--fresh")
     _host, result = run_step_job(host, run, "train", args, detach=detach, json=json, doctor=True,

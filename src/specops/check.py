@@ -45,22 +45,17 @@ def probe_env(python: str) -> dict[str, Any]:
 
 
 def gpus() -> dict[str, Any]:
-    if not shutil.which("nvidia-smi"):
+    """The GPUs nvidia-smi lists (the same reading `job list` reports), in check's shape."""
+    from specops.jobs.gpus import gpu_usage
+
+    usage = gpu_usage()
+    if usage["gpus"] is None:
         return {"available": False, "devices": [], "detail": "nvidia-smi not found"}
-    query = "index,name,memory.total,memory.used,utilization.gpu"
-    try:
-        proc = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return {"available": False, "devices": [], "detail": "nvidia-smi timed out after 20 s"}
-    if proc.returncode != 0:
-        return {"available": False, "devices": [], "detail": proc.stderr.strip()[-200:]}
-    devices = []
-    for line in proc.stdout.strip().splitlines():
-        index, name, total, used, util = (part.strip() for part in line.split(","))
-        devices.append({"index": int(index), "name": name, "memory_total_mib": int(total),
-                        "memory_used_mib": int(used), "utilization_pct": int(util)})
-    return {"available": bool(devices), "devices": devices}
+    devices = usage["gpus"]
+    report: dict[str, Any] = {"available": bool(devices), "devices": devices}
+    if "gpus_error" in usage:
+        report["detail"] = usage["gpus_error"]
+    return report
 
 
 def workdir_writable() -> tuple[bool, str]:

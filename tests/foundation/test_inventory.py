@@ -63,3 +63,18 @@ def test_local_paths_are_relative_to_the_inventory_file(tmp_path: Path) -> None:
     result = Cli(path, tmp_path / "logs")("hosts", "--json")
     assert result.exit_code == 0
     assert result.json()["hosts"][0]["workdir"] == str(tmp_path / "sub" / "wd")
+
+
+def test_a_runs_dir_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("default: a\nhosts:\n  a:\n" + GOOD_HOST.replace("python: /usr/bin/python3", "python: /bin/true"))
+    result = Cli(path, tmp_path / "logs")("check", SPECOPS_RUNS_DIR=str(tmp_path / "nowhere"))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"specops: SPECOPS_RUNS_DIR={tmp_path / 'nowhere'}: not a directory of run configs"
+
+
+def test_a_gpu_count_that_is_not_a_number_is_bad_input(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("default: a\nhosts:\n  a:\n" + GOOD_HOST)
+    result = Cli(path, tmp_path / "logs")("train", "--gpus", "many")
+    assert result.exit_code == 2 and "--gpus: expected a whole number, got 'many'" in result.stderr

@@ -7,12 +7,11 @@ the job log captures.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from specops.errors import BadInput
 from specops.paths import workdir
-from specops.pipeline.runs import open_run, positive_int
+from specops.pipeline.runs import open_run, positive_int, visible_gpus
 
 
 def _run(args: argparse.Namespace):
@@ -31,7 +30,7 @@ def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     run = _run(args)
-    backend = args.backend or run.backend(_gpu_count())
+    backend = args.backend or run.backend(visible_gpus())
     if backend == "vllm":
         from specops.pipeline.vllm_pipeline import extract_with_server
 
@@ -61,12 +60,9 @@ def tiny(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.config import Run
 
-    return 0, {"ok": True, **Run(args.run).describe(_gpu_count())}
+    return 0, {"ok": True, **Run(args.run).describe(visible_gpus())}
 
 
-def _gpu_count() -> int:
-    """NVIDIA device nodes; importing torch to ask would cost seconds on every `run show`."""
-    return sum(1 for node in Path("/dev").glob("nvidia[0-9]*") if node.name[6:].isdigit())
 
 
 def register(subparsers: Any) -> None:

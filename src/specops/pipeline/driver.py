@@ -68,11 +68,10 @@ def _hidden_state_bytes(folder: Path) -> int:
 
 def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
                  backend: str | None) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.commands import _gpu_count
-    from specops.pipeline.runs import open_run
+    from specops.pipeline.runs import open_run, visible_gpus
 
     run = open_run(run_name)
-    chosen_backend = backend or run.backend(_gpu_count())
+    chosen_backend = backend or run.backend(visible_gpus())
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": chosen_backend, "steps": results}
     started_all = time.perf_counter()
@@ -148,23 +147,9 @@ def _extract(run: Any, samples: int | None, backend: str) -> dict[str, Any]:
 
 
 def _validate(run: Any) -> dict[str, Any]:
-    import json
-
-    from specops.pipeline.config import config_hash
-    from specops.pipeline.manifest import Manifest
     from specops.pipeline.validate import validate
 
-    # Inside a pipeline, validation of unchanged hidden states that passed before is skipped like any
-    # other step; `step validate` (invoke validate) always checks again.
-    manifest = Manifest(run.paths.run_dir)
-    extract_record = manifest.record("extract") or {}
-    count = extract_record.get("counts", {}).get("samples")
-    inputs = {"extract": extract_record.get("inputs_hash"), "samples": count, "fidelity_samples": 4}
-    if manifest.is_current("validate", config_hash(inputs)) and run.paths.validate_report.is_file():
-        previous = json.loads(run.paths.validate_report.read_text())
-        if previous.get("ok"):
-            return {**previous, "status": "skipped: unchanged"}
-    report = validate(run, 4)
+    report = validate(run, 4, skip_unchanged=True)
     if not report["ok"]:
         raise CheckFailed("validation failed: " + "; ".join(
             f"{name}: {check.get('detail')}" for name, check in report["checks"].items() if not check["ok"]))

@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from specops import atomic
@@ -35,17 +36,12 @@ from specops.errors import BadInput, CheckFailed
 from specops.pipeline.config import Run, config_hash
 from specops.pipeline.fingerprint import model_digest
 from specops.pipeline.hidden_states import file_for, remove_temporaries, verify_header
+from specops.pipeline.runs import visible_gpus
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_REQUEST_TIMEOUT_S = 600
 # speculators' closing line: "Timing: 1.1s elapsed, 9.2 samples/s, avg vLLM request 350 ms, ..."
 _TIMING = re.compile(r"Timing: ([0-9.]+)s elapsed, ([0-9.]+) samples/s")
-
-
-def _host_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def extract_inputs(run: Run, prepare_hash: str, dtype: str) -> dict[str, Any]:
@@ -75,6 +71,54 @@ def _check_files(run: Run, lengths: list[int], count: int, n_layers: int, hidden
     return problems
 
 
+@dataclass
+class ExtractionPlan:
+    """What is on disk against what the run asks for: decided once, before any server is needed."""
+
+    manifest: Any
+    inputs: dict[str, Any]
+    inputs_hash: str
+    dtype: str
+    lengths: list[int]
+    count: int
+    layer_ids: list[int]
+    hidden: int
+    folder: Any
+    current: bool  # the recorded extract inputs are these
+    problems: dict[int, str]  # files of rows 0..count-1 that are missing or not whole (when current)
+
+    @property
+    def unchanged(self) -> bool:
+        return (self.current and not self.problems and self.manifest.is_current("extract", self.inputs_hash)
+                and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
+
+
+def plan_extraction(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
+    """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
+    import datasets
+
+    from specops.pipeline.extract_hf import hidden_size
+    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.prepare import prepare
+    from specops.pipeline.vllm_server import serve_dtype
+
+    prepared = prepare(run, None, strict=False)
+    dtype = serve_dtype(run, host_gpus)
+    lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
+    count = min(samples or run.config.samples or len(lengths), len(lengths))
+    inputs = extract_inputs(run, prepared["inputs_hash"], dtype)
+    inputs_hash = config_hash(inputs)
+    folder, hidden = run.paths.hidden_states, hidden_size(run)
+    manifest = Manifest(run.paths.run_dir)
+    current = manifest.inputs_hash("extract") == inputs_hash
+    problems: dict[int, str] = {}
+    if current:
+        remove_temporaries(folder)
+        problems = _check_files(run, lengths, count, len(inputs["layer_ids"]), hidden, dtype)
+    return ExtractionPlan(manifest, inputs, inputs_hash, dtype, lengths, count, inputs["layer_ids"], hidden,
+                          folder, current, problems)
+
+
 def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_gpus: int | None = None,
                          concurrency: int = DEFAULT_CONCURRENCY,
                          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> dict[str, Any]:
@@ -86,40 +130,21 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
                (vllm_server.wait_ready)
     samples    N; None: the run's `samples`, else every prepared row (capped at the rows prepared)
     host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
-               build_serve_command); default: counted with torch
+               build_serve_command); default: the host's NVIDIA device nodes
     concurrency, request_timeout_s  passed to speculators (--concurrency, --request-timeout)
 
     Returns the step report {"step": "extract", "status": "done" | "skipped: unchanged", "counts",
     "inputs_hash", "layer_ids", "dtype", "seconds", "samples_per_s", "tokens_per_s", "output",
     "backend": "vllm"}. Raises CheckFailed (exit 1) when speculators fails or a file is not whole.
     """
-    import datasets
-
-    from specops.pipeline.extract_hf import hidden_size
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.prepare import prepare
-    from specops.pipeline.vllm_server import serve_dtype
-
-    prepared = prepare(run, None, strict=False)
-    dtype = serve_dtype(run, _host_gpus() if host_gpus is None else host_gpus)
-    dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-    lengths = list(dataset["seq_len"])
-    count = min(samples or run.config.samples or len(lengths), len(lengths))
-    inputs = extract_inputs(run, prepared["inputs_hash"], dtype)
-    inputs_hash = config_hash(inputs)
-    layer_ids, hidden = inputs["layer_ids"], hidden_size(run)
-    folder = run.paths.hidden_states
-
-    manifest = Manifest(run.paths.run_dir)
-    current = manifest.inputs_hash("extract") == inputs_hash
-    problems: dict[int, str] = {}
-    if current:
-        remove_temporaries(folder)
-        problems = _check_files(run, lengths, count, len(layer_ids), hidden, dtype)
-        if not problems and manifest.is_current("extract", inputs_hash) \
-                and manifest.record("extract").get("counts", {}).get("samples", 0) >= count:
-            return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
-                    "inputs_hash": inputs_hash, "counts": manifest.record("extract")["counts"]}
+    plan = plan_extraction(run, samples, visible_gpus() if host_gpus is None else host_gpus)
+    if plan.unchanged:
+        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
+                "inputs_hash": plan.inputs_hash, "counts": plan.manifest.record("extract")["counts"]}
+    manifest, inputs, inputs_hash, current, problems = (plan.manifest, plan.inputs, plan.inputs_hash,
+                                                       plan.current, plan.problems)
+    dtype, lengths, count, layer_ids, hidden = plan.dtype, plan.lengths, plan.count, plan.layer_ids, plan.hidden
+    folder = plan.folder
 
     started = manifest.begin("extract", inputs_hash, inputs)  # other inputs: old files are removed
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,26 +9,18 @@ validation report and manifest. The metrics table is written first, so what is l
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
+from specops.pipeline.fingerprint import file_sha256
 
 TRAINING_STATE = ("optimizer_state_dict.pt", "scheduler_state_dict.pt")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _entry(path: Path, local_name: str) -> dict[str, Any]:
-    return {"path": str(path), "name": local_name, "size": path.stat().st_size, "sha256": _sha256(path)}
+    return {"path": str(path), "name": local_name, "size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
 def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:

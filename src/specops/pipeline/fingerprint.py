@@ -9,12 +9,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "tokenizer.model", "vocab.json", "merges.txt")
 
 
-def file_digest(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in blocks (checkpoints and hidden states can be large)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    return file_sha256(path)[:16]
 
 
 def tokenizer_digest(model_path: Path) -> str:

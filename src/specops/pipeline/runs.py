@@ -20,6 +20,14 @@ def open_run(name: str) -> Any:
     return run
 
 
+def visible_gpus() -> int:
+    """NVIDIA GPUs this host shows, from its device nodes: asking torch or nvidia-smi costs
+    seconds or a subprocess, and every step that picks a backend or a launcher asks."""
+    from pathlib import Path
+
+    return sum(1 for node in Path("/dev").glob("nvidia[0-9]*") if node.name[6:].isdigit())
+
+
 def positive_int(value: str) -> int:
     """argparse type: a whole number > 0; anything else is bad input."""
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline import metrics, plot, train, vocab
+from specops.pipeline.fingerprint import file_sha256
 
 
 def _run(name: str) -> Any:
@@ -48,7 +49,7 @@ def vocab_step(run: Any) -> dict[str, Any]:
         raise BadInput(f"{paths.token_freq}: token frequencies missing; run the prepare step first")
     manifest = _manifest(run)
     inputs = {"draft_vocab": size, "target_vocab": target_vocab,
-              "prepare": manifest.inputs_hash("prepare"), "token_freq": vocab.file_sha256(paths.token_freq)}
+              "prepare": manifest.inputs_hash("prepare"), "token_freq": file_sha256(paths.token_freq)}
     inputs_hash = _hash(inputs)
     outputs = vocab.outputs_in(paths.vocab, size)
     if manifest.is_current("vocab", inputs_hash) and outputs.d2t.is_file() and outputs.t2d.is_file():
@@ -67,9 +68,9 @@ def vocab_step(run: Any) -> dict[str, Any]:
 
 
 def gpu_count() -> int:
-    from specops.jobs.gpus import gpu_usage
+    from specops.pipeline.runs import visible_gpus
 
-    return len(gpu_usage().get("gpus") or [])
+    return visible_gpus()
 
 
 def train_plan(run: Any, epochs: int | None = None) -> train.TrainPlan:
@@ -144,10 +145,15 @@ def train_step(run: Any, fresh: bool, epochs: int | None, gpus: int | None, dry_
     return 0, document
 
 
-def metrics_report(run: Any) -> dict[str, Any]:
+def metrics_report(run: Any, draw_plot: bool = True) -> dict[str, Any]:
+    """The per-epoch table; with draw_plot also (re)draws loss.png (matplotlib: not for `status`)."""
     checkpoints: Path = run.paths.checkpoints
     log = metrics.read_log(checkpoints / train.LOG_FILE)
-    png = plot.plot_loss(metrics.loss_per_step(log), checkpoints / plot.PLOT_FILE, title=run.paths.name)
+    png = None
+    if draw_plot:
+        png = plot.plot_loss(metrics.loss_per_step(log), checkpoints / plot.PLOT_FILE, title=run.paths.name)
+    elif (checkpoints / plot.PLOT_FILE).is_file():
+        png = checkpoints / plot.PLOT_FILE
     state = train.checkpoint_state(checkpoints)
     return {"step": "metrics", "run": run.paths.name, "log": str(checkpoints / train.LOG_FILE),
             "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
@@ -165,7 +171,7 @@ def _train(args: argparse.Namespace) -> tuple[int, dict]:
 
 
 def _metrics(args: argparse.Namespace) -> tuple[int, dict]:
-    return 0, metrics_report(_run(args.run))
+    return 0, metrics_report(_run(args.run), draw_plot=not args.no_plot)
 
 
 def _step_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
@@ -196,4 +202,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
     parser.add_argument("--run", required=True)
+    parser.add_argument("--no-plot", action="store_true", help="only the table (quick, for `invoke status`)")
     parser.set_defaults(handler=_metrics)

@@ -13,6 +13,7 @@ Checks, each reported as {"ok": bool, "detail": ...}:
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -153,7 +154,9 @@ def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], refe
 
 
 def validate(run: Run, fidelity_samples: int, reference: str = "auto",
-             endpoint: str | None = None) -> dict[str, Any]:
+             endpoint: str | None = None, skip_unchanged: bool = False) -> dict[str, Any]:
+    """Check the run's hidden-state files. With skip_unchanged (a pipeline's re-run), files that
+    passed before with the same inputs are not checked again; `step validate` always checks."""
     import datasets
 
     from specops.pipeline.config import config_hash
@@ -165,6 +168,11 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     if not extract_record or extract_record.get("status") != "done":
         raise BadInput(f"{run.label}: nothing extracted yet for run {run.paths.name}: run `step extract` first")
     count = int(extract_record["counts"]["samples"])
+    inputs = {"extract": extract_record["inputs_hash"], "samples": count, "fidelity_samples": fidelity_samples}
+    if skip_unchanged and manifest.is_current("validate", config_hash(inputs)) and run.paths.validate_report.is_file():
+        previous = json.loads(run.paths.validate_report.read_text())
+        if previous.get("ok"):
+            return {**previous, "status": "skipped: unchanged"}
     layer_ids = extract_record["inputs"]["layer_ids"]
     dtype = extract_record["inputs"]["dtype"]
     dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
@@ -178,7 +186,6 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices}, reference, endpoint)
     ok = all(check["ok"] for check in checks.values())
 
-    inputs = {"extract": extract_record["inputs_hash"], "samples": count, "fidelity_samples": fidelity_samples}
     started = manifest.begin("validate", config_hash(inputs), inputs)
     manifest.finish("validate", started, {"files": count, "fidelity_rows": len(indices)},
                     status="done" if ok else "failed")

@@ -35,6 +35,7 @@ from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.config import Run
+from specops.pipeline.runs import visible_gpus
 
 SERVER_JOB = "vllm-server"
 SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
@@ -60,10 +61,6 @@ def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-def host_gpu_count() -> int:
-    from specops.pipeline.commands import _gpu_count
-
-    return _gpu_count()
 
 
 def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, version: str | None) -> dict[str, Any]:
@@ -86,27 +83,10 @@ def signature_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any
 
 
 def _nothing_to_do(run: Run, samples: int | None, host_gpus: int) -> bool:
-    """The same skip decision as extract_vllm.run_generate_offline, taken before any server is needed."""
-    import datasets
+    """run_generate_offline's own skip decision, taken before any server is needed."""
+    from specops.pipeline.extract_vllm import plan_extraction
 
-    from specops.pipeline.config import config_hash
-    from specops.pipeline.extract_hf import hidden_size
-    from specops.pipeline.extract_vllm import _check_files, extract_inputs
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.prepare import prepare
-    from specops.pipeline.vllm_server import serve_dtype
-
-    prepared = prepare(run, None, strict=False)
-    dtype = serve_dtype(run, host_gpus)
-    lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
-    count = min(samples or run.config.samples or len(lengths), len(lengths))
-    inputs_hash = config_hash(extract_inputs(run, prepared["inputs_hash"], dtype))
-    manifest = Manifest(run.paths.run_dir)
-    if not manifest.is_current("extract", inputs_hash):
-        return False
-    if manifest.record("extract").get("counts", {}).get("samples", 0) < count:
-        return False
-    return not _check_files(run, lengths, count, len(run.layer_ids()), hidden_size(run), dtype)
+    return plan_extraction(run, samples, host_gpus).unchanged
 
 
 def _settled(job_id: str, server: TmuxServer) -> Record:
@@ -210,7 +190,7 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     from specops.pipeline.vllm_server import build_serve_command, serve_env_version, wait_ready
 
     started = time.monotonic()
-    gpus = host_gpu_count()
+    gpus = visible_gpus()
     if _nothing_to_do(run, samples, gpus):
         from specops.pipeline.manifest import Manifest
 

@@ -115,10 +115,6 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _inputs_digest(token_freq: Path, draft_vocab: int, target_vocab: int) -> str:
     digest = hashlib.sha256(token_freq.read_bytes())
     digest.update(f"draft={draft_vocab};target={target_vocab};v1".encode())
