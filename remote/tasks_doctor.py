@@ -49,21 +49,23 @@ def preflight(conn: Connection, host: Host, run: str, skip: bool) -> dict[str, A
     return {"skipped": False, "ok": True, "timing_s": document.get("timing_s")}
 
 
-@task(help={"host": "inventory host", "run": "run config (default: the host's run)",
+@task(help={"host": "inventory host", "run": "also check this run's flags, model config and resources",
             "json": "one JSON document on stdout"})
 @reports_errors
 def doctor(c, host=None, run=None, json=False):
-    """Catch API drift and missing capabilities in seconds, before any model load."""
+    """Catch API drift and missing capabilities in seconds, before any model load.
+
+    Without --run it judges the installed stack alone; launches always check their run."""
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
-        code, document = doctor_call(conn, chosen, run or chosen.run)
+        code, document = doctor_call(conn, chosen, run)
         trips = conn.round_trips
     document = {**document, "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
     if json:
         emit_json(document)
     elif "findings" in document:
-        render_findings(document, f"doctor — {chosen.name} — run {run or chosen.run}")
+        render_findings(document, f"doctor — {chosen.name} — {f'run {run}' if run else 'installed stack'}")
         counts: dict[str, int] = {}
         for finding in document["findings"]:
             counts[finding["result"]] = counts.get(finding["result"], 0) + 1

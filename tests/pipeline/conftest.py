@@ -1,47 +1,20 @@
 """Fixtures of the pipeline tests: the embedded tiny model made once, workdirs that copy it.
 
-The agent runs as a subprocess (`python -m specops ...`), with the workdir in SPECOPS_WORKDIR and
+The agent runs as a subprocess (tests/support/agent.py), with the workdir in SPECOPS_WORKDIR and
 torch on one thread, so CPU results are reproducible to the byte.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src"
+from tests.support.agent import REPO
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the in-process parts too
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-
-def agent_env(workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PYTHONPATH=str(SRC), SPECOPS_WORKDIR=str(workdir), OMP_NUM_THREADS="1",
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    return env
-
-
-def agent(workdir: Path, *args: str, timeout: float = 120) -> tuple[int, dict, str]:
-    """Run `python -m specops ARGS` on the workdir: (exit code, the JSON document, stderr)."""
-    done = subprocess.run([sys.executable, "-m", "specops", *args], cwd=workdir, env=agent_env(workdir),
-                          capture_output=True, text=True, timeout=timeout)
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, f"expected one JSON line on stdout, got {done.stdout!r}\n{done.stderr}"
-    return done.returncode, json.loads(lines[0]), done.stderr
-
-
-def agent_popen(workdir: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specops", *args], cwd=workdir, env=agent_env(workdir),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 @pytest.fixture(scope="session")

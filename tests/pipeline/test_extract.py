@@ -11,8 +11,10 @@ from pathlib import Path
 import torch
 
 from specops.pipeline.hidden_states import file_for, verify_header
+from tests.support.agent import run_agent as agent
+from tests.support.agent import start_agent as agent_popen
 
-from .conftest import agent, agent_popen, copy_workdir, in_workdir
+from .conftest import copy_workdir, in_workdir
 
 
 def hidden_state_files(root: Path) -> dict[str, bytes]:

@@ -10,8 +10,9 @@ import torch
 
 from specops.pipeline import tiny
 from specops.pipeline.prepare import tokenise_with_mask
+from tests.support.agent import run_agent as agent
 
-from .conftest import agent, copy_workdir, in_workdir
+from .conftest import copy_workdir, in_workdir
 
 
 @pytest.fixture(scope="module")

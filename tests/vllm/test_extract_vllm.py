@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, agent, free_port, needs_vllm, serve_argv
+from tests.support.agent import run_agent as agent
+from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, free_port, needs_vllm, serve_argv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 

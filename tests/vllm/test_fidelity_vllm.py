@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.vllm.conftest import VLLM_PYTHON, agent, needs_vllm
+from tests.support.agent import run_agent as agent
+from tests.vllm.conftest import VLLM_PYTHON, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 

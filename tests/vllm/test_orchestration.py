@@ -20,7 +20,7 @@ import pytest
 from remote.agent import forget_current
 from remote.inventory import load_inventory
 from tests.conftest import ssh_host
-from tests.jobs.agent import Agent
+from tests.support.agent import Agent
 from tests.support.cli import Cli, CliResult, write_inventory
 from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm
 

@@ -19,8 +19,8 @@ from specops import paths
 from specops.errors import BadInput
 from specops.jobs import gpus, liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
+from specops.protocol import ACTIVE_STATES, JobRecord
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
@@ -81,7 +81,7 @@ def launch_handler(args: argparse.Namespace) -> Result:
     return 0, {"ok": True, "job": liveness.describe(record, _server())}
 
 
-def _shown(every: list[Record], include_all: bool) -> list[Record]:
+def _shown(every: list[JobRecord], include_all: bool) -> list[JobRecord]:
     """Everything with --all; otherwise the active jobs and the newest job of each name and run."""
     if include_all:
         return every
@@ -134,7 +134,7 @@ def tail_handler(args: argparse.Namespace) -> Result:
     offset = _start_offset(log, args.offset, args.lines)
     last_check = time.monotonic()
 
-    def current_state() -> Record:
+    def current_state() -> JobRecord:
         nonlocal last_check
         current = records.load(record["id"])
         if time.monotonic() - last_check >= _STATE_RECHECK_S:

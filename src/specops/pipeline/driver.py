@@ -25,11 +25,10 @@ def say(message: str) -> None:
 
 
 def _doctor(run_name: str) -> dict[str, Any]:
-    from specops.doctor._run import parse_run
-    from specops.doctor.checks import run_doctor
-    from specops.doctor.from_run import run_settings_json
+    from specops.doctor import diagnose
+    from specops.pipeline.preflight import run_settings
 
-    document = run_doctor(parse_run(run_settings_json(run_name), "--run"))
+    document = diagnose(run=run_settings(run_name))
     errors = [finding for finding in document["findings"] if finding["result"] == "error"]
     for finding in errors:
         say(f"doctor error: {finding['check']}: {finding['where']}: {finding['why']} (fix: {finding['fix']})")
@@ -40,21 +39,16 @@ def _doctor(run_name: str) -> dict[str, Any]:
 
 def _patches() -> dict[str, Any]:
     """Apply and verify the patch sets that fit this host (e.g. the CPU training shims on CPU hosts)."""
-    from specops.patching.commands import handle
+    from specops.patching import apply_sets, verify_sets
 
-    def call(action: str) -> tuple[int, dict[str, Any]]:
-        args = argparse.Namespace(action=action, sets=None, dry_run=False, deep=False, patches_dir=None,
-                                  module=None, edited=None, patch_id=None, reason=None)
-        return handle(args)
-
-    code, applied = call("apply")
+    applied = apply_sets()
     for entry in applied["sets"]:
         if entry.get("applicable"):
             say(f"patch set {entry['name']}: {entry.get('result')} — {entry.get('detail')}")
-    if code != 0:
+    if not applied["ok"]:
         raise CheckFailed("applying patch sets failed: " + "; ".join(
             entry.get("detail", "") for entry in applied["sets"] if not entry.get("ok")))
-    code, verified = call("verify")
+    verified = verify_sets()
     failing = [check for check in verified.get("checks", []) if not check["ok"]]
     if failing:
         raise CheckFailed("patch verify failed: " + "; ".join(f"{c.get('check')}: {c.get('detail')}" for c in failing))

@@ -31,11 +31,12 @@ from typing import Any
 
 from specops.errors import BadInput, CheckFailed
 from specops.jobs import launching, liveness, processes, records, stopping
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.config import Run
 from specops.pipeline.runs import visible_gpus
+from specops.protocol import ACTIVE_STATES
+from specops.protocol import JobRecord as Record
 
 SERVER_JOB = "vllm-server"
 SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"

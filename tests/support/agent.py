@@ -1,5 +1,10 @@
-"""Drive the host agent's `job` commands as the control side does: `python -m specops job ...` in a
-subprocess, with SPECOPS_WORKDIR pointing at a private workdir (and so a private tmux server)."""
+"""Run the host agent as the control side does: `python -m specops ...` in a subprocess, on a workdir.
+
+The one helper every test directory uses. The agent gets a private workdir (SPECOPS_WORKDIR, hence
+a private tmux server), this checkout's src/ behind any site folders a test puts first (a
+"host" with other packages installed), one torch thread and no hub. `Agent` adds the `job`
+commands and leaves nothing running behind it.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,59 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+from specops.protocol import TERMINAL_STATES
+from tests.support.repo import REPO, SRC
+
+__all__ = ["REPO", "SRC", "Agent", "agent_env", "group_alive", "python_job", "run_agent", "start_agent", "wait_until"]
+
 PYTHON = sys.executable  # the checkout's .venv, as on a test host
-ENDED = ("succeeded", "failed", "stopped", "lost")
+QUIET = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
 
 T = TypeVar("T")
+
+
+def agent_env(workdir: Path, *, sites: Sequence[Path | str] = (), extra: Mapping[str, str] | None = None,
+              isolated: bool = False) -> dict[str, str]:
+    """This process's environment for an agent on `workdir`, with PYTHONPATH = sites, then src/.
+    `isolated` drops SPECOPS_* and TMUX* variables first, as a fresh login on a host would."""
+    env = {key: value for key, value in os.environ.items()
+           if not (isolated and key.startswith(("SPECOPS_", "TMUX")))}
+    env.update(QUIET, SPECOPS_WORKDIR=str(workdir), PYTHONPATH=os.pathsep.join([*map(str, sites), str(SRC)]))
+    env.update(extra or {})
+    return env
+
+
+def agent_argv(*args: str, python: Path | str = PYTHON) -> list[str]:
+    return [str(python), "-m", "specops", *args]
+
+
+def one_document(stdout: str, stderr: str = "") -> dict[str, Any]:
+    """The agent's one JSON document; anything else on stdout fails the test."""
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1, f"expected one JSON line on stdout, got {stdout!r}\n{stderr[-3000:]}"
+    return json.loads(lines[0])
+
+
+def run_agent(workdir: Path, *args: str, sites: Sequence[Path | str] = (), env: Mapping[str, str] | None = None,
+              python: Path | str = PYTHON, timeout: float = 300, isolated: bool = False) -> tuple[int, dict, str]:
+    """Run `python -m specops ARGS` on the workdir: (exit code, the JSON document, stderr)."""
+    done = subprocess.run(agent_argv(*args, python=python), cwd=workdir, capture_output=True, text=True,
+                          env=agent_env(workdir, sites=sites, extra=env, isolated=isolated), timeout=timeout)
+    return done.returncode, one_document(done.stdout, done.stderr), done.stderr
+
+
+def start_agent(workdir: Path, *args: str, sites: Sequence[Path | str] = (), env: Mapping[str, str] | None = None,
+                python: Path | str = PYTHON, isolated: bool = False, **popen: Any) -> subprocess.Popen:
+    """The agent as a running process (stdout and stderr piped unless given)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen(agent_argv(*args, python=python), cwd=workdir,
+                            env=agent_env(workdir, sites=sites, extra=env, isolated=isolated), **popen)
 
 
 def wait_until(probe: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
@@ -48,23 +96,22 @@ def python_job(source: str, *args: str) -> list[str]:
 
 @dataclass
 class Agent:
+    """The agent's `job` commands on one workdir, in an isolated environment."""
+
     workdir: Path
+    sites: Sequence[Path | str] = field(default_factory=tuple)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("SPECOPS_", "TMUX"))}
-        env.update(SPECOPS_WORKDIR=str(self.workdir), PYTHONPATH=str(SRC), **(extra or {}))
-        return env
+        return agent_env(self.workdir, sites=self.sites, extra=extra, isolated=True)
 
     def argv(self, *args: str) -> list[str]:
-        return [PYTHON, "-m", "specops", "job", *args]
+        return agent_argv("job", *args)
 
     def call(self, *args: str, agent_env: dict[str, str] | None = None, timeout_s: float = 60) -> tuple[int, dict]:
         """Run one command; its exit code and its one JSON document."""
-        proc = subprocess.run(self.argv(*args), cwd=self.workdir, env=self.env(agent_env), capture_output=True,
-                              text=True, timeout=timeout_s)
-        lines = proc.stdout.splitlines()
-        assert len(lines) == 1, f"expected one JSON line, got {proc.stdout!r} (stderr {proc.stderr!r})"
-        return proc.returncode, json.loads(lines[0])
+        code, document, _ = run_agent(self.workdir, "job", *args, sites=self.sites, env=agent_env, isolated=True,
+                                      timeout=timeout_s)
+        return code, document
 
     def ok(self, *args: str, **kwargs: Any) -> dict:
         code, document = self.call(*args, **kwargs)
@@ -77,8 +124,7 @@ class Agent:
         return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(*args), cwd=self.workdir, env=self.env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return start_agent(self.workdir, "job", *args, sites=self.sites, isolated=True, text=True)
 
     def launch(self, name: str, command: list[str], *options: str, agent_env: dict[str, str] | None = None) -> dict:
         return self.ok("launch", "--name", name, *options, "--", *command, agent_env=agent_env)["job"]
@@ -86,9 +132,10 @@ class Agent:
     def show(self, reference: str) -> dict:
         return self.ok("show", reference)["job"]
 
-    def wait_for_state(self, reference: str, states: tuple[str, ...] = ENDED, timeout_s: float = 30) -> dict:
+    def wait_for_state(self, reference: str, states: Sequence[str] = tuple(TERMINAL_STATES),
+                       timeout_s: float = 30) -> dict:
         return wait_until(lambda: (job := self.show(reference))["state"] in states and job,
-                          timeout_s, f"job {reference} to reach {states}")
+                          timeout_s, f"job {reference} to reach {sorted(states)}")
 
     def wait_for_log(self, job: dict, text: str, timeout_s: float = 30) -> str:
         # Bytes decoded as they are: read_text() would turn a '\r' into '\n'.
