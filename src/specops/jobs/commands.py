@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import paths
+from specops import gpus, paths
 from specops.errors import BadInput
-from specops.jobs import gpus, liveness, logtail, records, stopping, wrapper
+from specops.jobs import liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
 from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
@@ -93,7 +93,7 @@ def _shown(every: list[Record], include_all: bool) -> list[Record]:
 def list_handler(args: argparse.Namespace) -> Result:
     server = _server()
     jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
-    return 0, {"ok": True, "jobs": jobs, **gpus.gpu_usage()}
+    return 0, {"ok": True, "jobs": jobs, **gpus.usage()}
 
 
 def show_handler(args: argparse.Namespace) -> Result:
