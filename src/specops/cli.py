@@ -25,12 +25,12 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "patch": ("specops.patching.commands",),
     "doctor": ("specops.doctor.commands",),
     "job": ("specops.jobs.commands",),
-    "step": ("specops.pipeline.commands", "specops.pipeline.train_commands"),
-    "tiny": ("specops.pipeline.commands",),
-    "run": ("specops.pipeline.commands",),
-    "pipeline": ("specops.pipeline.driver",),
-    "fetch-list": ("specops.pipeline.fetch",),
-    "vllm": ("specops.pipeline.vllm_commands",),
+    "step": ("specops.pipeline.commands.steps",),
+    "tiny": ("specops.pipeline.commands.runs",),
+    "run": ("specops.pipeline.commands.runs",),
+    "pipeline": ("specops.pipeline.commands.pipeline",),
+    "fetch-list": ("specops.pipeline.commands.fetch",),
+    "vllm": ("specops.pipeline.commands.vllm",),
 }
 
 

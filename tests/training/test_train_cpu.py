@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops.pipeline.metrics import parse_log
+from specops.pipeline.training.metrics import parse_log
 from tests.training.tiny_inputs import AUX_LAYER_IDS, LAYERS, build_data
 
 REPO = Path(__file__).resolve().parents[2]
