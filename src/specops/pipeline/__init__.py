@@ -25,16 +25,10 @@ if TYPE_CHECKING:
 
 
 def open_run(name: str) -> Run:
-    """The named run, with the embedded tiny target generated first when the run uses it (a second
-    or so, deterministic, and exactly what the run's first step would make)."""
-    from specops.paths import workdir
-    from specops.pipeline.data import generate_tiny
-    from specops.pipeline.run import Run
+    """The named run, its embedded tiny target (if it uses one) generated first."""
+    from specops.pipeline.data import open_run as open_with_data
 
-    run = Run(name)
-    if run.config.embedded == "tiny":
-        generate_tiny(workdir())
-    return run
+    return open_with_data(name)
 
 
 def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,

@@ -68,7 +68,8 @@ def _hidden_state_bytes(folder: Path) -> int:
 
 def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
                  backend: str | None) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline import extraction, open_run
+    from specops.pipeline import extraction
+    from specops.pipeline.data import open_run
 
     run = open_run(run_name)
     chosen_backend = extraction.backend_for(run, backend)

@@ -65,11 +65,11 @@ def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.extraction.vllm import check_endpoint, run_generate_offline
+    from specops.pipeline.extraction import check_endpoint, extract_through
 
     run = open_run(args.run)
     endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
-    report = run_generate_offline(run, endpoint, args.samples, host_gpus=args.gpus)
+    report = extract_through(run, endpoint, args.samples, host_gpus=args.gpus)
     document = {"ok": True, "run": args.run, **report}
     if args.validate:
         from specops.pipeline.validation import validate

@@ -78,6 +78,20 @@ def backend_for(run: Run, asked: str | None = None) -> Backend:
     raise BadInput(f"--backend: {name!r} is not one of {', '.join(BACKENDS)}")
 
 
+def check_endpoint(endpoint: str) -> str:
+    """An extraction server's OpenAI base URL, without its trailing slash."""
+    if not endpoint.startswith(("http://", "https://")):
+        raise BadInput(f"--endpoint: {endpoint!r} is not an http(s) URL")
+    return endpoint.rstrip("/")
+
+
+def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None) -> dict[str, Any]:
+    """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else)."""
+    from specops.pipeline.extraction.vllm import run_generate_offline
+
+    return run_generate_offline(run, endpoint, samples, host_gpus=host_gpus)
+
+
 def extract(run: Run, samples: int | None, backend: str | None = None,
             options: Options = Options()) -> dict[str, Any]:
     """Step 2 with the chosen backend; the report names the backend."""

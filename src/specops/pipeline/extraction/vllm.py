@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from specops import atomic, gpus
-from specops.errors import BadInput, CheckFailed
+from specops.errors import CheckFailed
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
@@ -144,12 +144,6 @@ def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
                 timing = {"requests_seconds": float(found.group(1)), "samples_per_s": float(found.group(2))}
         sys.stderr.flush()
     return process.returncode, timing
-
-
-def check_endpoint(endpoint: str) -> str:
-    if not endpoint.startswith(("http://", "https://")):
-        raise BadInput(f"--endpoint: {endpoint!r} is not an http(s) URL")
-    return endpoint.rstrip("/")
 
 
 def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
