@@ -1,6 +1,9 @@
-"""argparse types of the agent's numeric flags: anything else is bad input (one line, exit 2)."""
+"""The agent's flag values: numbers and JSON objects; anything else is bad input (one line, exit 2)."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from specops.errors import BadInput
 
@@ -30,3 +33,16 @@ def positive_seconds(value: str) -> float:
     if number <= 0:
         raise BadInput(f"expected seconds > 0, got {value}")
     return number
+
+
+def json_object(source: str, text: str | None) -> dict[str, Any] | None:
+    """A JSON object given on the command line (None when not given); `source` names the flag."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"{source}: expected a JSON object, got {type(value).__name__}")
+    return value

@@ -17,6 +17,7 @@ from typing import Any
 
 from specops import gpus, paths
 from specops.errors import BadInput
+from specops.flags import json_object
 from specops.jobs import liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
 from specops.jobs.records import ACTIVE_STATES, Record
@@ -43,15 +44,7 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"job launch {flag}: not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadInput(f"job launch {flag}: expected a JSON object, got {type(value).__name__}")
-    return value
+    return json_object(f"job launch {flag}", text)
 
 
 def _command(remainder: list[str]) -> list[str]:
