@@ -55,33 +55,33 @@ def _job() -> tuple[Register, ...]:
 
 
 def _pipeline_steps() -> tuple[Register, ...]:
-    from specops.pipeline import commands, train_commands
+    from specops.pipeline.commands import steps
 
-    return commands.register, train_commands.register
+    return (steps.register,)
 
 
 def _pipeline_commands() -> tuple[Register, ...]:
-    from specops.pipeline import commands
+    from specops.pipeline.commands import runs
 
-    return (commands.register,)
+    return (runs.register,)
 
 
 def _pipeline_driver() -> tuple[Register, ...]:
-    from specops.pipeline import driver
+    from specops.pipeline.commands import pipeline
 
-    return (driver.register,)
+    return (pipeline.register,)
 
 
 def _fetch_list() -> tuple[Register, ...]:
-    from specops.pipeline import fetch
+    from specops.pipeline.commands import fetch
 
     return (fetch.register,)
 
 
 def _vllm() -> tuple[Register, ...]:
-    from specops.pipeline import vllm_commands
+    from specops.pipeline.commands import vllm
 
-    return (vllm_commands.register,)
+    return (vllm.register,)
 
 
 COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {

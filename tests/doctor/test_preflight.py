@@ -20,8 +20,8 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_preflight_reads_the_run_and_its_launch_commands(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECOPS_WORKDIR", str(workdir))
+    from specops.pipeline import open_run
     from specops.pipeline.preflight import run_settings
-    from specops.pipeline.runs import open_run
 
     settings = run_settings("tiny")
     run = open_run("tiny")

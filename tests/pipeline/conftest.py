@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # the in-process parts too
 @pytest.fixture(scope="session")
 def tiny_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workdir holding runs/ (a copy of the repo's) and the generated tiny model and data."""
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("tiny-workdir")
     shutil.copytree(REPO / "runs", root / "runs")
@@ -36,7 +36,7 @@ def copy_workdir(source: Path, target: Path) -> Path:
 def in_workdir(workdir: Path):
     """Point the agent's code at workdir for in-process calls (the agent reads SPECOPS_WORKDIR)."""
     os.environ["SPECOPS_WORKDIR"] = str(workdir)
-    from specops.pipeline.config import Run
+    from specops.pipeline.run import Run
 
     return Run("tiny", workdir)
 
@@ -46,7 +46,7 @@ def prepared(tiny_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """A workdir where the tiny run is prepared and nothing is extracted."""
     import torch
 
-    from specops.pipeline.prepare import prepare
+    from specops.pipeline.data import prepare
 
     torch.set_num_threads(1)
     root = copy_workdir(tiny_workdir, tmp_path_factory.mktemp("prepared") / "w")
@@ -57,7 +57,7 @@ def prepared(tiny_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 @pytest.fixture(scope="session")
 def extracted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workdir where rows 0..39 were extracted uninterrupted, in process."""
-    from specops.pipeline.extract_hf import extract
+    from specops.pipeline.extraction.hf import extract
 
     root = copy_workdir(prepared, tmp_path_factory.mktemp("extracted") / "w")
     extract(in_workdir(root), 40)

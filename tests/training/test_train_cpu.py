@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops.pipeline.metrics import parse_log
+from specops.pipeline.training.metrics import parse_log
 from tests.support.agent import REPO, run_agent, start_agent
 from tests.training.tiny_inputs import AUX_LAYER_IDS, LAYERS, build_data
 

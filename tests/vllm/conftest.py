@@ -61,7 +61,7 @@ def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
 @pytest.fixture(scope="module")
 def vllm_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workdir with the tiny model and data, run `tiny` on the vllm backend, `tinyhf` on hf."""
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("vllm-workdir")
     shutil.copytree(REPO / "runs", root / "runs")
@@ -88,8 +88,8 @@ class Server:
 
 def serve_argv(workdir: Path) -> tuple[list[str], dict[str, str], int]:
     os.environ["SPECOPS_WORKDIR"] = str(workdir)
-    from specops.pipeline.config import Run
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.run import Run
+    from specops.pipeline.vllm import build_serve_command
 
     run = Run("tiny", workdir)
     port = run.config.vllm.port
@@ -100,7 +100,7 @@ def serve_argv(workdir: Path) -> tuple[list[str], dict[str, str], int]:
 
 @pytest.fixture(scope="module")
 def vllm_server(patched_vllm: dict, vllm_workdir: Path) -> Iterator[Server]:
-    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+    from specops.pipeline.vllm import start_server, stop_server, wait_ready
 
     argv, env, port = serve_argv(vllm_workdir)
     log = vllm_workdir / "logs" / "vllm-server.log"

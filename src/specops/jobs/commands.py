@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import paths
+from specops import gpus, paths
 from specops.errors import BadInput
-from specops.jobs import gpus, liveness, logtail, records, stopping, wrapper
+from specops.flags import json_object
+from specops.jobs import liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
 from specops.jobs.tmux import TmuxServer
 from specops.protocol import ACTIVE_STATES, JobRecord
@@ -43,15 +44,7 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"job launch {flag}: not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadInput(f"job launch {flag}: expected a JSON object, got {type(value).__name__}")
-    return value
+    return json_object(f"job launch {flag}", text)
 
 
 def _command(remainder: list[str]) -> list[str]:
@@ -93,7 +86,7 @@ def _shown(every: list[JobRecord], include_all: bool) -> list[JobRecord]:
 def list_handler(args: argparse.Namespace) -> Result:
     server = _server()
     jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
-    return 0, {"ok": True, "jobs": jobs, **gpus.gpu_usage()}
+    return 0, {"ok": True, "jobs": jobs, **gpus.usage()}
 
 
 def show_handler(args: argparse.Namespace) -> Result:

@@ -9,14 +9,15 @@ from specops.doctor import RunSettings
 from specops.errors import BadInput
 
 if TYPE_CHECKING:
-    from specops.pipeline.config import Run
+    from specops.pipeline.run import Run
 
 
 def run_settings(name: str) -> RunSettings:
     """runs/NAME.yaml on this host; an embedded target is generated first (its first step would)."""
-    from specops.pipeline.runs import open_run, visible_gpus
+    from specops import gpus
+    from specops.pipeline import open_run
 
-    return settings_for(open_run(name), visible_gpus())
+    return settings_for(open_run(name), gpus.device_count())
 
 
 def settings_for(run: Run, gpus: int) -> RunSettings:
@@ -42,8 +43,7 @@ def _options(argv: list[str]) -> list[str]:
 
 
 def _train_flags(run: Run, gpus: int) -> list[str]:
-    from specops.pipeline.train import build_train_command
-    from specops.pipeline.train_commands import train_plan
+    from specops.pipeline.training import build_train_command, train_plan
 
     try:
         return _options(build_train_command(train_plan(run), gpus))
@@ -52,7 +52,7 @@ def _train_flags(run: Run, gpus: int) -> list[str]:
 
 
 def _serve_flags(run: Run, gpus: int) -> list[str]:
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.vllm import build_serve_command
 
     try:
         argv, _env = build_serve_command(run, gpus, run.config.vllm.port, run.paths.workdir)

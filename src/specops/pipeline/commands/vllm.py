@@ -15,46 +15,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+from specops import gpus
 from specops.errors import BadInput
+from specops.flags import non_negative_int, positive_int, positive_seconds
 from specops.paths import workdir
-from specops.pipeline.runs import open_run, positive_int
-
-_run = open_run
-_positive = positive_int
-
-
-def _non_negative(value: str) -> int:
-    if value == "0":
-        return 0
-    return _positive(value)
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadInput(f"expected seconds, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"expected seconds > 0, got {value}")
-    return number
+from specops.pipeline import open_run
 
 
 def _gpus(args: argparse.Namespace) -> int:
-    if args.gpus is not None:
-        return args.gpus
-    import shutil
-    import subprocess
-
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    return sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
+    return args.gpus if args.gpus is not None else gpus.smi_count()
 
 
 def _command(args: argparse.Namespace) -> tuple[Any, list[str], dict[str, str]]:
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.vllm import build_serve_command
 
-    run = _run(args.run)
+    run = open_run(args.run)
     port = args.port or run.config.vllm.port
     if args.serve_python is not None and not Path(args.serve_python).is_file():
         raise BadInput(f"--serve-python: {args.serve_python} is not a file")
@@ -63,7 +38,7 @@ def _command(args: argparse.Namespace) -> tuple[Any, list[str], dict[str, str]]:
 
 
 def vllm_command(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.vllm_server import staging_dir
+    from specops.pipeline.vllm import staging_dir
 
     run, argv, env = _command(args)
     return 0, {"ok": True, "run": args.run, "argv": argv, "env": env, "staging": str(staging_dir(run)),
@@ -76,9 +51,9 @@ def vllm_serve(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.vllm_server import wait_ready
+    from specops.pipeline.vllm import wait_ready
 
-    run = _run(args.run)
+    run = open_run(args.run)
     port = args.port or run.config.vllm.port
     log = Path(args.log) if args.log else None
     if args.job:
@@ -90,14 +65,14 @@ def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.extract_vllm import check_endpoint, run_generate_offline
+    from specops.pipeline.extraction import check_endpoint, extract_through
 
-    run = _run(args.run)
+    run = open_run(args.run)
     endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
-    report = run_generate_offline(run, endpoint, args.samples, host_gpus=args.gpus)
+    report = extract_through(run, endpoint, args.samples, host_gpus=args.gpus)
     document = {"ok": True, "run": args.run, **report}
     if args.validate:
-        from specops.pipeline.validate import validate
+        from specops.pipeline.validation import validate
 
         checked = validate(run, args.fidelity_samples)
         document["validate"] = checked
@@ -111,11 +86,11 @@ def register(subparsers: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--run", required=True)
-        parser.add_argument("--port", type=_positive, help="default: the run's vllm.port")
+        parser.add_argument("--port", type=positive_int, help="default: the run's vllm.port")
 
     def server(parser: argparse.ArgumentParser) -> None:
         common(parser)
-        parser.add_argument("--gpus", type=_non_negative, help="GPUs of this host (default: nvidia-smi -L)")
+        parser.add_argument("--gpus", type=non_negative_int, help="GPUs of this host (default: nvidia-smi -L)")
         parser.add_argument("--serve-python", help="the serve env's python (default: this one)")
 
     command = commands.add_parser("command", help="the `vllm serve` argv and env for a run, as JSON")
@@ -128,8 +103,8 @@ def register(subparsers: Any) -> None:
 
     wait = commands.add_parser("wait", help="wait until the run's server answers, or fail with its log")
     common(wait)
-    wait.add_argument("--pgid", type=_positive, required=True, help="the server's process group")
-    wait.add_argument("--timeout", type=_seconds, default=1800.0, help="seconds (default 1800)")
+    wait.add_argument("--pgid", type=positive_int, required=True, help="the server's process group")
+    wait.add_argument("--timeout", type=positive_seconds, default=1800.0, help="seconds (default 1800)")
     source = wait.add_mutually_exclusive_group()
     source.add_argument("--log", help="the server's log file (progress, and the tail on failure)")
     source.add_argument("--job", help="the server's job id (its log is read)")
@@ -138,8 +113,8 @@ def register(subparsers: Any) -> None:
     extract = commands.add_parser("extract", help="generate-offline-data against a ready server")
     common(extract)
     extract.add_argument("--endpoint", help="OpenAI base URL (default: http://127.0.0.1:<port>/v1)")
-    extract.add_argument("--samples", type=_positive, help="rows 0..N-1 (default: the run's samples)")
-    extract.add_argument("--gpus", type=_non_negative, help="GPUs of this host: decides the dtype")
+    extract.add_argument("--samples", type=positive_int, help="rows 0..N-1 (default: the run's samples)")
+    extract.add_argument("--gpus", type=non_negative_int, help="GPUs of this host: decides the dtype")
     extract.add_argument("--validate", action="store_true", help="then check files and fidelity")
-    extract.add_argument("--fidelity-samples", type=_positive, default=4)
+    extract.add_argument("--fidelity-samples", type=positive_int, default=4)
     extract.set_defaults(handler=vllm_extract)

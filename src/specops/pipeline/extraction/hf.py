@@ -24,32 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.hidden_states import BackgroundWriter, remove_temporaries, verify_header, write_sample
+from specops.pipeline.extraction.hidden_states import BackgroundWriter, write_sample
+from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, row_count
+from specops.pipeline.target import choose_device, decoder_parts, load_target
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
-    from specops.pipeline.config import Run
+    from specops.pipeline.run import Run
 
 WINDOW_ROWS = 256  # rows sorted by length together; bounds the work done for a small --samples
 GPU_BATCH_TOKENS = 16384
 CPU_BATCH_TOKENS = 2048
 MAX_BATCH_ROWS = 64
-
-
-def decoder_parts(model: Any) -> tuple[Any, Any, Any]:
-    """(decoder, its layer list, its final norm) of a causal LM, multimodal wrappers included."""
-    candidates = [model]
-    for name in ("model", "language_model", "text_model"):
-        for holder in list(candidates):
-            inner = getattr(holder, name, None)
-            if inner is not None and inner not in candidates:
-                candidates.append(inner)
-    if hasattr(model, "get_decoder"):
-        candidates.insert(0, model.get_decoder())
-    for decoder in candidates:
-        layers, norm = getattr(decoder, "layers", None), getattr(decoder, "norm", None)
-        if layers is not None and norm is not None and hasattr(layers, "__len__"):
-            return decoder, layers, norm
-    raise BadInput(f"model: cannot find decoder layers and a final norm in {type(model).__name__}")
 
 
 class LayerCapture:
@@ -219,34 +204,8 @@ class Progress:
               f"{document['tokens_per_s']} tokens/s, ETA {eta}", file=sys.stderr, flush=True)
 
 
-def choose_device(dtype_setting: str) -> tuple[Any, Any]:
-    import torch
-
-    if torch.cuda.is_available():
-        device = torch.device("cuda")
-        dtype = torch.float32 if dtype_setting == "float32" else torch.bfloat16
-    else:
-        device = torch.device("cpu")
-        dtype = torch.bfloat16 if dtype_setting == "bfloat16" else torch.float32
-    return device, dtype
-
-
-def load_target(run: Run, device: Any, dtype: Any) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(run.model_path), dtype=dtype,
-                                                 trust_remote_code=run.config.trust_remote_code)
-    return model.to(device).eval()
-
-
-def hidden_size(run: Run) -> int:
-    from specops.pipeline.config import read_model_config, text_config
-
-    return int(text_config(read_model_config(run.model_path))["hidden_size"])
-
-
 def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_tokens: int) -> dict[str, Any]:
-    from specops.pipeline.fingerprint import model_digest
+    from specops.pipeline.run import model_digest
 
     return {"prepare": prepare_hash, "model": run.config.model, "model_digest": model_digest(run.model_path),
             "layer_ids": run.layer_ids(), "dtype": str(dtype).removeprefix("torch."), "device": device.type,
@@ -257,60 +216,31 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     """Run (or resume, or skip) the extract step for the first `samples` prepared rows."""
     import datasets
 
-    from specops.pipeline.config import config_hash
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.prepare import prepare
-
-    prepared = prepare(run, None, strict=False)
+    prepare_hash, lengths = prepared_rows(run)
     device, dtype = choose_device(run.config.dtype)
     batch_tokens = batch_tokens or (GPU_BATCH_TOKENS if device.type == "cuda" else CPU_BATCH_TOKENS)
-    dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-    lengths = list(dataset["seq_len"])
-    count = min(samples or run.config.samples or len(lengths), len(lengths))
     batch_tokens = max(batch_tokens, max(lengths))
-    inputs = extract_inputs(run, prepared["inputs_hash"], device, dtype, batch_tokens)
-    inputs_hash = config_hash(inputs)
-    layer_ids, hidden = inputs["layer_ids"], hidden_size(run)
-    dtype_name = inputs["dtype"]
+    count = row_count(run, samples, lengths)
+    plan = plan_extraction(run, lengths, count, extract_inputs(run, prepare_hash, device, dtype, batch_tokens))
+    if plan.unchanged:
+        return plan.skipped()
 
-    manifest = Manifest(run.paths.run_dir)
-    folder = run.paths.hidden_states
-    current = manifest.inputs_hash("extract") == inputs_hash
-    if current:
-        remove_temporaries(folder)
-    problems = {}
-    if current:
-        for index in range(count):
-            problem = verify_header(folder / f"hs_{index}.safetensors", lengths[index], len(layer_ids), hidden,
-                                    dtype_name)
-            if problem is not None:
-                problems[index] = problem
-    if current and not problems and manifest.is_current("extract", inputs_hash) \
-            and manifest.record("extract").get("counts", {}).get("samples", 0) >= count:
-        return {"step": "extract", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
-                "counts": manifest.record("extract")["counts"]}
-
-    started = manifest.begin("extract", inputs_hash, inputs)  # different inputs: old files are removed
-    folder.mkdir(parents=True, exist_ok=True)
-    if not current:
-        problems = {index: "missing" for index in range(count)}
-    regenerated = {index: why for index, why in problems.items() if why != "missing"}
-    for index, why in regenerated.items():
-        print(f"extract: hs_{index}.safetensors is not whole ({why}); regenerating", file=sys.stderr)
-    todo = set(problems)
+    started, rows = plan.begin()
+    todo, folder = set(rows), plan.folder
     batches = [batch for batch in plan_batches(lengths, batch_tokens) if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
     if todo:
-        _run_batches(run, dataset, batches, todo, folder, device, dtype, layer_ids, hidden, progress)
+        dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
+        _run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress)
     else:
         progress.start()
     progress.report(force=True, state="done")
     # "samples": rows 0 .. count-1 are now whole on disk
-    counts = {"samples": count, "written": len(todo), "regenerated": len(regenerated),
+    counts = {"samples": count, "written": len(todo), "regenerated": len(plan.regenerated),
               "tokens_written": progress.done_tokens, "bytes_written": progress.written_bytes}
-    record = manifest.finish("extract", started, counts)
-    return {"step": "extract", "status": "done", "inputs_hash": inputs_hash, "counts": counts,
-            "layer_ids": layer_ids, "device": device.type, "dtype": dtype_name, "seconds": record["seconds"],
+    record = plan.manifest.finish("extract", started, counts)
+    return {"step": "extract", "status": "done", "inputs_hash": plan.inputs_hash, "counts": counts,
+            "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
             "progress": progress.document("done"), "output": str(folder)}
 
 

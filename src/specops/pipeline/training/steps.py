@@ -1,52 +1,50 @@
-"""Agent commands for steps 3 and 4: `step vocab`, `step train`, `step metrics` (each `--run NAME`).
+"""Steps 3 and 4 of a run, with the manifest's books: vocab, train, metrics.
 
-    step vocab   --run NAME                     -> d2t/t2d + coverage report, skipped when unchanged
-    step train   --run NAME [--fresh] [--epochs E] [--gpus G] [--dry-run]
-                                                 -> runs `speculators train`, output streamed to stderr
-    step metrics --run NAME                     -> per-epoch table (JSON) and the loss plot
+    vocab_step(run)      -> d2t/t2d + coverage report, skipped when unchanged
+    train_step(run, ...) -> runs `speculators train` (output streamed to stderr), resumes from checkpoints
+    metrics_report(run)  -> per-epoch table and the loss plot
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from specops import gpus
 from specops.errors import BadInput, CheckFailed
-from specops.pipeline import metrics, plot, train, vocab
-from specops.pipeline.fingerprint import file_sha256
+from specops.pipeline.training import command as train
+from specops.pipeline.training import metrics, plot, vocab
+
+if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
+    from specops.pipeline.run import Manifest, Run
 
 
-def _run(name: str) -> Any:
-    from specops.pipeline.config import Run
-
-    return Run(name)
-
-
-def _manifest(run: Any) -> Any:
-    from specops.pipeline.manifest import Manifest
+def _manifest(run: Run) -> Manifest:
+    from specops.pipeline.run import Manifest
 
     return Manifest(run.paths.run_dir)
 
 
 def _hash(inputs: dict[str, Any]) -> str:
-    from specops.pipeline.config import config_hash
+    from specops.pipeline.run import config_hash
 
     return config_hash(inputs)
 
 
-def draft_vocab_size(run: Any, target_vocab: int) -> int:
+def draft_vocab_size(run: Run, target_vocab: int) -> int:
     return min(run.config.draft.vocab_size, target_vocab)
 
 
-def vocab_step(run: Any) -> dict[str, Any]:
+def vocab_step(run: Run) -> dict[str, Any]:
     paths = run.paths
     target_vocab = vocab.target_vocab_size(run.model_path)
     size = draft_vocab_size(run, target_vocab)
     if not paths.token_freq.is_file():
         raise BadInput(f"{paths.token_freq}: token frequencies missing; run the prepare step first")
+    from specops.pipeline.run import file_sha256
+
     manifest = _manifest(run)
     inputs = {"draft_vocab": size, "target_vocab": target_vocab,
               "prepare": manifest.inputs_hash("prepare"), "token_freq": file_sha256(paths.token_freq)}
@@ -68,12 +66,10 @@ def vocab_step(run: Any) -> dict[str, Any]:
 
 
 def gpu_count() -> int:
-    from specops.pipeline.runs import visible_gpus
-
-    return visible_gpus()
+    return gpus.device_count()
 
 
-def train_plan(run: Any, epochs: int | None = None) -> train.TrainPlan:
+def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     config, paths = run.config, run.paths
     target_vocab = vocab.target_vocab_size(run.model_path)
     size = draft_vocab_size(run, target_vocab)
@@ -99,7 +95,7 @@ def train_plan(run: Any, epochs: int | None = None) -> train.TrainPlan:
     )
 
 
-def _train_inputs(run: Any, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
+def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
     manifest = _manifest(run)
     # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
     settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()}
@@ -107,7 +103,7 @@ def _train_inputs(run: Any, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
             "extract": manifest.inputs_hash("extract")}
 
 
-def train_step(run: Any, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
+def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
     gpus = gpu_count() if gpus is None else gpus
     plan = train_plan(run, epochs)
     command = train.build_train_command(plan, gpus)
@@ -145,7 +141,7 @@ def train_step(run: Any, fresh: bool, epochs: int | None, gpus: int | None, dry_
     return 0, document
 
 
-def metrics_report(run: Any, draw_plot: bool = True) -> dict[str, Any]:
+def metrics_report(run: Run, draw_plot: bool = True) -> dict[str, Any]:
     """The per-epoch table; with draw_plot also (re)draws loss.png (matplotlib: not for `status`)."""
     checkpoints: Path = run.paths.checkpoints
     log = metrics.read_log(checkpoints / train.LOG_FILE)
@@ -158,49 +154,3 @@ def metrics_report(run: Any, draw_plot: bool = True) -> dict[str, Any]:
     return {"step": "metrics", "run": run.paths.name, "log": str(checkpoints / train.LOG_FILE),
             "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
             "checkpoints": state.as_dict(), "plot": str(png) if png else None}
-
-
-def _vocab(args: argparse.Namespace) -> tuple[int, dict]:
-    return 0, vocab_step(_run(args.run))
-
-
-def _train(args: argparse.Namespace) -> tuple[int, dict]:
-    if args.epochs is not None and args.epochs < 1:
-        raise BadInput(f"--epochs: must be at least 1, got {args.epochs}")
-    return train_step(_run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run)
-
-
-def _metrics(args: argparse.Namespace) -> tuple[int, dict]:
-    return 0, metrics_report(_run(args.run), draw_plot=not args.no_plot)
-
-
-def _step_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """The `step` command's own subparsers, created here unless another module already made them."""
-    step = subparsers.choices.get("step")
-    if step is None:
-        step = subparsers.add_parser("step", help="run one pipeline step")
-        return step.add_subparsers(dest="step", required=True, parser_class=type(step))
-    for action in step._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return step.add_subparsers(dest="step", required=True, parser_class=type(step))
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    steps = _step_subparsers(subparsers)
-    parser = steps.add_parser("vocab", help="build the draft vocabulary (d2t/t2d) and its coverage report")
-    parser.add_argument("--run", required=True)
-    parser.set_defaults(handler=_vocab)
-
-    parser = steps.add_parser("train", help="train the draft with speculators (resumes from its checkpoints)")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--fresh", action="store_true", help="move old checkpoints aside and start over")
-    parser.add_argument("--epochs", type=int, default=None, help="override train.epochs")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
-    parser.add_argument("--dry-run", action="store_true", help="print the command, do not train")
-    parser.set_defaults(handler=_train)
-
-    parser = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--no-plot", action="store_true", help="only the table (quick, for `invoke status`)")
-    parser.set_defaults(handler=_metrics)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
-from specops.pipeline.folders import replace_folder
+from specops.atomic import replace_folder
 
 MODEL_DIR = "models/tiny-llama"
 DATA_FILE = "data/tiny-chat.jsonl"

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
+from specops.atomic import replace_folder
 from specops.errors import BadInput
-from specops.pipeline.config import Run, config_hash
-from specops.pipeline.conversations import Conversation, Malformed, read_conversations
-from specops.pipeline.fingerprint import file_digest, tokenizer_digest
-from specops.pipeline.folders import replace_folder
+from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
+from specops.pipeline.run import Manifest, Run, config_hash, file_digest, tokenizer_digest
 
 
 class UnstableTemplate(ValueError):
@@ -148,8 +147,6 @@ def prepare_inputs(run: Run, samples: int | None) -> dict[str, Any]:
 
 def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     """Run the prepare step (or skip it when its inputs are unchanged); returns the step's report."""
-    from specops.pipeline.manifest import Manifest
-
     samples = samples if samples is not None else run.config.samples
     inputs = prepare_inputs(run, samples)
     inputs_hash = config_hash(inputs)

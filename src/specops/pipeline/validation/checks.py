@@ -19,8 +19,9 @@ from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.config import Run
-from specops.pipeline.hidden_states import file_for, verify_header
+from specops.pipeline import vllm
+from specops.pipeline.extraction import file_for, verify_header
+from specops.pipeline.run import Manifest, Run, config_hash
 
 FIDELITY_THRESHOLD = 0.98  # bf16 rounding may flip a near-tie; misalignment drops far below
 MAX_LISTED = 20
@@ -32,7 +33,10 @@ def fidelity_indices(count: int, wanted: int) -> list[int]:
     return sorted({round(i * (count - 1) / max(wanted - 1, 1)) for i in range(wanted)})
 
 
-def check_files(run: Run, dataset: Any, count: int, layer_ids: list[int], hidden: int, dtype: str) -> dict:
+def check_files(run: Run, dataset: Any, count: int, layer_ids: list[int], hidden: int,
+                dtype: str) -> tuple[dict, set[int]]:
+    """(the files check as reported, the full set of bad rows): the report lists at most MAX_LISTED
+    problems for people; the fidelity check needs every bad row."""
     import torch
     from safetensors.torch import load_file
 
@@ -50,7 +54,7 @@ def check_files(run: Run, dataset: Any, count: int, layer_ids: list[int], hidden
         if problem is not None:
             bad[index] = problem
     listed = [{"file": f"hs_{i}.safetensors", "problem": why} for i, why in list(bad.items())[:MAX_LISTED]]
-    return {"ok": not bad, "detail": {"checked": count, "bad": len(bad), "problems": listed}}
+    return {"ok": not bad, "detail": {"checked": count, "bad": len(bad), "problems": listed}}, set(bad)
 
 
 REFERENCES = ("auto", "hf", "vllm")
@@ -63,36 +67,6 @@ def unknown(reference: str, reason: str, samples: list | None = None) -> dict:
                                     "reference": reference}}
 
 
-def find_vllm_endpoint(run: Run) -> tuple[str | None, str | None, str]:
-    """(endpoint, staging, why): this run's running `vllm-server` job whose port answers, else (None, None, why).
-
-    The job is found as vllm_pipeline finds it (the jobs layer's records and liveness); its recorded
-    signature must name this run's model, its process group must hold the port, and /v1/models
-    must answer.
-    """
-    from specops.jobs import launching, liveness
-    from specops.jobs.tmux import TmuxServer
-    from specops.paths import workdir
-    from specops.pipeline.vllm_pipeline import SERVER_JOB
-    from specops.pipeline.vllm_server import _models, port_owner
-
-    record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
-    if record is None:
-        return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
-    signature = (record.get("meta") or {}).get("server") or {}
-    port = signature.get("port")
-    if signature.get("model") != str(run.model_path):
-        return None, None, f"{SERVER_JOB} job {record['id']} serves {signature.get('model')!r}, not {run.model_path}"
-    if not isinstance(port, int) or not record.get("pgid") or not liveness.processes_alive(record):
-        return None, None, f"{SERVER_JOB} job {record['id']} has no live process group or no recorded port"
-    if not port_owner(port, int(record["pgid"]))["ours"]:
-        return None, None, f"{SERVER_JOB} job {record['id']} does not hold port {port} (still loading?)"
-    if not _models(port, 5.0):
-        return None, None, f"{SERVER_JOB} job {record['id']}: port {port} does not answer /v1/models"
-    return (f"http://127.0.0.1:{port}/v1", signature.get("staging"),
-            f"{SERVER_JOB} job {record['id']} on port {port}")
-
-
 def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], reference: str = "auto",
                    endpoint: str | None = None) -> dict:
     """Fidelity of rows `indices`: captured final layer -> norm + head (loaded alone) vs the reference.
@@ -103,14 +77,14 @@ def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], refe
     """
     from safetensors.torch import load_file
 
-    from specops.pipeline import fidelity
-    from specops.pipeline.extract_hf import choose_device, load_target
+    from specops.pipeline.target import choose_device, load_target
+    from specops.pipeline.validation import fidelity
 
     if reference not in REFERENCES:
         return unknown(reference, f"reference {reference!r} is not one of {', '.join(REFERENCES)}")
     chosen, how, staging = reference, None, None
     if reference in ("auto", "vllm") and endpoint is None:
-        endpoint, staging, how = find_vllm_endpoint(run)
+        endpoint, staging, how = vllm.find_endpoint(run)
         if endpoint is None and reference == "vllm":
             return unknown("vllm", f"no vLLM server to ask: {how}")
     if reference == "auto":
@@ -119,9 +93,7 @@ def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], refe
     try:
         projector = fidelity.load_projector(run.model_path, device)
         if chosen == "vllm":
-            from specops.pipeline.vllm_server import staging_dir
-
-            source = fidelity.VllmReference(endpoint, staging=staging or staging_dir(run))
+            source = fidelity.VllmReference(endpoint, staging=staging or vllm.staging_dir(run))
         else:
             source = fidelity.HfReference(load_target(run, device, dtype))
     except fidelity.Unsupported as exc:
@@ -159,9 +131,7 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     passed before with the same inputs are not checked again; `step validate` always checks."""
     import datasets
 
-    from specops.pipeline.config import config_hash
-    from specops.pipeline.extract_hf import hidden_size
-    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.target import hidden_size
 
     manifest = Manifest(run.paths.run_dir)
     extract_record = manifest.record("extract")
@@ -179,8 +149,7 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
 
     print(f"validate: checking {count} hidden-state files", file=sys.stderr)
     checks: dict[str, dict] = {}
-    checks["files"] = check_files(run, dataset, count, layer_ids, hidden_size(run), dtype)
-    bad = {int(p["file"][3:-12]) for p in checks["files"]["detail"]["problems"]}
+    checks["files"], bad = check_files(run, dataset, count, layer_ids, hidden_size(run), dtype)
     indices = fidelity_indices(count, fidelity_samples)
     print(f"validate: fidelity on rows {indices}", file=sys.stderr)
     checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices}, reference, endpoint)

@@ -1,7 +1,8 @@
-"""Step 2 with the `vllm` backend, client side: speculators' `generate-offline-data` against a ready server.
+"""Step 2 with the `vllm` backend: the run's `vllm-server` job, then speculators' `generate-offline-data`.
 
-The server (vllm_server.build_serve_command, behind vllm_server.wait_ready) computes the hidden
-states; this side sends it the prepared rows and keeps the run's books:
+`extract_with_server` touches no server when the plan says there is nothing to do; otherwise it
+has the vllm room find or launch the run's server job and wait until it is ready, then the client
+here sends it the prepared rows and keeps the run's books:
 
 1. step 1 (prepare) runs first when its outputs are missing or stale: the prepared folder is the
    speculators 0.9 `prepare-data` format, which `generate-offline-data` reads as it is;
@@ -28,15 +29,14 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from specops import atomic
-from specops.errors import BadInput, CheckFailed
-from specops.pipeline.config import Run, config_hash
-from specops.pipeline.fingerprint import model_digest
-from specops.pipeline.hidden_states import file_for, remove_temporaries, verify_header
-from specops.pipeline.runs import visible_gpus
+from specops import atomic, gpus
+from specops.errors import CheckFailed
+from specops.pipeline import vllm
+from specops.pipeline.extraction.hidden_states import file_for
+from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
+from specops.pipeline.run import Manifest, Run, model_digest
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_REQUEST_TIMEOUT_S = 600
@@ -61,62 +61,11 @@ def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: i
             "--validate-outputs", "--fail-on-error"]
 
 
-def _check_files(run: Run, lengths: list[int], count: int, n_layers: int, hidden: int,
-                 dtype: str) -> dict[int, str]:
-    problems = {}
-    for index in range(count):
-        problem = verify_header(file_for(run.paths.hidden_states, index), lengths[index], n_layers, hidden, dtype)
-        if problem is not None:
-            problems[index] = problem
-    return problems
-
-
-@dataclass
-class ExtractionPlan:
-    """What is on disk against what the run asks for: decided once, before any server is needed."""
-
-    manifest: Any
-    inputs: dict[str, Any]
-    inputs_hash: str
-    dtype: str
-    lengths: list[int]
-    count: int
-    layer_ids: list[int]
-    hidden: int
-    folder: Any
-    current: bool  # the recorded extract inputs are these
-    problems: dict[int, str]  # files of rows 0..count-1 that are missing or not whole (when current)
-
-    @property
-    def unchanged(self) -> bool:
-        return (self.current and not self.problems and self.manifest.is_current("extract", self.inputs_hash)
-                and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
-
-
-def plan_extraction(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
+def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
     """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
-    import datasets
-
-    from specops.pipeline.extract_hf import hidden_size
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.prepare import prepare
-    from specops.pipeline.vllm_server import serve_dtype
-
-    prepared = prepare(run, None, strict=False)
-    dtype = serve_dtype(run, host_gpus)
-    lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
-    count = min(samples or run.config.samples or len(lengths), len(lengths))
-    inputs = extract_inputs(run, prepared["inputs_hash"], dtype)
-    inputs_hash = config_hash(inputs)
-    folder, hidden = run.paths.hidden_states, hidden_size(run)
-    manifest = Manifest(run.paths.run_dir)
-    current = manifest.inputs_hash("extract") == inputs_hash
-    problems: dict[int, str] = {}
-    if current:
-        remove_temporaries(folder)
-        problems = _check_files(run, lengths, count, len(inputs["layer_ids"]), hidden, dtype)
-    return ExtractionPlan(manifest, inputs, inputs_hash, dtype, lengths, count, inputs["layer_ids"], hidden,
-                          folder, current, problems)
+    prepare_hash, lengths = prepared_rows(run)
+    inputs = extract_inputs(run, prepare_hash, vllm.serve_dtype(run, host_gpus))
+    return plan_extraction(run, lengths, row_count(run, samples, lengths), inputs)
 
 
 def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_gpus: int | None = None,
@@ -126,8 +75,8 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
 
     run        the loaded run; step 1 (prepare) runs first if its outputs are missing or stale
     endpoint   the server's OpenAI base URL, e.g. "http://127.0.0.1:8000/v1"; the server must be
-               the run's (model and layer ids; see vllm_server.build_serve_command) and ready
-               (vllm_server.wait_ready)
+               the run's (model and layer ids; see vllm.build_serve_command) and ready
+               (vllm.wait_ready)
     samples    N; None: the run's `samples`, else every prepared row (capped at the rows prepared)
     host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
                build_serve_command); default: the host's NVIDIA device nodes
@@ -137,25 +86,12 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
     "inputs_hash", "layer_ids", "dtype", "seconds", "samples_per_s", "tokens_per_s", "output",
     "backend": "vllm"}. Raises CheckFailed (exit 1) when speculators fails or a file is not whole.
     """
-    plan = plan_extraction(run, samples, visible_gpus() if host_gpus is None else host_gpus)
+    plan = plan_for(run, samples, gpus.device_count() if host_gpus is None else host_gpus)
     if plan.unchanged:
-        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
-                "inputs_hash": plan.inputs_hash, "counts": plan.manifest.record("extract")["counts"]}
-    manifest, inputs, inputs_hash, current, problems = (plan.manifest, plan.inputs, plan.inputs_hash,
-                                                       plan.current, plan.problems)
-    dtype, lengths, count, layer_ids, hidden = plan.dtype, plan.lengths, plan.count, plan.layer_ids, plan.hidden
-    folder = plan.folder
-
-    started = manifest.begin("extract", inputs_hash, inputs)  # other inputs: old files are removed
-    folder.mkdir(parents=True, exist_ok=True)
-    if not current:
-        problems = {index: "missing" for index in range(count)}
-    regenerated = {index: why for index, why in problems.items() if why != "missing"}
-    for index, why in regenerated.items():
-        print(f"extract: hs_{index}.safetensors is not whole ({why}); regenerating", file=sys.stderr)
-        file_for(folder, index).unlink(missing_ok=True)
-    todo = sorted(problems)
-    tokens = sum(lengths[i] for i in todo)
+        return {**plan.skipped(), "backend": "vllm"}
+    manifest, inputs_hash, count, folder = plan.manifest, plan.inputs_hash, plan.count, plan.folder
+    started, todo = plan.begin()
+    tokens = sum(plan.lengths[i] for i in todo)
 
     argv = generate_offline_argv(run, endpoint, count, concurrency=concurrency,
                                  request_timeout_s=request_timeout_s)
@@ -169,7 +105,7 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
             raise CheckFailed(f"speculators generate-offline-data exited {code} "
                               f"(endpoint {endpoint}); see its output above")
     elapsed = max(time.monotonic() - clock, 1e-9)
-    problems = _check_files(run, lengths, count, len(layer_ids), hidden, dtype)
+    problems = plan.check_written()
     if problems:
         manifest.finish("extract", started, {"samples": 0}, status="failed")
         listed = ", ".join(f"hs_{i}: {why}" for i, why in list(problems.items())[:5])
@@ -181,11 +117,11 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
     atomic.write_json(run.paths.progress, {"state": "done", "done": len(todo), "total": len(todo),
                                            "tokens_done": tokens, "tokens_total": tokens, "eta_s": 0,
                                            "elapsed_s": round(elapsed, 2), "updated_at": time.time(), **rates})
-    counts = {"samples": count, "written": len(todo), "regenerated": len(regenerated),
+    counts = {"samples": count, "written": len(todo), "regenerated": len(plan.regenerated),
               "tokens_written": tokens, "bytes_written": written}
     record = manifest.finish("extract", started, counts)
     return {"step": "extract", "status": "done", "backend": "vllm", "inputs_hash": inputs_hash, "counts": counts,
-            "layer_ids": layer_ids, "dtype": dtype, "endpoint": endpoint, "seconds": record["seconds"],
+            "layer_ids": plan.layer_ids, "dtype": plan.dtype, "endpoint": endpoint, "seconds": record["seconds"],
             "extract_seconds": round(elapsed, 2), **rates, "speculators_timing": timing, "output": str(folder)}
 
 
@@ -210,7 +146,42 @@ def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
     return process.returncode, timing
 
 
-def check_endpoint(endpoint: str) -> str:
-    if not endpoint.startswith(("http://", "https://")):
-        raise BadInput(f"--endpoint: {endpoint!r} is not an http(s) URL")
-    return endpoint.rstrip("/")
+def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
+                        serve_python: str | os.PathLike[str] | None = None, ready_timeout_s: float = 1800.0,
+                        port: int | None = None) -> dict[str, Any]:
+    """Extract rows 0..N-1 with the vllm backend through this run's `vllm-server` job (reused or launched).
+
+    run              the loaded run (its embedded model, if any, already generated)
+    samples          N; None: the run's `samples`, else every prepared row
+    stop_server      stop the server job afterwards (default: keep it for the next extract)
+    serve_python     the serve env's interpreter (default: $SPECOPS_SERVE_PYTHON, else this one)
+    ready_timeout_s  how long the server may take to load before the step fails
+    port             where the server listens (default: the run's vllm.port)
+
+    Nothing to do (rows 0..N-1 are extracted from the same inputs, and their files are whole): no
+    server is touched at all. Returns run_generate_offline's report (status, counts, layer_ids,
+    backend "vllm", seconds, ...) plus "server": {job, reused, port, ready_s, stopped, ...}. Raises
+    CheckFailed with the server's log tail when it dies or does not get ready, BadInput for a
+    missing serve env.
+    """
+    started = time.monotonic()
+    host_gpus = gpus.device_count()
+    if plan_for(run, samples, host_gpus).unchanged:
+        print("extract: hidden states of these samples are already extracted from the same inputs; "
+              "no server needed", file=sys.stderr, flush=True)
+        # asked not to leave a server behind: one may still run from an earlier extract
+        stopped = vllm.stop_running(run, "--stop-server") if stop_server else None
+        record = Manifest(run.paths.run_dir).record("extract") or {}
+        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
+                "inputs_hash": record.get("inputs_hash"), "counts": record.get("counts", {}),
+                "layer_ids": run.layer_ids(), "server": {"stopped": stopped} if stopped else None}
+
+    server = vllm.start_server_job(run, host_gpus, port=port, serve_python=serve_python,
+                                   ready_timeout_s=ready_timeout_s)
+    try:
+        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus)
+    finally:
+        stopped = server.stop("--stop-server") if stop_server else None
+    report["server"] = server.describe(stopped)
+    report["total_seconds"] = round(time.monotonic() - started, 2)
+    return report

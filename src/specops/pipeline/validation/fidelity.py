@@ -70,7 +70,7 @@ def _first(names: tuple[str, ...], mapping: dict[str, str]) -> str | None:
 
 
 def _config(model_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    from specops.pipeline.config import text_config
+    from specops.pipeline.run import text_config
 
     try:
         outer = json.loads((model_path / "config.json").read_text())

@@ -1,21 +1,22 @@
-"""Step 2 with the `vllm` backend, end to end on the host: a `vllm-server` job, then the client.
+"""The run's `vllm-server` job: found (and reused) or launched, then waited on until it is ready.
 
-`extract_with_server` runs inside the `extract` job (or the pipeline job):
+`start_server_job` runs inside the `extract` job (or the pipeline job), once the extraction plan
+says there is work for a server (a real target takes ~18 min to load):
 
-1. nothing to do (the manifest says rows 0..N-1 are extracted from the same inputs, and their files
-   are whole): no server is touched at all — a real target takes ~18 min to load;
-2. a `vllm-server` job of this run that is pending or running, whose recorded server signature
+1. a `vllm-server` job of this run that is pending or running, whose recorded server signature
    (model and its digest, layer ids, dtype, trust_remote_code, serve args, vLLM version, port, ...)
    equals the one wanted now, is reused; one whose signature differs is stopped (its whole process
    group) and replaced;
-3. otherwise a new `vllm-server` job is launched: the `vllm serve` argv and env of
-   vllm_server.build_serve_command, run by the jobs layer in its own tmux session and process group
+2. otherwise a new `vllm-server` job is launched: the `vllm serve` argv and env of
+   command.build_serve_command, run by the jobs layer in its own tmux session and process group
    (so it outlives this extract job and the next extract reuses it); the signature goes into the job
    record's meta;
-4. vllm_server.wait_ready gates the requests (load progress to stderr; a server that dies fails
-   the step at once, with its log's tail);
-5. extract_vllm.run_generate_offline sends the rows; the server job is stopped afterwards only
-   when asked (`stop_server`), since the next extract would load the model again.
+3. readiness.wait_ready gates the requests (load progress to stderr; a server that dies fails
+   the step at once, with its log's tail).
+
+The extraction client (extraction.vllm) then sends the rows; it stops the job afterwards only when
+asked, since the next extract would load the model again. `find_endpoint` is how the fidelity check
+finds the same job's server.
 
 The serve env's interpreter comes from the caller (`serve_python`), else from SPECOPS_SERVE_PYTHON
 (set by the control side from the inventory's `envs.serve`), else this interpreter.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,9 @@ from specops.errors import BadInput, CheckFailed
 from specops.jobs import launching, liveness, processes, records, stopping
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
-from specops.pipeline.config import Run
-from specops.pipeline.runs import visible_gpus
+from specops.pipeline.run import Run, model_digest
+from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
+from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
 from specops.protocol import ACTIVE_STATES
 from specops.protocol import JobRecord as Record
 
@@ -62,13 +65,8 @@ def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-
-
 def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, version: str | None) -> dict[str, Any]:
     """What decides whether a running server can serve this run's extraction: equal or not reused."""
-    from specops.pipeline.fingerprint import model_digest
-    from specops.pipeline.vllm_server import serve_dtype, staging_dir
-
     return {"model": str(run.model_path), "model_digest": model_digest(run.model_path),
             "layer_ids": run.layer_ids(), "dtype": serve_dtype(run, host_gpus),
             "trust_remote_code": bool(run.config.trust_remote_code), "serve_args": list(run.config.vllm.serve_args),
@@ -81,13 +79,6 @@ def signature_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any
     if not isinstance(recorded, dict):
         return ["signature (none recorded)"]
     return sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
-
-
-def _nothing_to_do(run: Run, samples: int | None, host_gpus: int) -> bool:
-    """run_generate_offline's own skip decision, taken before any server is needed."""
-    from specops.pipeline.extract_vllm import plan_extraction
-
-    return plan_extraction(run, samples, host_gpus).unchanged
 
 
 def _settled(job_id: str, server: TmuxServer) -> Record:
@@ -122,7 +113,7 @@ def _port_holder(port: int, run_name: str, server: TmuxServer) -> Record | None:
     return None
 
 
-def _stop(record: Record, server: TmuxServer, why: str) -> str | None:
+def stop_job(record: Record, server: TmuxServer, why: str) -> str | None:
     say(f"stopping vLLM server job {record['id']}: {why}")
     outcome = stopping.stop(record, STOP_GRACE_S, server)
     return outcome.signal
@@ -142,7 +133,7 @@ def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: di
                     return current, True
             why = (f"its {', '.join(differences)} differ from run {run.paths.name}'s" if differences
                    else "its processes are gone")
-            _stop(current, server, why)
+            stop_job(current, server, why)
         holder = _port_holder(signature["port"], run.paths.name, server)
         if holder is not None:
             raise CheckFailed(f"port {signature['port']} is taken by vLLM server job {holder['id']} of run "
@@ -171,41 +162,35 @@ def _death_report(record: Record, ready: dict[str, Any], server: TmuxServer) -> 
             + (f"; last error line: {last.strip()[-300:]}" if last else "") + f" (log {ended['log']})")
 
 
-def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
-                        serve_python: str | os.PathLike[str] | None = None, ready_timeout_s: float = 1800.0,
-                        port: int | None = None) -> dict[str, Any]:
-    """Extract rows 0..N-1 with the vllm backend through this run's `vllm-server` job (reused or launched).
+@dataclass
+class ServerJob:
+    """A ready extraction server of a run: its job record and how it came to be."""
 
-    run              the loaded run (its embedded model, if any, already generated)
-    samples          N; None: the run's `samples`, else every prepared row
-    stop_server      stop the server job afterwards (default: keep it for the next extract)
-    serve_python     the serve env's interpreter (default: $SPECOPS_SERVE_PYTHON, else this one)
-    ready_timeout_s  how long the server may take to load before the step fails
-    port             where the server listens (default: the run's vllm.port)
+    record: Record
+    reused: bool
+    port: int
+    version: str
+    ready: dict[str, Any]
+    tmux: TmuxServer
 
-    Returns extract_vllm.run_generate_offline's report (status, counts, layer_ids, backend "vllm",
-    seconds, ...) plus "server": {job, reused, port, ready_s, stopped, ...}. Raises CheckFailed with
-    the server's log tail when it dies or does not get ready, BadInput for a missing serve env.
-    """
-    from specops.pipeline.extract_vllm import run_generate_offline
-    from specops.pipeline.vllm_server import build_serve_command, serve_env_version, wait_ready
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
 
-    started = time.monotonic()
-    gpus = visible_gpus()
-    if _nothing_to_do(run, samples, gpus):
-        from specops.pipeline.manifest import Manifest
+    def stop(self, why: str) -> str:
+        return stop_job(records.load(self.record["id"]), self.tmux, why) or "already ended"
 
-        say("hidden states of these samples are already extracted from the same inputs; no server needed")
-        stopped = None
-        if stop_server:  # asked not to leave a server behind: one may still run from an earlier extract
-            server = TmuxServer(workdir())
-            current = launching.running_job(SERVER_JOB, run.paths.name, server)
-            stopped = (_stop(current, server, "--stop-server") or "already ended") if current else None
-        record = Manifest(run.paths.run_dir).record("extract") or {}
-        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
-                "inputs_hash": record.get("inputs_hash"), "counts": record.get("counts", {}),
-                "layer_ids": run.layer_ids(), "server": {"stopped": stopped} if stopped else None}
+    def describe(self, stopped: str | None) -> dict[str, Any]:
+        return {"job": self.record["id"], "reused": self.reused, "port": self.port, "vllm_version": self.version,
+                "ready_s": self.ready["seconds"], "pgid": self.record["pgid"], "log": self.record["log"],
+                "stopped": stopped}
 
+
+def start_server_job(run: Run, gpus: int, *, port: int | None = None,
+                     serve_python: str | os.PathLike[str] | None = None,
+                     ready_timeout_s: float = 1800.0) -> ServerJob:
+    """This run's ready `vllm-server` job (reused or launched). Raises CheckFailed with the server's
+    log tail when it dies or does not get ready, BadInput for a missing serve env."""
     python = choose_serve_python(serve_python)
     version = serve_env_version(python)
     if version is None:
@@ -232,19 +217,39 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     ready = wait_ready(chosen_port, record["pgid"], log=Path(record["log"]), timeout_s=ready_timeout_s)
     if not ready["ok"]:
         if processes.group_alive(record["pgid"]):  # not ready in time, or a foreign port holder: do not leave it
-            _stop(records.load(record["id"]), server, "it did not get ready")
+            stop_job(records.load(record["id"]), server, "it did not get ready")
         raise CheckFailed(_death_report(record, ready, server))
     say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
+    return ServerJob(record, reused, chosen_port, version, ready, server)
 
-    endpoint = f"http://127.0.0.1:{chosen_port}/v1"
-    try:
-        report = run_generate_offline(run, endpoint, samples, host_gpus=gpus)
-    finally:
-        stopped = None
-        if stop_server:
-            stopped = _stop(records.load(record["id"]), server, "--stop-server") or "already ended"
-    report["server"] = {"job": record["id"], "reused": reused, "port": chosen_port, "vllm_version": version,
-                        "ready_s": ready["seconds"], "pgid": record["pgid"], "log": record["log"],
-                        "stopped": stopped}
-    report["total_seconds"] = round(time.monotonic() - started, 2)
-    return report
+
+def stop_running(run: Run, why: str) -> str | None:
+    """Stop this run's server job if one is pending or running: the signal that ended it, "already
+    ended", or None when there was none."""
+    server = TmuxServer(workdir())
+    current = launching.running_job(SERVER_JOB, run.paths.name, server)
+    return (stop_job(current, server, why) or "already ended") if current else None
+
+
+def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
+    """(endpoint, staging, why): this run's running `vllm-server` job whose port answers, else (None, None, why).
+
+    The job is found as start_server_job finds it (the jobs layer's records and liveness); its
+    recorded signature must name this run's model, its process group must hold the port, and
+    /v1/models must answer.
+    """
+    record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
+    if record is None:
+        return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
+    signature = (record.get("meta") or {}).get("server") or {}
+    port = signature.get("port")
+    if signature.get("model") != str(run.model_path):
+        return None, None, f"{SERVER_JOB} job {record['id']} serves {signature.get('model')!r}, not {run.model_path}"
+    if not isinstance(port, int) or not record.get("pgid") or not liveness.processes_alive(record):
+        return None, None, f"{SERVER_JOB} job {record['id']} has no live process group or no recorded port"
+    if not port_owner(port, int(record["pgid"]))["ours"]:
+        return None, None, f"{SERVER_JOB} job {record['id']} does not hold port {port} (still loading?)"
+    if not served_models(port, 5.0):
+        return None, None, f"{SERVER_JOB} job {record['id']}: port {port} does not answer /v1/models"
+    return (f"http://127.0.0.1:{port}/v1", signature.get("staging"),
+            f"{SERVER_JOB} job {record['id']} on port {port}")
