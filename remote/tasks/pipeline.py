@@ -17,6 +17,7 @@ from invoke import task
 from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, host_session, reports_errors
 from remote.tasks.shared import count, number_text, positive, preflight, render_epochs
+from specops.protocol import JobState
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "run": "run config runs/NAME.yaml (default: the host's run)",
@@ -57,7 +58,7 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     result = outcome.last_document
     if json and result is not None:
         emit_json({**result, "job": job["id"], "state": outcome.state, "exit_code": outcome.exit_code})
-    if outcome.state != "succeeded":
+    if outcome.state != JobState.SUCCEEDED:
         reason = (result or {}).get("error") or f"exit code {outcome.exit_code}"
         raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
@@ -158,10 +159,10 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
              no_fetch=False, detach=False, json=False):
     """doctor → patches → prepare → extract → validate → vocab → train, then fetch; unchanged steps skip."""
-    started = time.perf_counter()
-    args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
     from remote.fetch import fetch_run
 
+    started = time.perf_counter()
+    args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
     if backend:
