@@ -18,7 +18,7 @@ from pathlib import Path
 import fabric
 import paramiko
 
-from remote.errors import ConnectError, HostKeyError
+from remote.errors import ConnectError
 from remote.inventory import Host, Inventory
 from remote.ssh import liveness
 from remote.ssh.command import CommandResult, shell_command
@@ -53,8 +53,12 @@ class _VerifiedFabricConnection(fabric.Connection):
             self.connect_kwargs["sock"] = sock
         return super().open()
 
+    @property
+    def where(self) -> str:
+        return f"{self.specops_host.name} ({self.host}:{self.port})"
+
     def open_gateway(self):
-        self.gateway.open()
+        open_explained(self.gateway)  # a jump host's failure names the jump host
         return self.gateway.transport.open_channel("direct-tcpip", (self.host, int(self.port)), ("127.0.0.1", 0),
                                                    timeout=self.specops_host.connect_timeout)
 
@@ -68,6 +72,32 @@ def _fabric_connection(host: Host, inventory: Inventory | None, accept_new: bool
     return connection
 
 
+def open_explained(connection: _VerifiedFabricConnection) -> None:
+    """Open `connection`; any failure becomes one ConnectError line naming the host and what went wrong."""
+    host, where = connection.specops_host, connection.where
+    known_hosts = Path(host.known_hosts).expanduser()
+    started = time.monotonic()
+    try:
+        connection.open()
+    except ConnectError:  # host keys refused, or a jump host's failure already explained
+        raise
+    except paramiko.BadHostKeyException as exc:
+        raise changed_key_error(where, known_hosts, exc) from None
+    except paramiko.AuthenticationException as exc:
+        raise ConnectError(f"{where}: authentication failed for user {connection.user!r}: {exc}") from None
+    except TimeoutError:
+        raise ConnectError(f"{where}: no answer within {host.connect_timeout:g} s (host down or "
+                           "network partitioned?)") from None
+    except ConnectionRefusedError:
+        raise ConnectError(f"{where}: connection refused (is sshd running on port {connection.port}?)") from None
+    except (OSError, paramiko.SSHException) as exc:
+        if time.monotonic() - started >= host.connect_timeout * 0.9:
+            # paramiko reports a banner that never came as a later, vaguer error
+            raise ConnectError(f"{where}: no answer within {host.connect_timeout:g} s (host down, hung "
+                               "or network partitioned?)") from None
+        raise ConnectError(f"{where}: {type(exc).__name__}: {exc}") from None
+
+
 class SSHConnection:
     """One SSH transport to a host; every command of one specops task shares it."""
 
@@ -75,36 +105,13 @@ class SSHConnection:
         self.host = host
         self.round_trips = 0
         self.fabric = _fabric_connection(host, inventory, accept_new_host_key)
-        self._where = f"{host.name} ({self.fabric.host}:{self.fabric.port})"
+        self._where = self.fabric.where
         self._probe = liveness.LivenessProbe()
-        known_hosts = Path(host.known_hosts).expanduser()
-        started = time.monotonic()
         try:
-            self.fabric.open()
-        except HostKeyError:
+            open_explained(self.fabric)
+        except BaseException:
             self.close()
             raise
-        except paramiko.BadHostKeyException as exc:
-            self.close()
-            raise changed_key_error(self._where, known_hosts, exc) from None
-        except paramiko.AuthenticationException as exc:
-            self.close()
-            raise ConnectError(f"{self._where}: authentication failed for user {self.fabric.user!r}: {exc}") from None
-        except TimeoutError:
-            self.close()
-            raise ConnectError(f"{self._where}: no answer within {host.connect_timeout:g} s (host down or "
-                               "network partitioned?)") from None
-        except ConnectionRefusedError:
-            self.close()
-            raise ConnectError(f"{self._where}: connection refused (is sshd running on port "
-                               f"{self.fabric.port}?)") from None
-        except (OSError, paramiko.SSHException) as exc:
-            self.close()
-            if time.monotonic() - started >= host.connect_timeout * 0.9:
-                # paramiko reports a banner that never came as a later, vaguer error
-                raise ConnectError(f"{self._where}: no answer within {host.connect_timeout:g} s (host down, hung "
-                                   "or network partitioned?)") from None
-            raise ConnectError(f"{self._where}: {type(exc).__name__}: {exc}") from None
         self.transport.set_keepalive(KEEPALIVE_S)
 
     @property

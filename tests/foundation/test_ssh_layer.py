@@ -88,3 +88,13 @@ def test_opened_hosts_form_a_fabric_threading_group(tmp_path: Path, sshd: SshSer
     finally:
         for conn in connections:
             conn.close()
+
+
+def test_a_jump_host_that_is_down_is_named_in_the_error(tmp_path: Path, sshd: SshServer, known_hosts: Path) -> None:
+    hosts = {
+        "bastion": ssh_host(sshd, tmp_path / "bastion-wd", known_hosts, port=free_port()),
+        "inside": ssh_host(sshd, tmp_path / "inside-wd", known_hosts, jump="bastion"),
+    }
+    inventory = load_inventory(write_inventory(tmp_path / "inventory.yaml", hosts, default="inside"))
+    with pytest.raises(ConnectError, match=r"^bastion \(127\.0\.0\.1:\d+\): connection refused"):
+        open_connection(inventory.host("inside"), inventory=inventory)
