@@ -6,10 +6,7 @@ import time
 
 from invoke import task
 
-from remote import render
-from remote.inventory import load_inventory
-from remote.session import emit_json, host_connection, reports_errors
-from remote.sync import RsyncUnavailable, rsync_sync, sftp_sync
+from remote.session import emit_json, host_session, reports_errors
 
 
 @task(help={"host": "inventory host", "dry_run": "show what would change, change nothing",
@@ -17,20 +14,22 @@ from remote.sync import RsyncUnavailable, rsync_sync, sftp_sync
 @reports_errors
 def sync(c, host=None, dry_run=False, json=False, sftp=False):
     """Push what the host needs (src/, patches/, runs/) to its workdir; only changed files move."""
+    from remote import render
+    from remote.sync import RsyncUnavailable, rsync_sync, sftp_sync
+
     started = time.perf_counter()
-    inventory = load_inventory()
-    chosen = inventory.host(host)
-    report = None
-    if chosen.is_local or not sftp:
-        # rsync first: one login. Only a host without rsync costs a second connection, for SFTP.
-        try:
-            report = rsync_sync(chosen, dry_run=dry_run, inventory=inventory)
-        except RsyncUnavailable:
-            if chosen.is_local:
-                raise
-    if report is None:
-        with host_connection(host) as (_chosen, conn):
-            report = sftp_sync(conn, chosen, dry_run=dry_run)
+    with host_session(host) as session:
+        chosen = session.host
+        report = None
+        if chosen.is_local or not sftp:
+            # rsync first: one login. Only a host without rsync costs a second connection, for SFTP.
+            try:
+                report = rsync_sync(chosen, dry_run=dry_run, inventory=session.inventory)
+            except RsyncUnavailable:
+                if chosen.is_local:
+                    raise
+        if report is None:
+            report = sftp_sync(session.conn, chosen, dry_run=dry_run)
     document = {**report.to_dict(), "host": chosen.name, "elapsed_s": round(time.perf_counter() - started, 3)}
     if json:
         emit_json(document)

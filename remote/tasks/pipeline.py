@@ -2,7 +2,8 @@
 
 Each step runs as a job under tmux on the host (it survives disconnects) and is followed by
 default; --detach returns at once. extract, train and pipeline run the doctor first and refuse
-to start on an error (--skip-doctor skips it, and the job record says so).
+to start on an error (--skip-doctor skips it, and the job record says so). Each task talks to its
+host through one connection: doctor, launch, following the log and fetching the results.
 """
 
 from __future__ import annotations
@@ -13,13 +14,10 @@ from typing import Any
 
 from invoke import task
 
-from remote import render
 from remote.errors import AgentError, BadInput
-from remote.fetch import fetch_run
-from remote.inventory import Host, load_inventory
-from remote.launch import agent_step_command, follow, launch
-from remote.session import emit_json, host_connection, reports_errors
-from remote.tasks_doctor import preflight
+from remote.session import HostSession, emit_json, host_session, reports_errors
+from remote.tasks.shared import count, number_text, positive, preflight, render_epochs
+from specops.protocol import JobState
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "run": "run config runs/NAME.yaml (default: the host's run)",
@@ -27,63 +25,44 @@ STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "json": "one JSON document on stdout (the step's result)"}
 
 
-def _count(value: Any, flag: str) -> int:
-    """A whole number >= 0 (0 GPUs means train on the CPU)."""
-    if str(value) == "0":
-        return 0
-    number = _positive(value, flag)
-    assert number is not None
-    return number
-
-
-def _positive(value: Any, flag: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise BadInput(f"{flag}: expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"{flag}: must be > 0, got {number}")
-    return number
-
-
-def run_step_job(host_name: str | None, run: str | None, name: str, step_args: list[str], *, detach: bool,
+def run_step_job(session: HostSession, run: str | None, name: str, step_args: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
                  env_role: str | None = None,
-                 role_pythons: dict[str, str] | None = None) -> tuple[Host, dict[str, Any] | None]:
+                 role_pythons: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Launch `python -m specops <step_args>` as job `name`, follow it, return its JSON result.
 
-    role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to the interpreter of the host's env of
-                  that role (inventory `envs`), when the host has one; e.g. the serve env for extract.
+    All on the session's one connection. role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to
+    the interpreter of the host's env of that role (inventory `envs`), when the host has one; e.g.
+    the serve env for extract.
     """
-    inventory = load_inventory()
-    with host_connection(host_name) as (host, conn):
-        run_name = run or host.run
-        args = [arg.replace("{run}", run_name) for arg in step_args]
-        meta: dict[str, Any] = {}
-        if doctor:
-            meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
-        env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
-        job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta, env=env)
+    from remote.launch import agent_step_command, follow, launch
+
+    host, conn = session.host, session.conn
+    run_name = run or host.run
+    args = [arg.replace("{run}", run_name) for arg in step_args]
+    meta: dict[str, Any] = {}
+    if doctor:
+        meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
+    env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
+    job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta, env=env)
     print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
     if detach:
         if json:
             emit_json({"ok": True, "job": job})
         else:
             print(job["id"])
-        return host, None
-    outcome = follow(host, job["id"], inventory=inventory)
+        return None
+    outcome = follow(session, job["id"], record=job)
     if outcome.detached:
         raise SystemExit(0)
     result = outcome.last_document
     if json and result is not None:
         emit_json({**result, "job": job["id"], "state": outcome.state, "exit_code": outcome.exit_code})
-    if outcome.state != "succeeded":
+    if outcome.state != JobState.SUCCEEDED:
         reason = (result or {}).get("error") or f"exit code {outcome.exit_code}"
         raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
-    return host, result
+    return result
 
 
 @task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
@@ -91,11 +70,12 @@ def run_step_job(host_name: str | None, run: str | None, name: str, step_args: l
 def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, json=False):
     """Step 1: tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
     args = ["step", "prepare", "--run", "{run}"]
-    if _positive(samples, "--samples"):
+    if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
     if strict:
         args.append("--strict")
-    run_step_job(host, run, "prepare", args, detach=detach, json=json)
+    with host_session(host) as session:
+        run_step_job(session, run, "prepare", args, detach=detach, json=json)
 
 
 @task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
@@ -111,7 +91,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     dtype, serve args and vLLM version match, else (re)started from the host's `envs.serve`.
     """
     args = ["step", "extract", "--run", "{run}"]
-    if _positive(samples, "--samples"):
+    if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
     if backend:
         if backend not in ("hf", "vllm"):
@@ -119,27 +99,32 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         args += ["--backend", backend]
     if stop_server:
         args.append("--stop-server")
-    if _positive(port, "--port"):
+    if positive(port, "--port"):
         args += ["--port", str(port)]
-    run_step_job(host, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
-                 role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+    with host_session(host) as session:
+        run_step_job(session, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
+                     role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
 
 
 @task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})
 @reports_errors
 def validate(c, host=None, run=None, fidelity_samples=4, detach=False, json=False):
     """Check every hidden-state file, and their fidelity against the target's own predictions."""
-    count = _positive(fidelity_samples, "--fidelity-samples")
-    args = ["step", "validate", "--run", "{run}", "--fidelity-samples", str(count)]
-    run_step_job(host, run, "validate", args, detach=detach, json=json)
+    samples = positive(fidelity_samples, "--fidelity-samples")
+    args = ["step", "validate", "--run", "{run}", "--fidelity-samples", str(samples)]
+    with host_session(host) as session:
+        run_step_job(session, run, "validate", args, detach=detach, json=json)
 
 
 @task(help={**STEP_HELP})
 @reports_errors
 def vocab(c, host=None, run=None, detach=False, json=False):
     """Step 3: the draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
-    _host, result = run_step_job(host, run, "vocab", ["step", "vocab", "--run", "{run}"], detach=detach, json=json)
+    with host_session(host) as session:
+        result = run_step_job(session, run, "vocab", ["step", "vocab", "--run", "{run}"], detach=detach, json=json)
     if result and not json:
+        from remote import render
+
         out = render.console()
         view = render.table("draft vocabulary coverage of assistant tokens", ["draft vocab", "covered"])
         for row in result.get("coverage") or []:
@@ -154,32 +139,17 @@ def vocab(c, host=None, run=None, detach=False, json=False):
 def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, json=False):
     """Step 4: train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
     args = ["step", "train", "--run", "{run}"]
-    if _positive(epochs, "--epochs"):
+    if positive(epochs, "--epochs"):
         args += ["--epochs", str(epochs)]
     if gpus is not None:
-        args += ["--gpus", str(_count(gpus, "--gpus"))]
+        args += ["--gpus", str(count(gpus, "--gpus"))]
     if fresh:
         args.append("--fresh")
-    _host, result = run_step_job(host, run, "train", args, detach=detach, json=json, doctor=True,
-                                 skip_doctor=skip_doctor, env_role="train")
+    with host_session(host) as session:
+        result = run_step_job(session, run, "train", args, detach=detach, json=json, doctor=True,
+                              skip_doctor=skip_doctor, env_role="train")
     if result and not json:
         render_epochs(result.get("metrics") or [])
-
-
-def render_epochs(epochs: list[dict[str, Any]]) -> None:
-    if not epochs:
-        return
-    out = render.console()
-    view = render.table("training", ["epoch", "steps", "train loss", "val loss", "val acc@0", "tokens/s"])
-    for row in epochs:
-        val = row.get("val") or {}
-        view.add_row(str(row["epoch"]), str(row.get("steps")), _num(row.get("train", {}).get("loss")),
-                     _num(val.get("loss")), _num(val.get("full_acc_0")), _num(row.get("tokens_per_s"), 0))
-    out.print(view)
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 @task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
@@ -189,24 +159,27 @@ def _num(value: Any, digits: int = 3) -> str:
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
              no_fetch=False, detach=False, json=False):
     """doctor → patches → prepare → extract → validate → vocab → train, then fetch; unchanged steps skip."""
+    from remote.fetch import fetch_run
+
     started = time.perf_counter()
     args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
-    if _positive(samples, "--samples"):
+    if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
     if backend:
         args += ["--backend", backend]
     if skip_patches:
         args.append("--skip-patches")
-    chosen, result = run_step_job(host, run, "pipeline", args, detach=detach, json=False, doctor=True,
-                                  skip_doctor=skip_doctor, env_role="train",
-                                  role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
-    if result is None:
-        return
-    run_name = result.get("run") or run or chosen.run
-    fetched: dict[str, Any] | None = None
-    if not no_fetch:
-        with host_connection(chosen.name) as (_host, conn):
-            fetched = fetch_run(conn, chosen, run_name)
+    with host_session(host) as session:  # one connection: doctor, launch, follow and fetch
+        chosen = session.host
+        result = run_step_job(session, run, "pipeline", args, detach=detach, json=False, doctor=True,
+                              skip_doctor=skip_doctor, env_role="train",
+                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+        if result is None:
+            return
+        run_name = result.get("run") or run or chosen.run
+        fetched: dict[str, Any] | None = None
+        if not no_fetch:
+            fetched = fetch_run(session.conn, chosen, run_name)
     if not skip_doctor:
         result["steps"]["doctor"] = {"status": "ok (checked before launch)"}
     summary = {**result, "host": chosen.name, "fetched": fetched and fetched["destination"],
@@ -219,6 +192,8 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
 
 def render_summary(summary: dict[str, Any]) -> None:
+    from remote import render
+
     out = render.console()
     view = render.table(f"pipeline — run {summary['run']} on {summary['host']}", ["", ""])
     steps = ", ".join(f"{name} {info.get('status')}" for name, info in summary["steps"].items())
@@ -227,8 +202,8 @@ def render_summary(summary: dict[str, Any]) -> None:
         ("samples", str(summary.get("samples"))),
         ("tokens (assistant)", f"{summary.get('tokens')} ({summary.get('loss_tokens')})"),
         ("hidden-state bytes", render.human_bytes(summary.get("hidden_state_bytes"))),
-        ("fidelity", _num(summary.get("fidelity"))),
-        ("loss first → last", f"{_num(summary.get('loss_first'))} → {_num(summary.get('loss_last'))}"),
+        ("fidelity", number_text(summary.get("fidelity"))),
+        ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
         ("checkpoints on host", str(summary.get("checkpoints"))),
         ("fetched to", str(summary.get("fetched") or "-")),
         ("elapsed", f"{summary['elapsed_s']} s"),
@@ -243,8 +218,12 @@ def render_summary(summary: dict[str, Any]) -> None:
 @reports_errors
 def fetch(c, host=None, run=None, with_training_state=False, json=False):
     """Bring the best checkpoint, metrics, plot and logs home to fetched/<host>/<run>/, hash-verified."""
-    with host_connection(host) as (chosen, conn):
-        document = fetch_run(conn, chosen, run or chosen.run, with_training_state=with_training_state)
+    from remote import render
+    from remote.fetch import fetch_run
+
+    with host_session(host) as session:
+        chosen = session.host
+        document = fetch_run(session.conn, chosen, run or chosen.run, with_training_state=with_training_state)
     if json:
         emit_json(document)
         return

@@ -6,9 +6,6 @@ import time
 
 from invoke import task
 
-from remote import render
-from remote.agent import agent_call
-from remote.inventory import load_inventory
 from remote.session import emit_json, host_connection, reports_errors
 
 
@@ -16,6 +13,9 @@ from remote.session import emit_json, host_connection, reports_errors
 @reports_errors
 def hosts(c, json=False):
     """List the hosts of the inventory (SPECOPS_INVENTORY selects another file)."""
+    from remote import render
+    from remote.inventory import load_inventory
+
     inventory = load_inventory()
     rows = [{"name": host.name, "default": host.name == inventory.default, "connection": host.connection,
              "address": host.address, "user": host.user, "port": host.port, "jump": host.jump,
@@ -40,6 +40,8 @@ def hosts(c, json=False):
 @reports_errors
 def check(c, host=None, json=False, accept_new_host_key=False):
     """Connect and report the host's python envs, package versions, GPUs, disk and tools."""
+    from remote.agent import agent_call
+
     started = time.perf_counter()
     with host_connection(host, accept_new_host_key=accept_new_host_key) as (chosen, conn):
         args = ["check", "--gpus", str(chosen.gpus)]
@@ -58,6 +60,8 @@ def check(c, host=None, json=False, accept_new_host_key=False):
 
 
 def _render_check(doc: dict) -> None:
+    from remote import render
+
     out = render.console()
     if "envs" not in doc:
         out.print(render.status_text(False, doc.get("error", "check failed")))

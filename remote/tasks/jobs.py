@@ -7,13 +7,8 @@ import time
 
 from invoke import task
 
-from remote import render
-from remote.agent import agent_call
 from remote.errors import BadInput
-from remote.inventory import load_inventory
-from remote.jobs import job_call
-from remote.launch import follow, launch
-from remote.session import emit_json, host_connection, reports_errors
+from remote.session import emit_json, host_connection, host_session, reports_errors
 
 
 def _command_after_double_dash() -> list[str]:
@@ -27,20 +22,22 @@ def _command_after_double_dash() -> list[str]:
 @reports_errors
 def run(c, host=None, name="run", run=None, detach=False, json=False):
     """Launch any command as a job under tmux on the host: invoke run --host H -- CMD ARGS..."""
+    from remote.launch import follow, launch
+
     command = _command_after_double_dash()
     if not command:
         raise BadInput("run: give the command after --, e.g. invoke run --host gpu1 -- nvidia-smi")
-    inventory = load_inventory()
-    with host_connection(host) as (chosen, conn):
-        job = launch(conn, chosen, name, command, run=run)
-    if json:
-        emit_json({"ok": True, "job": job})
-        return
-    print(f"job {job['id']} started on {chosen.name}", file=sys.stderr)
-    if detach:
-        print(job["id"])
-        return
-    outcome = follow(chosen, job["id"], inventory=inventory)
+    with host_session(host) as session:  # one connection: launch, then follow
+        chosen = session.host
+        job = launch(session.conn, chosen, name, command, run=run)
+        if json:
+            emit_json({"ok": True, "job": job})
+            return
+        print(f"job {job['id']} started on {chosen.name}", file=sys.stderr)
+        if detach:
+            print(job["id"])
+            return
+        outcome = follow(session, job["id"], record=job)
     if not outcome.detached:
         print(f"job {job['id']}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
         if outcome.state != "succeeded":
@@ -51,6 +48,12 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
 @reports_errors
 def status(c, host=None, json=False, all=False):
     """Jobs on the host with state, age, exit code and last log line; GPU use if it has GPUs."""
+    from remote import render
+    from remote.agent import agent_call
+    from remote.jobs import job_call
+    from remote.tasks.shared import render_epochs
+    from specops.protocol import ACTIVE_STATES, JobState
+
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
         document = job_call(conn, chosen, ["list", *(["--all"] if all else [])])
@@ -71,20 +74,18 @@ def status(c, host=None, json=False, all=False):
     view = render.table(f"jobs on {chosen.name}", ["job", "run", "state", "age", "exit", "last log line"])
     for job in document["jobs"]:
         state = job["state"]
-        ok = {"succeeded": True, "running": None, "pending": None}.get(state, False)
+        ok = None if state in ACTIVE_STATES else state == JobState.SUCCEEDED
         detail = (job.get("last_log_line") or "")[-100:]
         if job.get("note"):
             detail = f"{job['note'][:100]}\n{detail}"
         progress = job.get("progress")
-        if progress and state in ("running", "pending"):
+        if progress and state in ACTIVE_STATES:
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
         view.add_row(job["id"], job.get("run") or "-", render.status_text(ok, state), _age(job.get("age_s")),
                      "-" if job.get("exit_code") is None else str(job["exit_code"]), detail)
     out.print(view)
     if document.get("metrics"):
-        from remote.tasks_pipeline import render_epochs
-
         render_epochs(document["metrics"])
     for gpu in document.get("gpus") or []:
         out.print(f"GPU {gpu['index']} {gpu['name']}: {gpu['utilization_pct']}% util, "
@@ -105,25 +106,24 @@ def _age(seconds: float | None) -> str:
 @reports_errors
 def logs(c, host=None, job=None, follow_=False, lines=40):
     """Print the tail of a job's log (the newest job's by default); --follow streams it."""
-    inventory = load_inventory()
-    chosen = inventory.host(host)
-    job_id = job
-    if job_id is None:
-        with host_connection(host) as (_host, conn):
-            jobs = job_call(conn, chosen, ["list", "--all"])["jobs"]
-        if not jobs:
-            raise BadInput(f"logs: no jobs on {chosen.name}")
-        job_id = max(jobs, key=lambda item: item.get("created") or "")["id"]
-    outcome = follow(chosen, job_id, inventory=inventory, lines=lines) if follow_ else None
-    if outcome is None:
-        from remote.jobs import follow_log
+    from remote.jobs import follow_log, job_call
+    from remote.launch import follow
 
-        follow_log(chosen, job_id, None, lambda text: sys.stdout.write(text), lines=lines, follow=False,
-                   inventory=inventory)
-    elif not outcome.detached:
+    with host_session(host) as session:  # one connection: find the job, then tail or follow it
+        chosen = session.host
+        job_id = job
+        if job_id is None:
+            jobs = job_call(session.conn, chosen, ["list", "--all"])["jobs"]
+            if not jobs:
+                raise BadInput(f"logs: no jobs on {chosen.name}")
+            job_id = max(jobs, key=lambda item: item.get("created") or "")["id"]
+        if not follow_:
+            follow_log(chosen, job_id, None, lambda text: sys.stdout.write(text), lines=lines, follow=False,
+                       session=session)
+            return
+        outcome = follow(session, job_id, lines=lines)
+    if not outcome.detached:
         print(f"job {job_id}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
-
-
 
 
 @task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
@@ -131,6 +131,8 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
 @reports_errors
 def stop(c, host=None, job=None, run=None, json=False):
     """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped."""
+    from remote.jobs import job_call
+
     if not job:
         raise BadInput("stop: --job ID|NAME is required")
     with host_connection(host) as (chosen, conn):

@@ -12,10 +12,7 @@ from pathlib import Path
 
 from invoke import task
 
-from remote import journal, render
-from remote.agent import agent_call
 from remote.errors import BadInput
-from remote.inventory import REPO_ROOT
 from remote.session import emit_json, host_connection, reports_errors
 
 ACTIONS = ("apply", "verify", "status", "revert", "new")
@@ -36,6 +33,9 @@ ACTIONS = ("apply", "verify", "status", "revert", "new")
 def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
           edited=None, id_=None, reason=None):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
+    from remote import journal
+    from remote.agent import agent_call
+
     if action not in ACTIONS:
         raise BadInput(f"patch: unknown action {action!r} (one of: {', '.join(ACTIONS)})")
     args = ["patch", action]
@@ -80,6 +80,8 @@ def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False
 
 def _write_new_patch(document: dict) -> None:
     """The agent composes the patch file against the host's installed file; it lands in this checkout."""
+    from remote.inventory import REPO_ROOT
+
     relative = document.get("patch_file_relative")
     text = document.get("patch_text")
     if not relative or text is None:
@@ -93,6 +95,8 @@ def _write_new_patch(document: dict) -> None:
 
 
 def _render(action: str, doc: dict) -> None:
+    from remote import render
+
     out = render.console()
     if "error" in doc and "sets" not in doc:
         out.print(render.status_text(False, doc["error"]))
