@@ -10,7 +10,9 @@ from specops.analysis import ModuleIndex
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
 from specops.doctor._flags import check_flags
+from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
+from specops.doctor._model_rules import model_rule_items
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._run import RunSettings
@@ -41,14 +43,15 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
 
     server = server_pipeline(versions)
     model_items, facts = check_model(settings, server, versions.get("speculators"))
-    timed("api", lambda: check_api_contract(index, versions) + check_pipeline_contract(index, versions))
+    timed("api", lambda: check_api_contract(index, versions) + check_pipeline_contract(index, versions)
+          + check_instances(index, versions, facts.get("architecture")))
     timed("flags", lambda: check_flags(index, {
         "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
         "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
     if settings.backend == "vllm":
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags))
-    timed("model", lambda: model_items)
+    timed("model", lambda: model_items + model_rule_items(index, versions, facts, settings.trust_remote_code))
     layer_ids = facts.get("layer_ids")
 
     def resources() -> list[Item]:
