@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
     parser.add_argument("--checks", default=",".join(CHECKS),
                         help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
+    parser.add_argument("--no-import", action="store_true",
+                        help="skip the import probe (a child python importing the run's packages, no GPU)")
     parser.set_defaults(handler=handle)
 
 
@@ -30,6 +32,8 @@ def handle(args: argparse.Namespace) -> tuple[int, dict]:
     for name in checks:
         if name not in CHECKS:
             raise BadInput(f"--checks: unknown check {name!r}; choose from {', '.join(CHECKS)}")
+    if args.no_import:
+        checks = tuple(name for name in checks if name != "import")
     if args.run and args.run_json:
         raise BadInput("doctor: give --run or --run-json, not both")
     run_json = args.run_json
