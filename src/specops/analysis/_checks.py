@@ -276,7 +276,8 @@ def _call_finding(checked: _File, node: ast.Call, spelled: str, target: Target, 
 
     if isinstance(target, Unresolved):
         if target.missing:
-            return finding("error", target.qualname, f"no such callee: {target.reason}")
+            went = _where_it_went(reader, target.qualname, node)
+            return finding("error", target.qualname, f"no such callee: {target.reason}{went}")
         return finding("unknown", target.qualname, f"could not resolve {spelled}: {target.reason}")
     signature = reader.of(target)
     if isinstance(signature, Unknown):
@@ -284,6 +285,22 @@ def _call_finding(checked: _File, node: ast.Call, spelled: str, target: Target, 
     status, reasons = bind(signature, node)
     detail = "; ".join([*reasons, signature.describe()])
     return finding(status, signature.qualname, detail)
+
+
+def _where_it_went(reader: SignatureReader, qualname: str, call: ast.Call | None) -> str:
+    """"; moved to X (line N)" when the missing name is defined elsewhere in its package."""
+    from specops.analysis._moved import where_it_went
+
+    def accepts(target: DefTarget) -> bool:
+        if call is None:
+            return True
+        signature = reader.of(target)
+        return not isinstance(signature, Signature) or bind(signature, call)[0] != "error"
+
+    if reader.index.module_file(top_level(qualname)) is None:
+        return ""
+    clause = where_it_went(reader.index, qualname, accepts)
+    return f"; {clause}" if clause else ""
 
 
 def _reader(index: ModuleIndex) -> SignatureReader:
@@ -345,7 +362,8 @@ def _import_results(checked: _File, node: ast.Import | ast.ImportFrom) -> list[t
         target = index.name_in_module(source, alias.name)
         if isinstance(target, Unresolved):
             status = "error" if target.missing else "unknown"
-            results.append((qualname, status, target.reason))
+            went = _where_it_went(_reader(index), qualname, None) if target.missing else ""
+            results.append((qualname, status, f"{target.reason}{went}"))
         else:
             where = target.qualname if isinstance(target, DefTarget) else f"module {target.qualname}"
             results.append((qualname, "ok", where))
