@@ -11,6 +11,7 @@ from specops.doctor import _import_probe
 from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
+from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
 from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
@@ -51,7 +52,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     architecture = facts.get("architecture")
     timed("api", lambda: cached_items("api", [versions, architecture], index, lambda: (
         check_api_contract(index, versions) + check_pipeline_contract(index, versions)
-        + check_instances(index, versions, architecture)), cache_hits))
+        + check_instances(index, versions, architecture) + check_engine_loops(index, versions)), cache_hits))
     timed("flags", lambda: check_flags(index, {
         "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
         "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
