@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 ns = Collection()
 # Each module contributes a list TASKS; modules of features not yet landed are skipped.
 TASK_MODULES = ("remote.tasks_core", "remote.tasks_sync", "remote.tasks_jobs", "remote.tasks_patch",
-                "remote.tasks_doctor", "remote.tasks_pipeline")
+                "remote.tasks_doctor", "remote.tasks_pipeline", "remote.tasks_compat")
 for module_name in TASK_MODULES:
     try:
         module = importlib.import_module(module_name)
