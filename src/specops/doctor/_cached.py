@@ -32,7 +32,7 @@ def cached_items(name: str, parts: list, index: ModuleIndex, produce: Callable[[
     stored = cache.load(key)
     if isinstance(stored, list):
         hits[name] = True
-        return [Item(**item) for item in stored]
+        return [Item(**{k: v for k, v in item.items() if k != "id"}) for item in stored]
     found = produce()
     hits[name] = False
     cache.store(key, [item.to_dict() for item in found], cache.index_evidence(index))
