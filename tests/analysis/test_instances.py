@@ -14,6 +14,7 @@ from specops.analysis._bound import check_bound_functions
 from specops.analysis._engine_loop import check_engine_loop
 from specops.analysis._instances import check_instance_calls
 
+
 def installed(site: Path) -> ModuleIndex:
     """The wheel's site first, then this interpreter's path (torch's nn.Module, as on a host)."""
     return ModuleIndex([str(site), *sys.path])

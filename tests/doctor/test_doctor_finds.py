@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from specops.analysis import ModuleIndex
 from specops.cli import main
 from specops.doctor import _import_probe
-from specops.analysis import ModuleIndex
 
 KIMI = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
         "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840}}

@@ -31,7 +31,8 @@ def doctor_errors(host: Host, cache: Path) -> dict[str, dict]:
 def new_set(host: Host) -> Path:
     folder = host.workdir / "patches" / PROPOSED
     folder.mkdir(parents=True)
-    (folder / "set.toml").write_text('package = "speculators"\nversion = "==0.3.0"\n\n[requires]\nvllm = ">=0.12,<0.17"\n')
+    (folder / "set.toml").write_text('package = "speculators"\nversion = "==0.3.0"\n\n'
+                                     '[requires]\nvllm = ">=0.12,<0.17"\n')
     return folder
 
 

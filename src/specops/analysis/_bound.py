@@ -130,7 +130,7 @@ class _Walk:
                 env = {**env, stmt.targets[0].id: self.value(stmt.value, env, scope, record=True)}
             elif isinstance(stmt, ast.If):
                 truth = self.truth(stmt.test, env, scope)
-                branches = [stmt.body] if truth is True else [stmt.orelse] if truth is False else [stmt.body, stmt.orelse]
+                branches = {True: [stmt.body], False: [stmt.orelse]}.get(truth, [stmt.body, stmt.orelse])
                 live = [result for branch in branches if (result := self.walk(branch, env, scope)) is not None]
                 if not live:
                     return None
@@ -162,7 +162,8 @@ class _Walk:
                 for other in ast.walk(scope.function) if scope.function else ():
                     if isinstance(other, ast.Assign):
                         for target in other.targets:
-                            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == obj.id:
+                            if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                                    and target.value.id == obj.id):
                                 extra.add(target.attr)
             self.bindings.append(Binding(function, scope.function, node.lineno, selves, extra))  # type: ignore[arg-type]
 
@@ -221,7 +222,8 @@ def _function_uses(checked: _File, binding: Binding, architecture: str, types: T
     label = f"[{architecture}] "
     if not binding.selves:
         return [Finding("attribute", "unknown", str(checked.path), function.lineno, f"def {function.name}(...)",
-                        function.name, f"{label}what {function.name} is bound to (line {binding.line}) could not be typed")]
+                        function.name,
+                        f"{label}what {function.name} is bound to (line {binding.line}) could not be typed")]
     calls = {id(n.func): n for n in ast.walk(function) if isinstance(n, ast.Call)}
     findings = []
     seen: set[tuple[int, str]] = set()

@@ -88,8 +88,8 @@ class _ClassTable:
 
 
 def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any((isinstance(d, ast.Name) and d.id == "overload") or (isinstance(d, ast.Attribute) and d.attr == "overload")
-               for d in node.decorator_list)
+    return any((isinstance(d, ast.Name) and d.id == "overload")
+               or (isinstance(d, ast.Attribute) and d.attr == "overload") for d in node.decorator_list)
 
 
 def _self_name(method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
@@ -110,11 +110,13 @@ def annotation_origin(annotation: ast.expr | None) -> ast.expr | None:
         except SyntaxError:
             return None
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        sides = [s for s in (annotation.left, annotation.right) if not (isinstance(s, ast.Constant) and s.value is None)]
+        sides = [s for s in (annotation.left, annotation.right)
+                 if not (isinstance(s, ast.Constant) and s.value is None)]
         return annotation_origin(sides[0]) if len(sides) == 1 else None
     if isinstance(annotation, ast.Subscript):
         head = annotation.value
-        if isinstance(head, ast.Name | ast.Attribute) and (getattr(head, "id", None) or getattr(head, "attr", "")) == "Optional":
+        head_name = getattr(head, "id", None) or getattr(head, "attr", "")
+        if isinstance(head, ast.Name | ast.Attribute) and head_name == "Optional":
             return annotation_origin(annotation.slice)
         return None  # list[X], dict[...]: a container, not an X
     return annotation if isinstance(annotation, ast.Name | ast.Attribute) else None
@@ -181,10 +183,12 @@ class TypeReader:
             elif isinstance(node, ast.Call):
                 func = node.func
                 if isinstance(func, ast.Name) and func.id == "setattr" and node.args and _is_name(node.args[0], me):
-                    if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+                    named = len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+                    if named and isinstance(node.args[1].value, str):
                         add(node.args[1].value, node, node.args[2] if len(node.args) > 2 else None, None)
                     elif cls.qualname not in SELF_ASSIGNED_GETATTR:
-                        table.dynamic = table.dynamic or f"setattr(self, ...) with a computed name at line {node.lineno}"
+                        table.dynamic = table.dynamic or (
+                            f"setattr(self, ...) with a computed name at line {node.lineno}")
                 elif (isinstance(func, ast.Attribute) and _is_name(func.value, me) and func.attr in REGISTERING_METHODS
                       and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
                     add(node.args[0].value, node, None, None)
@@ -293,7 +297,9 @@ class TypeReader:
                     found = self.member(base, expr.attr)
                     if isinstance(found, Member):
                         values += self.of_member(base, found, depth + 1)
-            if not values and isinstance(expr.value, ast.Name | ast.Attribute) and not self.of_expr(expr.value, scope, depth + 1):
+            untyped_base = isinstance(expr.value, ast.Name | ast.Attribute) and not self.of_expr(
+                expr.value, scope, depth + 1)
+            if not values and untyped_base:
                 target = self.index.expression(scope.module, expr) if _dotted(expr) else None
                 if isinstance(target, DefTarget) and target.is_class:
                     values.append(ClassObject(target))
@@ -322,7 +328,8 @@ class TypeReader:
     def _from_registry(self, call: ast.Call) -> list[Value]:
         for keyword in call.keywords:
             if keyword.arg == "architectures" and isinstance(keyword.value, ast.List | ast.Tuple):
-                names = [e.value for e in keyword.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                names = [e.value for e in keyword.value.elts
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str)]
                 built = [self.registry(n) for n in names]  # type: ignore[misc]
                 return [Instance(c, True, f"vLLM's registry entry {n}") for c, n in zip(built, names, strict=True) if c]
         return []
@@ -419,8 +426,8 @@ def _unique(values: list[Value]) -> list[Value]:
     seen: list[Value] = []
     keys: set[tuple] = set()
     for value in values:
-        key = (type(value).__name__, id(getattr(value, "cls", None) and value.cls.node) if not isinstance(value, BoundMethod)
-               else id(value.node), getattr(value, "exact", None))
+        node = value.node if isinstance(value, BoundMethod) else value.cls.node
+        key = (type(value).__name__, id(node), getattr(value, "exact", None))
         if key not in keys:
             keys.add(key)
             seen.append(value)

@@ -45,7 +45,7 @@ def _grouped(findings: list[Finding]) -> list[tuple[Finding, list[str]]]:
     """One entry per (file, line, status, callee name): the architectures it holds for, listed."""
     groups: dict[tuple, tuple[Finding, list[str]]] = {}
     for finding in findings:
-        arch, _, rest = finding.detail.partition("] ") if finding.detail.startswith("[") else ("", "", finding.detail)
+        arch = finding.detail.partition("] ")[0] if finding.detail.startswith("[") else ""
         key = (finding.file, finding.line, finding.status, finding.callee.rsplit(".", 1)[-1])
         if key not in groups:
             groups[key] = (finding, [])

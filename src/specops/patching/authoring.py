@@ -173,7 +173,8 @@ def handle_from_finding(args: argparse.Namespace, patches_dir: Path) -> tuple[in
     atomic.write_text(target, text)
     return 0, {"ok": True, **summary, "written": str(target), "set": folder.name, "id": patch_id,
                "replacements": text.count("[[replace]]"), "bound": True,
-               "placeholders": proposal.after.count("specops: placeholder") - proposal.before.count("specops: placeholder"),
+               "placeholders": (proposal.after.count("specops: placeholder")
+                                - proposal.before.count("specops: placeholder")),
                "patch_file_relative": f"{folder.name}/{target.name}", "patch_text": text}
 
 

@@ -85,7 +85,8 @@ def _edit(before: str, tree: ast.Module, line: int, why: str, index: ModuleIndex
                 text = _add_keyword(text, _call_at(ast.parse(text), line), name, value)
                 done.append(f"pass {name}")
         callee = ast.unparse(call.func).rsplit(".", 1)[-1]
-        return text, _slug("-".join(reversed(done))), f"{callee}: {'; '.join(reversed(done))} ({why.split(' -> ')[-1][:160]})"
+        steps = "; ".join(reversed(done))
+        return text, _slug("-".join(reversed(done))), f"{callee}: {steps} ({why.split(' -> ')[-1][:160]})"
     moved = _MOVED.search(why)
     if moved and "has no name" in why:
         name = re.search(r"has no name '(\w+)'", why).group(1)  # type: ignore[union-attr]
@@ -116,7 +117,7 @@ def _offsets(text: str) -> list[int]:
     for piece in text.splitlines(keepends=True):
         starts.append(total)
         total += len(piece)
-    return starts + [total]
+    return [*starts, total]
 
 
 def _at(starts: list[int], line: int, col: int) -> int:
@@ -128,7 +129,8 @@ def _drop_keyword(text: str, call: ast.Call | None, name: str) -> str:
     if keyword is None:
         raise BadInput(f"--from-finding: keyword {name} not found in the call")
     starts = _offsets(text)
-    begin, end = _at(starts, keyword.lineno, keyword.col_offset), _at(starts, keyword.end_lineno, keyword.end_col_offset)  # type: ignore[arg-type]
+    begin = _at(starts, keyword.lineno, keyword.col_offset)
+    end = _at(starts, keyword.end_lineno, keyword.end_col_offset)  # type: ignore[arg-type]
     rest = text[end:]
     stripped = rest.lstrip(" ")
     followed = stripped.startswith(",")
@@ -151,12 +153,13 @@ def _add_keyword(text: str, call: ast.Call | None, name: str, value: str) -> str
     closing = _at(starts, call.end_lineno, call.end_col_offset - 1)  # type: ignore[arg-type]
     if args and args[-1].end_lineno != call.end_lineno:  # one argument per line: add a line like them
         last = args[-1]
-        indent = " " * (last.col_offset if not isinstance(last, ast.keyword) else last.col_offset)
+        indent = " " * last.col_offset
         after_last = _at(starts, last.end_lineno, last.end_col_offset)  # type: ignore[arg-type]
         line_end = text.index("\n", after_last)
         comma = "" if text[after_last:line_end].strip().startswith(",") else ","
         value_text = value.replace("  # ", ",  # ", 1) if "  # " in value else f"{value},"
-        return text[:after_last] + comma + text[after_last:line_end] + f"\n{indent}{name}={value_text}" + text[line_end:]
+        added = f"\n{indent}{name}={value_text}"
+        return text[:after_last] + comma + text[after_last:line_end] + added + text[line_end:]
     separator = ", " if args else ""
     plain = value.split("  # ", 1)[0]
     edited = text[:closing] + f"{separator}{name}={plain}" + text[closing:]
@@ -246,7 +249,8 @@ def still_broken(proposal: Proposal, search_path: list[str] | None = None) -> li
     index._texts[proposal.file] = proposal.after  # the index reads this instead of the installed file
     changed = _changed_lines(proposal.before, proposal.after)
     lines = changed | {proposal.line}
-    found = [*check_calls(proposal.file, index, only_lines=lines), *check_imports(proposal.file, index, only_lines=lines),
+    found = [*check_calls(proposal.file, index, only_lines=lines),
+             *check_imports(proposal.file, index, only_lines=lines),
              *[f for f in check_instance_calls(proposal.file, index, packages={"vllm"}) if f.line in lines]]
     return [f"line {f.line}: {f.code} -> {f.detail[:200]}" for f in found if f.status == "error"]
 
