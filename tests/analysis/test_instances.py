@@ -163,3 +163,29 @@ def test_the_engine_loop_read_from_vllm_016_catches_the_skipped_sample_tokens(si
 
     fixed = check_engine_loop(site_0401 / GENERATOR, installed(site_0401))
     assert {s.status for s in fixed} == {"warn"}
+
+
+def test_a_function_assigned_onto_a_class_is_checked_with_self_as_that_class(tmp_path: Path) -> None:
+    from specops.analysis._bound import check_assigned_functions
+
+    site = write(tmp_path, {**LIB, "app/hook.py": """
+        from lib.sched import Sched
+
+
+        def patched(self, budget):
+            self.schedule(budget)
+            self.schedule()
+            return self.size + self.extra
+
+
+        Sched.schedule_twice = patched
+    """})
+    findings = check_assigned_functions(site / "app/hook.py", ModuleIndex([str(site)]))
+    found = {f.code: (f.status, f.detail) for f in findings}
+
+    assert found["self.schedule(budget)"][0] == "ok"
+    assert found["self.schedule()"][0] == "error"
+    assert "missing required parameter 'budget'" in found["self.schedule()"][1]
+    assert "self is Sched" in found["self.schedule()"][1]
+    assert found["self.size"][0] == "ok"
+    assert found["self.extra"][0] == "unknown"  # a subclass of Sched may have it

@@ -18,7 +18,7 @@ from specops.analysis._checks import Finding, _File, _reader
 from specops.analysis._index import DefTarget, ModuleIndex
 from specops.analysis._instances import check_member_use, types_of
 from specops.analysis._registry import registry_class
-from specops.analysis._types import Instance, Member, Missing, Scope, TypeReader, Value
+from specops.analysis._types import ClassObject, Instance, Member, Missing, Scope, TypeReader, Value
 
 # How a worker extension reaches the model vLLM built: `self.model_runner.model` / `.get_model()`.
 MODEL_ROOTS = (("model_runner", "model"), ("model_runner", "get_model"))
@@ -187,6 +187,29 @@ def files_binding_methods(files: list[Path], index: ModuleIndex) -> list[Path]:
     return [f for f in files if "MethodType" in (index.text(f) or "")]
 
 
+def check_assigned_functions(path: Path, index: ModuleIndex) -> list[Finding]:
+    """`SomeClass.method = fn`: inside `fn`, `self` is an instance of that class (or of a subclass, so
+    a name it lacks is unknown, not an error)."""
+    checked = _File(path, index)
+    if checked.module is None:
+        return []
+    types, sigs = types_of(index), _reader(index)
+    functions = {n.name: n for n in checked.tree.body if isinstance(n, ast.FunctionDef)}
+    findings: list[Finding] = []
+    for node in ast.walk(checked.tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in functions):
+            continue
+        for target in node.targets:
+            if not isinstance(target, ast.Attribute):
+                continue
+            owners = [v for v in types.of_expr(target.value, Scope(checked.module)) if isinstance(v, ClassObject)]
+            if owners:
+                binding = Binding(functions[node.value.id], None, node.lineno,  # type: ignore[arg-type]
+                                  [Instance(o.cls, False, f"assigned onto {o.cls.node.name}") for o in owners])
+                findings.extend(_function_uses(checked, binding, owners[0].cls.node.name, types, sigs))
+    return findings
+
+
 def check_bound_functions(path: Path, index: ModuleIndex, architectures: list[str]) -> list[Finding]:
     """For each architecture: the path from the model to each `types.MethodType(fn, obj)`, and every
     name `fn` uses on `self`, checked on what obj is for that architecture."""
@@ -245,4 +268,4 @@ def _first_arg(function: ast.FunctionDef) -> str | None:
     return positional[0].arg if positional else None
 
 
-__all__ = ["MODEL_ROOTS", "check_bound_functions", "files_binding_methods"]
+__all__ = ["MODEL_ROOTS", "check_assigned_functions", "check_bound_functions", "files_binding_methods"]

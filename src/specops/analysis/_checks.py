@@ -101,7 +101,12 @@ class _File:
         return text if len(text) <= CODE_WIDTH else text[: CODE_WIDTH - 1] + "…"
 
     def walk(self) -> Iterator[tuple[ast.AST, _Site]]:
-        yield from self._visit(self.tree, _Site((), False, False))
+        # check_calls and check_imports walk the same files: the walk (and its function_locals) once
+        walks = self.index.__dict__.setdefault("_walks", {})
+        key = (self.path, id(self.tree))
+        if key not in walks:
+            walks[key] = list(self._visit(self.tree, _Site((), False, False)))
+        yield from walks[key]
 
     def _visit(self, node: ast.AST, site: _Site) -> Iterator[tuple[ast.AST, _Site]]:
         yield node, site

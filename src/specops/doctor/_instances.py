@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specops.analysis import Finding, ModuleIndex, package_files
-from specops.analysis._bound import check_bound_functions, files_binding_methods
+from specops.analysis._bound import check_assigned_functions, check_bound_functions, files_binding_methods
 from specops.analysis._instances import check_instance_calls
 from specops.analysis._registry import common_architectures
 from specops.doctor._report import Item
@@ -33,6 +33,7 @@ def instance_findings(index: ModuleIndex, architecture: str | None) -> tuple[lis
         for file in files:
             if index.tree(file) is not None and "vllm" in (index.text(file) or ""):
                 calls.extend(check_instance_calls(file, index, packages=CALLEES))
+                calls.extend(f for f in check_assigned_functions(file, index) if "vllm." in f.callee)
         bound: list[Finding] = []
         for file in files_binding_methods(files, index):
             if index.tree(file) is not None:
