@@ -18,7 +18,7 @@ from specops.analysis._checks import Finding, _File, _reader
 from specops.analysis._index import DefTarget, ModuleIndex
 from specops.analysis._instances import check_member_use, types_of
 from specops.analysis._registry import registry_class
-from specops.analysis._types import ClassObject, Instance, Member, Missing, Scope, TypeReader, Value
+from specops.analysis._types import BoundMethod, ClassObject, Instance, Member, Missing, Scope, TypeReader, Value
 
 # How a worker extension reaches the model vLLM built: `self.model_runner.model` / `.get_model()`.
 MODEL_ROOTS = (("model_runner", "model"), ("model_runner", "get_model"))
@@ -73,7 +73,8 @@ class _Walk:
             for callee in self.value(expr.func, env, scope, record):
                 if isinstance(callee, Instance):
                     continue
-                results += self.types.returns(callee) if hasattr(callee, "node") and hasattr(callee, "instance") else []
+                if isinstance(callee, BoundMethod):
+                    results += self.types.returns(callee)
             return results
         return self.types.of_expr(expr, Scope(scope.module, scope.self_type, scope.function, dict(env)))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from specops.analysis._checks import CallShape, Finding, _File, _reader, bind
 from specops.analysis._index import DefTarget, ModuleIndex, top_level
 from specops.analysis._signatures import Signature, SignatureReader, Unknown
-from specops.analysis._types import BoundMethod, Doubt, Instance, Member, Missing, Scope, TypeReader, Value
+from specops.analysis._types import Doubt, Instance, Member, Missing, Scope, TypeReader, Value
 
 _WORD = re.compile(r"[a-z0-9]+")
 _COMMON_WORDS = frozenset({"get", "set", "self", "the", "of", "to", "from", "is", "has"})
@@ -149,9 +149,5 @@ def _rooted_at(expr: ast.expr, name: str | None) -> bool:
     return isinstance(expr, ast.Name) and expr.id == name
 
 
-def bound_types(values: list[Value]) -> list[Instance]:
-    return [v for v in values if isinstance(v, Instance)]
-
-
-__all__ = ["BoundMethod", "check_instance_calls", "check_member_use", "method_signature", "missing_detail",
+__all__ = ["check_instance_calls", "check_member_use", "method_signature", "missing_detail",
            "rename_candidates", "types_of"]
