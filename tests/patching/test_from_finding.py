@@ -96,3 +96,33 @@ def test_an_unknown_finding_id_is_bad_input(host: Host) -> None:
     new_set(host)
     code, document = host.agent("new", "--from-finding", "api-0000000000", "--set", PROPOSED)
     assert code == 2 and document["error"].startswith("--from-finding api-0000000000: no such finding")
+
+
+def test_names_that_moved_are_imported_from_where_they_went_in_one_patch(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.analysis.sites import unpacked_site
+
+    site = unpacked_site(tmp_path_factory, ("speculators", "0.4.0.1"), ("vllm", "0.33.0"))
+    workdir = tmp_path / "work"
+    (workdir / "patches" / "s").mkdir(parents=True)
+    (workdir / "patches" / "s" / "set.toml").write_text('package = "speculators"\nversion = "==0.4.0.1"\n')
+    env = {**os.environ, "SPECOPS_WORKDIR": str(workdir), "SPECOPS_ANALYSIS_CACHE": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(site), str(REPO / "src")])}
+
+    def agent(*args: str) -> tuple[int, dict]:
+        result = subprocess.run([sys.executable, "-m", "specops", *args], cwd=workdir, env=env,
+                                capture_output=True, text=True, timeout=300)
+        return result.returncode, json.loads(result.stdout)
+
+    _, report = agent("doctor", "--checks", "api")
+    [first, *_] = [f for f in report["findings"] if f["result"] == "error" and "has no name" in f["why"]]
+    code, document = agent("patch", "new", "--from-finding", first["id"], "--set", "s")
+
+    assert code == 0 and document["bound"] is True, document
+    assert document["id"] == "import-moved-from-kv-cache-planning"
+    diff = document["proposed_diff"]
+    assert "+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash\n" in diff
+    assert "+from vllm.v1.core.kv_cache_planning import (\n" in diff
+    assert agent("patch", "apply", "--set", "s")[0] == 0
+    _, after = agent("doctor", "--checks", "api")
+    assert not [f for f in after["findings"] if f["result"] == "error" and "has no name" in f["why"]]

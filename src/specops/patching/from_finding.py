@@ -90,9 +90,14 @@ def _edit(before: str, tree: ast.Module, line: int, why: str, index: ModuleIndex
     moved = _MOVED.search(why)
     if moved and "has no name" in why:
         name = re.search(r"has no name '(\w+)'", why).group(1)  # type: ignore[union-attr]
-        text = _move_import(before, tree, name, moved.group(1))
-        return text, _slug(f"import-{name}-from-{moved.group(1).rsplit('.', 1)[-1]}"), \
-            f"{name} moved to {moved.group(1)}"
+        names = _moved_together(index, module, tree, name, moved.group(1))
+        text = before
+        for each in names:
+            text = _move_import(text, ast.parse(text), each, moved.group(1))
+        text = _merge_imports(text, moved.group(1), names)
+        home = moved.group(1).rsplit(".", 1)[-1]
+        return text, _slug(f"import-{name}-from-{home}" if len(names) == 1 else f"import-moved-from-{home}"), \
+            f"{', '.join(names)} moved to {moved.group(1)}"
     renamed = _RENAMED.search(why)
     old = re.search(r"has no attribute '(\w+)'", why)
     if renamed and old:
@@ -232,6 +237,41 @@ def _move_import(text: str, tree: ast.Module, name: str, new_module: str) -> str
                 rest = f"from {'.' * node.level}{node.module or ''} import (\n{names}{indent})"
             return text[:begin] + rest + f"\n{indent}" + moved + text[end:]
     raise BadInput(f"--from-finding: no import of {name} found")
+
+
+def _moved_together(index: ModuleIndex, module: str, tree: ast.Module, name: str, new_module: str) -> list[str]:
+    """The names of the same import statement that moved to the same module: one patch moves them all,
+    so that patches made from their findings one by one never fight over one statement."""
+    from specops.analysis._moved import moved_definitions
+    from specops.analysis._scope import absolute_module
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
+            source = absolute_module(module, index.is_package(module), node.level, node.module)
+            together = []
+            for alias in node.names:
+                found = index.name_in_module(source, alias.name) if source else None
+                if alias.name == name or (getattr(found, "missing", False) and any(
+                        m.module == new_module for m in moved_definitions(index, f"{source}.{alias.name}"))):
+                    together.append(alias.name)
+            return together
+    return [name]
+
+
+def _merge_imports(text: str, new_module: str, names: list[str]) -> str:
+    """`from M import a` / `from M import b` lines the moves added, as one statement."""
+    lines = text.splitlines(keepends=True)
+    added = [i for i, line in enumerate(lines) if re.fullmatch(rf"\s*from {re.escape(new_module)} import \w+\n", line)]
+    if len(added) < 2:
+        return text
+    indent = lines[added[0]][: len(lines[added[0]]) - len(lines[added[0]].lstrip())]
+    merged = f"{indent}from {new_module} import {', '.join(sorted(names))}\n"
+    if len(merged) > 100:
+        merged = f"{indent}from {new_module} import (\n" + "".join(f"{indent}    {n},\n" for n in sorted(names)) + \
+            f"{indent})\n"
+    kept = [line for i, line in enumerate(lines) if i not in added[1:]]
+    kept[added[0]] = merged
+    return "".join(kept)
 
 
 def _rename_attribute(text: str, tree: ast.Module, line: int, old: str, new: str) -> str:
