@@ -56,10 +56,11 @@ def cell_text(cell: dict[str, Any]) -> str:
         text = "ok"
     else:
         first = cell["first"]
-        text = f"{cell['errors']} error(s); first: {first['where']}: {first['why'][:140]}"
-    covered = [c["name"] for c in cell.get("covered_by", []) if "error" not in c]
-    if covered:
-        text += f" [patch set: {', '.join(covered)}]"
+        reason = first["why"].split(" -> ", 1)[-1]  # what is wrong, not the code it is about
+        text = f"{cell['errors']} error(s); first: {first['where'].rsplit('/', 1)[-1]}: {reason[:240]}"
+    if cell["verdict"] != "ok":  # for a clean pair, sets that fit it fix other things (CPU hosts, speed)
+        covered = [c["name"] for c in cell.get("covered_by", []) if "error" not in c]
+        text += f" [patch set: {', '.join(covered)}]" if covered else " [no patch set]"
     return text
 
 
