@@ -34,9 +34,10 @@ def file_sha256(path: Path) -> str | None:
 
 
 def code_version() -> str:
-    """Hash of the agent's own analysis and doctor sources: new code never reads old results."""
+    """Hash of the agent's own analysis and doctor sources, and of the pipeline the doctor checks too:
+    new code never reads old results."""
     digest = hashlib.sha256()
-    for folder in ("analysis", "doctor"):
+    for folder in ("analysis", "doctor", "pipeline"):
         for path in sorted((CODE / folder).glob("*.py")):
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
