@@ -146,3 +146,7 @@ def test_the_second_run_answers_from_the_cache_until_a_file_changes(
     assert second["cache"] == {"api": True, "import": True}
     assert second["findings"] == first["findings"]
     assert third["cache"] == {"api": False, "import": False}
+
+    (site / "speculators" / "extra.py").write_text("X = 1\n")  # a module appears: imports may now resolve
+    _, fourth = doctor(capsys, "--site", str(site), "--checks", "api,import")
+    assert fourth["cache"] == {"api": False, "import": False}

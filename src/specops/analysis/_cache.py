@@ -108,7 +108,16 @@ def store(key: str, value: Any, proof: dict[str, Any]) -> None:
 def index_evidence(index: Any) -> dict[str, Any]:
     """What a ModuleIndex has read so far: its files and its folder listings."""
     files = [path for path, text in index._texts.items() if text is not None]
-    return evidence(files, index._listings)
+    # the folders it listed to resolve modules, and those of every file it read: a package walked
+    # whole (check_package) changes when a file is added beside the ones it read
+    folders = dict(index._listings)
+    for path in files:
+        if path.parent not in folders:
+            try:
+                folders[path.parent] = os.listdir(path.parent)
+            except OSError:
+                folders[path.parent] = []
+    return evidence(files, folders)
 
 
 __all__ = ["cache_root", "code_version", "evidence", "index_evidence", "key_of", "load", "still_true", "store"]

@@ -55,7 +55,9 @@ def start_probe(index: ModuleIndex, search_path: list[str], hits: dict[str, bool
         if not enabled() or not results:
             return
         files = [f for m in modules for f in package_files(m, index)]
-        folders = {Path(entry): _names(Path(entry)) for entry in search_path if Path(entry).is_dir()}
+        # the search path's folders (what is installed) and the package's own (a module that appears)
+        places = [Path(entry) for entry in search_path] + sorted({f.parent for f in files})
+        folders = {place: _names(place) for place in places if place.is_dir()}
         cache.store(key, results, cache.evidence(files, folders))
 
     return running, remember
