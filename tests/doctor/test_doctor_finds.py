@@ -5,6 +5,9 @@ their frame, and a cache that answers the second time."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -150,3 +153,19 @@ def test_the_second_run_answers_from_the_cache_until_a_file_changes(
     (site / "speculators" / "extra.py").write_text("X = 1\n")  # a module appears: imports may now resolve
     _, fourth = doctor(capsys, "--site", str(site), "--checks", "api,import")
     assert fourth["cache"] == {"api": False, "import": False}
+
+
+@pytest.mark.wheels
+def test_the_probe_says_what_a_plain_import_of_the_real_package_says(site_030: Path) -> None:
+    plain = subprocess.run([sys.executable, "-c", "import speculators"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(site_030), "CUDA_VISIBLE_DEVICES": ""},
+                           timeout=300)
+    index = ModuleIndex([str(site_030), *sys.path])
+    [item] = _import_probe.items(_import_probe.start(index, [str(site_030), *sys.path]), {"speculators": "0.3.0"})
+
+    if plain.returncode == 0:
+        assert item.result == "ok", item
+    else:  # with this interpreter's pydantic 2.14: PydanticUndefinedAnnotation, raised in speculators' own code
+        last = plain.stderr.strip().splitlines()[-1]
+        assert item.result == "error" and last.split(":")[0].rsplit(".", 1)[-1] in item.why, (item, last)
+        assert item.where.startswith(str(site_030 / "speculators"))

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -68,11 +69,15 @@ class Probe:
             return [], None
         left = max(1.0, self.timeout - (time.perf_counter() - self.started))
         try:
-            out, err = self.process.communicate(timeout=left)
+            out, _ = self.process.communicate(timeout=left)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.communicate()
             return [], f"import of {', '.join(self.modules)} did not finish within {self.timeout:g} s"
+        errors = self.process.stderr_file  # type: ignore[attr-defined]
+        errors.seek(0)
+        err = errors.read()
+        errors.close()
         lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if not lines and self.process.returncode != 0:
             last = (err.strip().splitlines() or [f"exit status {self.process.returncode}"])[-1]
@@ -93,8 +98,11 @@ def start(index: ModuleIndex, search_path: list[str], modules: tuple[str, ...] =
         return Probe([], None, time.perf_counter(), timeout)
     request = {"path": search_path, "modules": wanted, "roots": {m: package_roots(index, m) for m in wanted}}
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    # stderr to a file: a chatty import (warnings) must not stall on a full pipe while we analyse
+    errors = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen([python or sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                               stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+    process.stderr_file = errors  # type: ignore[attr-defined]
     assert process.stdin is not None
     process.stdin.write(json.dumps(request))
     process.stdin.close()
