@@ -189,3 +189,37 @@ def test_a_function_assigned_onto_a_class_is_checked_with_self_as_that_class(tmp
     assert "self is Sched" in found["self.schedule()"][1]
     assert found["self.size"][0] == "ok"
     assert found["self.extra"][0] == "unknown"  # a subclass of Sched may have it
+
+
+def test_names_set_with_setattr_exist_and_a_computed_setattr_makes_every_name_unknown(tmp_path: Path) -> None:
+    site = write(tmp_path, {
+        "lib/__init__.py": "",
+        "lib/things.py": """
+            class Frozen:
+                def __init__(self):
+                    object.__setattr__(self, "size", 1)
+
+
+            class Loose:
+                def __init__(self, names):
+                    for name in names:
+                        setattr(self, name, None)
+        """,
+        "app/__init__.py": "",
+        "app/use.py": """
+            from lib.things import Frozen, Loose
+
+
+            class User:
+                def __init__(self):
+                    self.frozen = Frozen()
+                    self.loose = Loose(["a"])
+
+                def run(self):
+                    return self.frozen.size, self.frozen.colour, self.loose.a
+        """,
+    })
+    found = {f.code: f.status for f in check_instance_calls(site / "app/use.py", ModuleIndex([str(site)]),
+                                                             packages={"lib"})}
+
+    assert found == {"self.frozen.size": "ok", "self.frozen.colour": "error", "self.loose.a": "unknown"}

@@ -182,7 +182,10 @@ class TypeReader:
                                 node.annotation if isinstance(node, ast.AnnAssign) else None)
             elif isinstance(node, ast.Call):
                 func = node.func
-                if isinstance(func, ast.Name) and func.id == "setattr" and node.args and _is_name(node.args[0], me):
+                # setattr(self, "x", v) and object.__setattr__(self, "x", v) (frozen dataclasses)
+                sets = (isinstance(func, ast.Name) and func.id == "setattr") or (
+                    isinstance(func, ast.Attribute) and func.attr == "__setattr__")
+                if sets and node.args and _is_name(node.args[0], me):
                     named = len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
                     if named and isinstance(node.args[1].value, str):
                         add(node.args[1].value, node, node.args[2] if len(node.args) > 2 else None, None)
