@@ -61,9 +61,9 @@ def load_draft(folder: Path, dtype: Any) -> Any:
 
 def prepared(model: Any, dtype: Any) -> Any:
     # The replay runs the layers directly with a causal sdpa (no flex-attention block masks).
-    model.config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001
+    model.config.transformer_layer_config._attn_implementation = "sdpa"
     for layer in model.layers:
-        layer.self_attn.config._attn_implementation = "sdpa"  # noqa: SLF001
+        layer.self_attn.config._attn_implementation = "sdpa"
     return model.to(dtype).eval()
 
 
@@ -82,7 +82,7 @@ def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
     torch.manual_seed(SEED)
     model = Eagle3DraftModel(config)
     model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
-    model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)  # noqa: SLF001
+    model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)
     model = model.to(trained.fc.weight.dtype)
     from specops.pipeline.folders import replace_folder
 

@@ -48,10 +48,10 @@ def scrape(endpoint: str, timeout_s: float = 30.0) -> dict[str, Any]:
 
 
 def delta(before: dict[str, Any], after: dict[str, Any], k: int) -> dict[str, Any]:
-    positions = [int(round(after["per_position"].get(p, 0.0) - before["per_position"].get(p, 0.0))) for p in range(k)]
-    return {"num_drafts": int(round(after["num_drafts"] - before["num_drafts"])),
-            "num_draft_tokens": int(round(after["num_draft_tokens"] - before["num_draft_tokens"])),
-            "num_accepted_tokens": int(round(after["num_accepted_tokens"] - before["num_accepted_tokens"])),
+    positions = [round(after["per_position"].get(p, 0.0) - before["per_position"].get(p, 0.0)) for p in range(k)]
+    return {"num_drafts": round(after["num_drafts"] - before["num_drafts"]),
+            "num_draft_tokens": round(after["num_draft_tokens"] - before["num_draft_tokens"]),
+            "num_accepted_tokens": round(after["num_accepted_tokens"] - before["num_accepted_tokens"]),
             "accepted_per_position": positions}
 
 

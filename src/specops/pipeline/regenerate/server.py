@@ -81,7 +81,8 @@ def generating_server(run: Any, *, speculative: dict[str, Any] | None = None, po
     python = choose_serve_python(serve_python)
     version = serve_env_version(python)
     if version is None:
-        raise BadInput(f"SPECOPS_SERVE_PYTHON: no vLLM is installed in the serve env of {python} (inventory envs.serve)")
+        raise BadInput(f"SPECOPS_SERVE_PYTHON: no vLLM is installed in the serve env of {python} "
+                       "(inventory envs.serve)")
     chosen_port = port or run.config.vllm.port
     argv, env = build_generate_command(run, gpus, chosen_port, python, version, speculative)
     signature = {"purpose": "generate", "model": str(run.model_path), "model_digest": model_digest(run.model_path),
