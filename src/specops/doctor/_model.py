@@ -52,7 +52,7 @@ def check_model(settings: RunSettings, server: bool, speculators: str | None) ->
                               "patch custom_worker for the wrapper or use speculators ≥0.5"))
     layers, hidden, vocab = (text.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size"))
     facts = {"architecture": (config.get("architectures") or [None])[0], "layers": layers, "hidden": hidden,
-             "vocab": vocab}
+             "vocab": vocab, "model_type": text.get("model_type")}
     if not isinstance(layers, int):
         items.append(Item("model", "error", where, "no num_hidden_layers", "check the model's config.json"))
         return items, facts

@@ -13,11 +13,12 @@ from specops.doctor._flags import check_flags
 from specops.doctor._model import check_model
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
+from specops.doctor._serving import check_serving
 from specops.doctor._run import RunSettings
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
-CHECKS = ("api", "flags", "capability", "model", "resources")
+CHECKS = ("api", "flags", "capability", "serving", "model", "resources")
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
@@ -48,6 +49,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     if settings.backend == "vllm":
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags))
+        timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
     timed("model", lambda: model_items)
     layer_ids = facts.get("layer_ids")
 
