@@ -39,7 +39,7 @@ def written_fields(index: ModuleIndex) -> dict[str, str] | None:
     fields: dict[str, str] = {}
     found_any = False
     for module in WRITERS:
-        tree, file = _tree(index, module)
+        tree, _file = _tree(index, module)
         if tree is None:
             continue
         found_any = True
@@ -71,8 +71,8 @@ def _key_reads(node: ast.AST) -> list[tuple[str, bool, int]]:
 def _eagle3_function(tree: ast.Module) -> ast.FunctionDef | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and any(
-                isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant) and d.args[0].value == "eagle3"
-                for d in node.decorator_list):
+                isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
+                and d.args[0].value == "eagle3" for d in node.decorator_list):
             return node
     return None
 

@@ -13,8 +13,8 @@ from specops.doctor._flags import check_flags
 from specops.doctor._model import check_model
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
-from specops.doctor._serving import check_serving
 from specops.doctor._run import RunSettings
+from specops.doctor._serving import check_serving
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 

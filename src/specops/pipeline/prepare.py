@@ -158,6 +158,10 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     from specops.pipeline.manifest import Manifest
 
     samples = samples if samples is not None else run.config.samples
+    if run.config.regenerate.enabled:  # the answers prepare reads: made (or found unchanged) first
+        from specops.pipeline.regenerate.step import regenerate
+
+        regenerate(run)
     inputs = prepare_inputs(run, samples)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)

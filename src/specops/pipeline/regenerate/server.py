@@ -29,6 +29,24 @@ def eagle3_config(draft: Path, tokens: int) -> dict[str, Any]:
     return {"method": "eagle3", "model": str(draft), "num_speculative_tokens": tokens}
 
 
+def serve_env_source(python: Path, relative: str) -> str | None:
+    """The text of a file of the serve env's site-packages (its interpreter says where; nothing imported)."""
+    import subprocess
+
+    try:
+        done = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        return (Path(done.stdout.strip()) / relative).read_text(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def per_request_metrics_supported(python: Path) -> bool:
+    """vLLM serves per-request spec-decode metrics (`--per-request-spec-decode-metrics`, newer builds)."""
+    source = serve_env_source(python, "vllm/engine/arg_utils.py")
+    return bool(source and "per-request-spec-decode-metrics" in source)
+
+
 def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, version: str | None,
                            speculative: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
     """`vllm serve` argv and env additions for a generating server (no hidden-state extraction)."""
@@ -39,6 +57,8 @@ def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, ve
             "--dtype", serve_dtype(run, host_gpus), "--tensor-parallel-size", str(max(host_gpus, 1))]
     if speculative is not None:
         argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        if per_request_metrics_supported(python):
+            argv += ["--per-request-spec-decode-metrics", "summary"]
     if run.config.trust_remote_code:
         argv.append("--trust-remote-code")
     if needs_scale_out(version):
