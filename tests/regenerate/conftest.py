@@ -9,6 +9,7 @@ import pytest
 
 from tests.pipeline.conftest import REPO, agent, agent_env, agent_popen  # noqa: F401  (shared helpers)
 from tests.support.runs import edit_run
+from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve env, for the vllm tests)
 
 
 @pytest.fixture(scope="session")
