@@ -77,8 +77,14 @@ def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen
     assert "reusing vLLM server job" in stderr and "--resume" in resumed["command"]
     rows = _rows(root)
     ids = [row["id"] for row in rows]
-    assert len(ids) == len(set(ids)) == 278  # every conversation once, one answer each at 24 tokens
-    assert resumed["counts"]["conversations"] == 278 and resumed["counts"]["failed"] == 0
+    counts = resumed["counts"]
+    assert len(ids) == len(set(ids)) == counts["rows"]  # none twice
+    # every conversation once: answered (one answer each at 24 tokens), or failed and listed with its error
+    assert counts["conversations"] + counts["failed"] == 278 and counts["missing"] == 0, resumed["failed"]
+    failed = {failure["id"] for failure in resumed["failed"]}
+    assert len(failed) == counts["failed"] and all(failure["error"] for failure in resumed["failed"])
+    assert not failed & {row["primary_id"] for row in rows}
+    assert counts["conversations"] >= 270
     assert all(row["metadata"]["endpoint"].endswith("/v1/chat/completions") for row in rows)
 
     # an uninterrupted run of the same inputs on the same server
@@ -88,4 +94,5 @@ def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen
     assert code == 0, stderr[-4000:]
     again = _rows(root)
     assert {row["id"]: row["input_ids"] for row in again} == {row["id"]: row["input_ids"] for row in rows}
+    assert {failure["id"] for failure in whole["failed"]} == failed
     assert whole["server"]["reused"] is True
