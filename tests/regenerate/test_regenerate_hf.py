@@ -36,8 +36,12 @@ def test_every_prompt_is_answered_once_in_speculators_row_format(regenerated: Pa
     rows = _rows(regenerated)
     assert len(source) == 300 - 2 - 20  # two malformed lines, twenty held out
     assert Counter(row["id"] for row in rows).most_common(1)[0][1] == 1
-    assert {row["primary_id"] for row in rows} == {row["id"] for row in source}
-    assert (_folder(regenerated) / "responses.errors.jsonl").read_text() == ""
+    errors = [json.loads(line) for line in (_folder(regenerated) / "responses.errors.jsonl").read_text().splitlines()]
+    # every prompt once: answered, or (an answer of nothing but unfinished UTF-8 bytes, empty as vLLM sees it)
+    # failed as speculators fails it
+    assert {row["primary_id"] for row in rows} | {error["id"] for error in errors} == {row["id"] for row in source}
+    assert not {row["primary_id"] for row in rows} & {error["id"] for error in errors}
+    assert all("empty assistant generation" in error["metadata"]["error"] for error in errors)
 
     # Each row is what speculators' own code builds from a chat-completion response carrying the same tokens.
     tokenizer = AutoTokenizer.from_pretrained(str(regenerated / "models" / "tiny-llama"))
@@ -61,7 +65,9 @@ def test_the_step_report_counts_answers_failures_and_held_out_prompts(regenerate
     record = Manifest(regenerated / "runs" / "tiny").record("regenerate")
     assert record["status"] == "done"
     counts = record["counts"]
-    assert counts["conversations"] == 278 and counts["failed"] == 0 and counts["empty"] == 0
+    errors = (_folder(regenerated) / "responses.errors.jsonl").read_text().splitlines()
+    assert counts["conversations"] + counts["failed"] == 278 and counts["failed"] == len(errors) < 10
+    assert counts["empty"] == 0 and counts["missing"] == 0
     assert counts["held_out"] == 20 and counts["rows"] == len(_rows(regenerated))
     assert record["inputs"]["sampling"] == {"concurrency": 16, "max_tokens": 24, "seed": 0, "temperature": 0.0,
                                             "top_p": 1.0}
@@ -91,7 +97,8 @@ def test_a_killed_regenerate_resumes_to_the_same_bytes_none_twice(regen_workdir:
     assert code == 0, stderr[-3000:]
     assert document["batches_resumed"] >= 9 and "resuming" in stderr
     assert (_folder(root) / "responses.jsonl").read_bytes() == (_folder(regenerated) / "responses.jsonl").read_bytes()
-    assert document["counts"]["conversations"] == 278 and document["failed"] == []
+    assert document["counts"] == json.loads((regenerated / "runs" / "tiny" / "manifest.json").read_text())[
+        "steps"]["regenerate"]["counts"]
 
 
 def test_a_rerun_with_the_same_inputs_skips(regenerated: Path, tmp_path: Path) -> None:

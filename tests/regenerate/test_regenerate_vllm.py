@@ -96,3 +96,11 @@ def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen
     assert {row["id"]: row["input_ids"] for row in again} == {row["id"]: row["input_ids"] for row in rows}
     assert {failure["id"] for failure in whole["failed"]} == failed
     assert whole["server"]["reused"] is True
+
+    # the hf backend writes the same rows: the same prompt and answer tokens, the same failures
+    (root / "runs" / "tiny" / "manifest.json").unlink()
+    shutil.rmtree(root / "runs" / "tiny" / "regenerated")
+    code, hf, stderr = agent(root, "step", "regenerate", "--run", "tiny", "--backend", "hf", timeout=900)
+    assert code == 0, stderr[-3000:]
+    assert {row["id"]: row["input_ids"] for row in _rows(root)} == {row["id"]: row["input_ids"] for row in rows}
+    assert {failure["id"] for failure in hf["failed"]} == failed

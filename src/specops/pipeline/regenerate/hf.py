@@ -113,7 +113,9 @@ class Generator:
             completions = self.complete(prompts, seed * 1000 + turn_round)
             turn_round += 1
             for state, prompt, (completion, reason) in zip(pending, prompts, completions, strict=True):
-                content = self.tokenizer.decode(completion, skip_special_tokens=True)
+                # As vLLM's incremental detokenizer: an unfinished UTF-8 sequence at the end is held back
+                # (an answer of nothing but such bytes is empty there, and speculators fails it).
+                content = self.tokenizer.decode(completion, skip_special_tokens=True).rstrip("\ufffd")
                 if not content:
                     state["error"] = f"ValueError('empty assistant generation (sample {len(state['samples'])})')"
                     state["done"] = True
