@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from specops.pipeline.extract_hf import Extractor, plan_batches
-from specops.pipeline.hidden_states import BackgroundWriter, write_sample
+from specops.pipeline.extraction import BackgroundWriter, write_sample
+from specops.pipeline.extraction.hf import Extractor, plan_batches
 
 PEAK_FLOPS = 790e12  # H200 dense bf16, as the issue asks
 

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specops.pipeline import metrics, train, vocab
+from specops.pipeline.training import command as train
+from specops.pipeline.training import metrics, vocab
 
 
 @dataclass(frozen=True)

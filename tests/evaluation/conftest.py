@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import REPO, agent
+from tests.support.agent import REPO
+from tests.support.agent import run_agent as agent
 from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve env, for the vllm tests)
 
 
 @pytest.fixture(scope="session")
 def evaluated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """(workdir, the pipeline's summary)."""
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("evaluated") / "w"
     root.mkdir()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from tests.evaluation.conftest import copy_of
-from tests.pipeline.conftest import agent
+from tests.support.agent import run_agent as agent
 
 KEYS = {"mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "num_drafts", "num_draft_tokens",
         "num_accepted_tokens", "prompts", "checkpoint", "backend"}
@@ -58,8 +58,8 @@ def test_held_out_prompts_are_never_trained_on(evaluated) -> None:
 def test_the_held_out_choice_is_by_content_whatever_the_order() -> None:
     import random
 
-    from specops.pipeline.conversations import Conversation
-    from specops.pipeline.evaluation.heldout import choose
+    from specops.pipeline.data.conversations import Conversation
+    from specops.pipeline.data.heldout import choose
 
     conversations = [Conversation(n, [{"role": "user", "content": f"question {n}"},
                                       {"role": "assistant", "content": f"answer {n}"}]) for n in range(100)]

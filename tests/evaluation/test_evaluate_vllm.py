@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from tests.evaluation.conftest import copy_of
-from tests.pipeline.conftest import agent_env
+from tests.support.agent import agent_env
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]

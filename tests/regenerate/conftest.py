@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import REPO, agent, agent_env, agent_popen  # noqa: F401  (shared helpers)
+from tests.support.agent import run_agent as agent
+from tests.support.repo import REPO
 from tests.support.runs import edit_run
 from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve env, for the vllm tests)
 
@@ -15,7 +16,7 @@ from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve e
 @pytest.fixture(scope="session")
 def regen_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model and data; run `tiny` regenerates 24-token answers in batches of 16."""
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("regen-workdir")
     shutil.copytree(REPO / "runs", root / "runs")

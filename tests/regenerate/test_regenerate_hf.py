@@ -15,7 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.pipeline.conftest import agent, agent_popen
+from tests.support.agent import run_agent as agent
+from tests.support.agent import start_agent as agent_popen
 
 RUN = ("--run", "tiny")
 
@@ -60,7 +61,7 @@ def test_every_prompt_is_answered_once_in_speculators_row_format(regenerated: Pa
 
 
 def test_the_step_report_counts_answers_failures_and_held_out_prompts(regenerated: Path) -> None:
-    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.run import Manifest
 
     record = Manifest(regenerated / "runs" / "tiny").record("regenerate")
     assert record["status"] == "done"
@@ -109,7 +110,7 @@ def test_a_rerun_with_the_same_inputs_skips(regenerated: Path, tmp_path: Path) -
 
 
 def test_a_changed_target_regenerates_and_invalidates_everything_after(regenerated: Path, tmp_path: Path) -> None:
-    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.run import Manifest
 
     root = tmp_path / "w"
     shutil.copytree(regenerated, root, symlinks=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import agent_env
+from tests.support.agent import agent_env
 from tests.support.runs import edit_run
 from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, needs_vllm
 
@@ -44,7 +44,7 @@ def _rows(root: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def vllm_regen_workdir(patched_vllm, tmp_path_factory) -> Path:
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("vllm-regen") / "w"
     root.mkdir()

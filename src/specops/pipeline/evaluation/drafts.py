@@ -21,7 +21,7 @@ SEED = 0
 
 def epoch_folders(checkpoints: Path) -> list[Path]:
     """Finished epochs' checkpoint folders, oldest first."""
-    from specops.pipeline.train import is_complete
+    from specops.pipeline.training.command import is_complete
 
     folders = [path for path in checkpoints.iterdir() if path.is_dir() and re.fullmatch(r"\d+", path.name)] \
         if checkpoints.is_dir() else []
@@ -84,7 +84,7 @@ def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
     model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
     model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)
     model = model.to(trained.fc.weight.dtype)
-    from specops.pipeline.folders import replace_folder
+    from specops.atomic import replace_folder
 
     replace_folder(out, lambda staging: model.save_pretrained(str(staging)))
     return out

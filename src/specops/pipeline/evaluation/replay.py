@@ -128,9 +128,9 @@ def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_to
     """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids)."""
     import torch
 
+    from specops.pipeline.data import load_tokenizer
     from specops.pipeline.evaluation.drafts import load_draft
-    from specops.pipeline.extract_hf import load_target
-    from specops.pipeline.prepare import load_tokenizer
+    from specops.pipeline.target import load_target
 
     device = torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda")
     if target is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.config import config_hash
+from specops.pipeline.run import config_hash
 
 REPORT_FILE = "report.json"
 PROGRESS_FILE = "progress.json"
@@ -28,8 +28,8 @@ def say(message: str) -> None:
 
 
 def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
-    from specops.pipeline.evaluation.heldout import read_prompts
-    from specops.pipeline.prepare import load_tokenizer, render_ids
+    from specops.pipeline.data.heldout import read_prompts
+    from specops.pipeline.data.preparation import load_tokenizer, render_ids
 
     rows = read_prompts(run.paths.heldout)
     if not rows:
@@ -45,7 +45,7 @@ def _progress(run: Any, **fields: Any) -> None:
 
 
 def _digest(folder: Path) -> str:
-    from specops.pipeline.fingerprint import file_digest
+    from specops.pipeline.run import file_digest
 
     return file_digest(folder / "model.safetensors")
 
@@ -75,14 +75,14 @@ class Scorer:
             import torch
 
             from specops.pipeline.evaluation.replay import replay
-            from specops.pipeline.extract_hf import load_target
+            from specops.pipeline.target import load_target
 
             if self.target is None:
                 self.target = load_target(self.run, torch.device("cpu"), torch.float32)
             counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target)
             return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
         from specops.pipeline.evaluation.served import run_prompts
-        from specops.pipeline.regenerate.server import eagle3_config, generating_server
+        from specops.pipeline.vllm import eagle3_config, generating_server
 
         if self.base_tokens_per_s is None:
             base = generating_server(self.run)
@@ -101,7 +101,7 @@ class Scorer:
 
 
 def evaluate_inputs(run: Any, folders: list[Path], prompts: list[list[int]], backend: str) -> dict[str, Any]:
-    from specops.pipeline.manifest import Manifest
+    from specops.pipeline.run import Manifest
 
     settings = run.config.evaluate
     return {"drafts": {folder.name: _digest(folder) for folder in folders}, "prompts": config_hash(prompts),
@@ -111,11 +111,11 @@ def evaluate_inputs(run: Any, folders: list[Path], prompts: list[list[int]], bac
 
 def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
              backend: str | None = None) -> dict[str, Any]:
+    from specops.gpus import device_count as visible_gpus
     from specops.pipeline.evaluation.drafts import UNTRAINED, choose_checkpoint, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.runs import visible_gpus
+    from specops.pipeline.run import Manifest
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())

@@ -41,8 +41,8 @@ class Generator:
     def __init__(self, run: Any) -> None:
         import torch
 
-        from specops.pipeline.extract_hf import choose_device, load_target
-        from specops.pipeline.prepare import load_tokenizer
+        from specops.pipeline.data import load_tokenizer
+        from specops.pipeline.target import choose_device, load_target
 
         self.torch = torch
         self.settings = run.config.regenerate
@@ -53,7 +53,7 @@ class Generator:
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
-        from specops.pipeline.prepare import render_ids
+        from specops.pipeline.data.preparation import render_ids
 
         return render_ids(self.tokenizer, messages, generation_prompt=True)
 

@@ -16,34 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
-
-RESPONSES_FILE = "responses.jsonl"
-ERRORS_FILE = "responses.errors.jsonl"
-
-
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """(rows that parse, lines that do not)."""
-    if not path.is_file():
-        return [], 0
-    rows, broken = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            broken += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            broken += 1
-    return rows, broken
-
-
-def generation_number(row: dict[str, Any]) -> int:
-    suffix = str(row.get("id", "")).rsplit("_gen", 1)
-    return int(suffix[1]) if len(suffix) == 2 and suffix[1].isdigit() else 0
+from specops.pipeline.data.regenerated import (  # noqa: F401  (the file names and readers live with their reader)
+    ERRORS_FILE,
+    RESPONSES_FILE,
+    generation_number,
+    ordered_rows,
+    read_jsonl,
+)
 
 
 def _complete(rows: list[dict[str, Any]], expected: int, max_tokens: int) -> bool:
@@ -102,9 +81,3 @@ def check(folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
             "empty": empty, "missing": len(missing), "missing_list": missing[:20],
             "finish_reasons": dict(sorted(finish.items())),
             "completion_tokens": sum(sum(row.get("loss_mask") or []) for row in rows), "problems": problems}
-
-
-def ordered_rows(folder: Path) -> list[dict[str, Any]]:
-    """The rows in a canonical order (source row, then generation): vLLM's come back in any order."""
-    rows, _broken = read_jsonl(folder / RESPONSES_FILE)
-    return sorted(rows, key=lambda row: ((row.get("metadata") or {}).get("idx", 0), generation_number(row)))

@@ -10,15 +10,13 @@ same prompts in the same order.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.conversations import Conversation, Malformed, read_conversations
-from specops.pipeline.evaluation import heldout
-
-SOURCE_FILE = "source.jsonl"
+from specops.pipeline.data import heldout
+from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
+from specops.pipeline.data.regenerated import SOURCE_FILE, read_source  # noqa: F401  (read by regenerate's steps)
 
 
 def build_source(run: Any) -> dict[str, Any]:
@@ -47,11 +45,6 @@ def build_source(run: Any) -> dict[str, Any]:
     atomic.write_text(run.paths.regenerated / SOURCE_FILE, text)
     return {"conversations": len(rows), "held_out": len(held), "duplicates": duplicates,
             "without_user_turn": no_user, "malformed": malformed}
-
-
-def read_source(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines()
-            if line.strip()]
 
 
 def prompt_turns(messages: list[dict[str, str]]) -> list[dict[str, str]]:

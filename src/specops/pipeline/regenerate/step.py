@@ -13,11 +13,11 @@ import sys
 from typing import Any
 
 from specops.errors import CheckFailed
-from specops.pipeline.config import config_hash
+from specops.pipeline.run import config_hash
 
 
 def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
-    from specops.pipeline.fingerprint import file_digest, model_digest, tokenizer_digest
+    from specops.pipeline.run import file_digest, model_digest, tokenizer_digest
 
     data_path = run.paths.resolve(run.config.data)
     settings = run.config.regenerate.model_dump(mode="json")
@@ -32,7 +32,7 @@ def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
 
 
 def chosen_backend(run: Any, backend: str | None) -> str:
-    from specops.pipeline.runs import visible_gpus
+    from specops.gpus import device_count as visible_gpus
 
     return backend or run.config.regenerate.backend or run.backend(visible_gpus())
 
@@ -40,9 +40,9 @@ def chosen_backend(run: Any, backend: str | None) -> str:
 def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = False,
                port: int | None = None) -> dict[str, Any]:
     """Run (or skip, or resume) the regenerate step; the step's report."""
-    from specops.pipeline.manifest import Manifest
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check
     from specops.pipeline.regenerate.source import build_source, read_source
+    from specops.pipeline.run import Manifest
 
     backend = chosen_backend(run, backend)
     folder = run.paths.regenerated

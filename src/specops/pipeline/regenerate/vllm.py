@@ -27,13 +27,27 @@ def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: s
             "--sampling-params", json.dumps(sampling_params(settings), sort_keys=True)]
 
 
+def run_client(argv: list[str]) -> int:
+    """Run speculators' client, its output copied to stderr (the job log; stdout carries the JSON)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "COLUMNS": "400"}  # rich would wrap its log lines at 80 columns
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          env=env) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            sys.stderr.write(raw.decode(errors="replace"))
+        sys.stderr.flush()
+    return process.returncode
+
+
 def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, stop_server: bool = False,
                     port: int | None = None) -> dict[str, Any]:
     from specops.errors import CheckFailed
-    from specops.pipeline.extract_vllm import _run_speculators
     from specops.pipeline.regenerate.output import tidy
-    from specops.pipeline.regenerate.server import generating_server, stop_generating_server
     from specops.pipeline.regenerate.source import prompt_turns
+    from specops.pipeline.vllm import generating_server, stop_generating_server
 
     expected = {row["id"]: sum(1 for turn in prompt_turns(row["messages"]) if turn["role"] == "user") for row in source}
     tidied = tidy(folder, expected, run.config.regenerate.max_tokens)
@@ -44,10 +58,11 @@ def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, sto
     # The model name the server knows is its path; the client loads the tokenizer from it too.
     argv = regenerate_argv(run, server["endpoint"], str(run.model_path), folder)
     try:
-        code, _timing = _run_speculators(argv)
+        code = run_client(argv)
     finally:
         if stop_server:
-            server["stopped"] = stop_generating_server(run, server["job"], "--stop-server")
+            server["stopped"] = stop_generating_server(server, "--stop-server")
+    server.pop("server")
     if code != 0:
         raise CheckFailed(f"speculators regenerate-responses exited {code} (log: the job log)")
     return {"tidied": tidied, "server": server, "command": argv}
