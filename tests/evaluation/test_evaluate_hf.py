@@ -58,7 +58,7 @@ def test_held_out_prompts_are_never_trained_on(evaluated) -> None:
 def test_the_held_out_choice_is_by_content_whatever_the_order() -> None:
     import random
 
-    from specops.pipeline.data.conversations import Conversation
+    from specops.pipeline.data import Conversation
     from specops.pipeline.data.heldout import choose
 
     conversations = [Conversation(n, [{"role": "user", "content": f"question {n}"},

@@ -21,11 +21,11 @@ SEED = 0
 
 def epoch_folders(checkpoints: Path) -> list[Path]:
     """Finished epochs' checkpoint folders, oldest first."""
-    from specops.pipeline.training.command import is_complete
+    from specops.pipeline.training import command
 
     folders = [path for path in checkpoints.iterdir() if path.is_dir() and re.fullmatch(r"\d+", path.name)] \
         if checkpoints.is_dir() else []
-    return sorted((path for path in folders if is_complete(path)), key=lambda path: int(path.name))
+    return sorted((path for path in folders if command.is_complete(path)), key=lambda path: int(path.name))
 
 
 def choose_checkpoint(checkpoints: Path, which: str) -> Path:

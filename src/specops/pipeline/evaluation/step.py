@@ -28,10 +28,9 @@ def say(message: str) -> None:
 
 
 def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
-    from specops.pipeline.data.heldout import read_prompts
-    from specops.pipeline.data.preparation import load_tokenizer, render_ids
+    from specops.pipeline.data import heldout, load_tokenizer, render_ids
 
-    rows = read_prompts(run.paths.heldout)
+    rows = heldout.read_prompts(run.paths.heldout)
     if not rows:
         raise BadInput(f"{run.label}: evaluate.heldout_prompts: no held-out prompts in {run.paths.heldout}; "
                        "set it > 0 and run prepare again")

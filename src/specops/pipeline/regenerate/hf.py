@@ -53,7 +53,7 @@ class Generator:
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
-        from specops.pipeline.data.preparation import render_ids
+        from specops.pipeline.data import render_ids
 
         return render_ids(self.tokenizer, messages, generation_prompt=True)
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
-from specops.pipeline.data.regenerated import (  # noqa: F401  (the file names and readers live with their reader)
-    ERRORS_FILE,
-    RESPONSES_FILE,
-    generation_number,
-    ordered_rows,
-    read_jsonl,
-)
+from specops.pipeline.data import regenerated
+
+# The file names and readers live with their reader, prepare.
+RESPONSES_FILE = regenerated.RESPONSES_FILE
+ERRORS_FILE = regenerated.ERRORS_FILE
+read_jsonl = regenerated.read_jsonl
+generation_number = regenerated.generation_number
 
 
 def _complete(rows: list[dict[str, Any]], expected: int, max_tokens: int) -> bool:

@@ -14,9 +14,10 @@ from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.data import heldout
-from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
-from specops.pipeline.data.regenerated import SOURCE_FILE, read_source  # noqa: F401  (read by regenerate's steps)
+from specops.pipeline.data import Conversation, Malformed, heldout, read_conversations, regenerated
+
+SOURCE_FILE = regenerated.SOURCE_FILE
+read_source = regenerated.read_source
 
 
 def build_source(run: Any) -> dict[str, Any]:
