@@ -49,7 +49,7 @@ def check_model(settings: RunSettings, server: bool, speculators: str | None) ->
         # how the installed worker reaches a wrapper's decoder is read from its source (_model_rules)
     layers, hidden, vocab = (text.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size"))
     facts = {"architecture": (config.get("architectures") or [None])[0], "layers": layers, "hidden": hidden,
-             "vocab": vocab}
+             "vocab": vocab, "model_type": text.get("model_type")}
     if not isinstance(layers, int):
         items.append(Item("model", "error", where, "no num_hidden_layers", "check the model's config.json"))
         return items, facts

@@ -17,11 +17,12 @@ from specops.doctor._model import check_model
 from specops.doctor._model_rules import model_rule_items
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
+from specops.doctor._serving import check_serving
 from specops.doctor.settings import RunSettings
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
-CHECKS = ("api", "import", "flags", "capability", "model", "resources")
+CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources")
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
@@ -59,6 +60,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
+        timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
     timed("model", lambda: model_items + cached_items(
         "model", [versions, architecture, facts.get("remote_tokenizer"), settings.trust_remote_code], index,
         lambda: model_rule_items(index, versions, facts, settings.trust_remote_code), cache_hits))
