@@ -82,10 +82,18 @@ class LayerCapture:
 
 
 class Extractor:
-    """Runs batches through the decoder and hands the captured states to the writer threads."""
+    """Runs batches through the decoder and hands the captured states to the writer threads.
+
+    On the GPU the forward never waits for the host: each batch's states go to page-locked host
+    memory on a copy stream of their own (overlapping the next batch's forward), into one of a few
+    buffers allocated once at the largest batch's size (page-locking is slow: it must not recur
+    per batch), and the writer threads wait for the copy, not the forward.
+    """
+
+    PINNED_BUFFERS = 3  # one being filled, one being written, one spare
 
     def __init__(self, model: Any, layer_ids: list[int], hidden_size: int, device: Any, dtype: Any,
-                 writer: BackgroundWriter) -> None:
+                 writer: BackgroundWriter, batch_tokens: int | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -94,42 +102,57 @@ class Extractor:
         self.writer = writer
         self.cuda = device.type == "cuda"
         self._pinned: Any = None  # queue of reusable page-locked host buffers (GPU only)
+        self._copy_stream: Any = torch.cuda.Stream(device) if self.cuda else None
+        if self.cuda and batch_tokens:
+            self._allocate_pinned(batch_tokens * self.layers * self.hidden)
 
     def forward(self, token_lists: list[list[int]]) -> Any:
         """Captured states [batch, longest, n_layers, hidden] on the device (right-padded)."""
         torch = self.torch
         rows, longest = len(token_lists), max(len(tokens) for tokens in token_lists)
-        input_ids = torch.zeros((rows, longest), dtype=torch.long)
-        attention = torch.zeros((rows, longest), dtype=torch.long)
-        for row, tokens in enumerate(token_lists):
-            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            attention[row, : len(tokens)] = 1
+        inputs: dict[str, Any] = {}
+        if all(len(tokens) == longest for tokens in token_lists):
+            # No padding: plain causal attention. An all-ones mask would be the same attention, but
+            # transformers then checks it on the device (a host sync per batch) or materializes it.
+            input_ids = torch.tensor(token_lists, dtype=torch.long)
+        else:
+            input_ids = torch.zeros((rows, longest), dtype=torch.long)
+            attention = torch.zeros((rows, longest), dtype=torch.long)
+            for row, tokens in enumerate(token_lists):
+                input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+                attention[row, : len(tokens)] = 1
+            inputs["attention_mask"] = attention.to(self.device)
         self.capture.buffer = torch.empty((rows, longest, self.layers, self.hidden), dtype=self.dtype,
                                           device=self.device)
         with torch.inference_mode():
-            self.capture.decoder(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                                 use_cache=False)
+            self.capture.decoder(input_ids=input_ids.to(self.device), use_cache=False, **inputs)
         buffer, self.capture.buffer = self.capture.buffer, None
         return buffer
+
+    def _allocate_pinned(self, numel: int) -> None:
+        import queue
+
+        self._pinned = queue.Queue()
+        for _ in range(self.PINNED_BUFFERS):  # pin_memory=True: no pageable copy made first
+            self._pinned.put(self.torch.empty(numel, dtype=self.dtype, pin_memory=True))
 
     def _host_copy(self, buffer: Any) -> tuple[Any, Any, Any]:
         """(host tensor, event to wait on, release callback): pinned async copies on the GPU."""
         if not self.cuda:
             return buffer, None, lambda: None
-        import queue
-
         torch = self.torch
         if self._pinned is None:
-            self._pinned = queue.Queue()
-            for _ in range(3):
-                self._pinned.put(torch.empty(0, dtype=self.dtype).pin_memory())
+            self._allocate_pinned(buffer.numel())
         pinned = self._pinned.get()  # blocks while all buffers are being written out
-        if pinned.numel() < buffer.numel():
-            pinned = torch.empty(buffer.numel(), dtype=self.dtype).pin_memory()
+        if pinned.numel() < buffer.numel():  # a batch beyond the planned size (not in extract())
+            pinned = torch.empty(buffer.numel(), dtype=self.dtype, pin_memory=True)
         host = pinned[: buffer.numel()].view(buffer.shape)
-        host.copy_(buffer, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
+        self._copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._copy_stream):
+            host.copy_(buffer, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._copy_stream)
+        buffer.record_stream(self._copy_stream)  # the allocator must not reuse it before the copy ends
         return host, event, lambda: self._pinned.put(pinned)
 
     def extract(self, indices: list[int], token_lists: list[list[int]], wanted: set[int], folder: Path,
@@ -301,7 +324,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     batches = [batch for batch in plan_batches(lengths, batch_tokens) if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
     if todo:
-        _run_batches(run, dataset, batches, todo, folder, device, dtype, layer_ids, hidden, progress)
+        _run_batches(run, dataset, batches, todo, folder, device, dtype, layer_ids, hidden, progress, batch_tokens)
     else:
         progress.start()
     progress.report(force=True, state="done")
@@ -315,10 +338,10 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
 
 
 def _run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
-                 dtype: Any, layer_ids: list[int], hidden: int, progress: Progress) -> None:
+                 dtype: Any, layer_ids: list[int], hidden: int, progress: Progress, batch_tokens: int) -> None:
     model = load_target(run, device, dtype)
     writer = BackgroundWriter(threads=2 if device.type == "cuda" else 1, depth=2)
-    extractor = Extractor(model, layer_ids, hidden, device, dtype, writer)
+    extractor = Extractor(model, layer_ids, hidden, device, dtype, writer, batch_tokens)
     progress.start()  # after loading the model: rates and ETA are of the extraction itself
     lock = threading.Lock()
 
