@@ -65,7 +65,8 @@ def run_variant(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Sh
         else:
             result = tb.run_job(env, ["step", "train", "--run", tb.RUN, "--fresh"])
         if result.exit_code != 0:
-            sys.exit(f"{side} {variant.label}: training failed (exit {result.exit_code}); see {result.log}")
+            tail = "\n".join(result.log.read_text(errors="replace").splitlines()[-40:])
+            sys.exit(f"{tail}\n{side} {variant.label}: training failed (exit {result.exit_code}); see {result.log}")
         steps_per_s, first, last = tb.window_rate(result, warmup)
         tokens = tb.tokens_per_step(result.log)
         figures[side] = {"tokens_per_s": steps_per_s * tokens, "step_ms": 1000 / steps_per_s,
