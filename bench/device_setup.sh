@@ -20,5 +20,7 @@ if ! command -v tmux >/dev/null; then
   export PATH=/tmp/tmuxroot/bin:$PATH
   echo "device_setup: tmux from .tools ($(tmux -V))"
 fi
-python3 -c "import torch, transformers, speculators, datasets; print('device_setup: torch', torch.__version__, \
-'transformers', transformers.__version__, 'speculators', speculators.__version__, 'gpus', torch.cuda.device_count())"
+export TRITON_CACHE_AUTOTUNING=1  # the fused loss's autotune results carry over between training runs
+python3 -c "import torch, transformers, datasets; from importlib.metadata import version; \
+print('device_setup: torch', torch.__version__, 'transformers', transformers.__version__, \
+'speculators', version('speculators'), 'gpus', torch.cuda.device_count())" || true

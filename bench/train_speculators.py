@@ -58,6 +58,7 @@ def run_variant(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Sh
                 sides: list[str], warmup: int) -> dict:
     tb.write_run_config(workdir, verifier, shape, variant)
     figures: dict = {"optimizer": variant.optimizer, "tokens_per_step": variant.tokens_per_step}
+    results = {}
     for side in sides:
         if side == "speculators":
             save = workdir / f"direct-{variant.label}"
@@ -67,18 +68,23 @@ def run_variant(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Sh
         if result.exit_code != 0:
             tail = "\n".join(result.log.read_text(errors="replace").splitlines()[-40:])
             sys.exit(f"{tail}\n{side} {variant.label}: training failed (exit {result.exit_code}); see {result.log}")
-        steps_per_s, first, last = tb.window_rate(result, warmup)
-        tokens = tb.tokens_per_step(result.log)
-        figures[side] = {"tokens_per_s": steps_per_s * tokens, "step_ms": 1000 / steps_per_s,
-                         "tokens_per_step": tokens, "window": [first, last], "wall_s": result.wall_s,
-                         "log": str(result.log)}
-        print(f"{variant.label:>12} {side:>11}: {steps_per_s * tokens:10.0f} tokens/s, "
-              f"step {1000 / steps_per_s:7.1f} ms (steps {first}-{last}, {tokens:.0f} tokens/step, "
-              f"wall {result.wall_s:.0f} s)", file=sys.stderr)
+        results[side] = result
         # checkpoints are GBs at 8B dimensions: keep the logs, drop the weights
         for folder in [workdir / f"direct-{variant.label}", *(workdir / "runs" / tb.RUN).glob("checkpoints*")]:
             for checkpoint in folder.glob("[0-9]*"):
                 shutil.rmtree(checkpoint, ignore_errors=True)
+    # one token count for both sides (speculators' own count of a packed batch), so the ratio is time alone
+    tokens = tb.tokens_per_step(*(result.log for result in results.values()))
+    for side, result in results.items():
+        steps_per_s, first, last = tb.window_rate(result, warmup)
+        startup, teardown = result.stamps[min(result.stamps)], result.wall_s - result.stamps[max(result.stamps)]
+        figures[side] = {"tokens_per_s": steps_per_s * tokens, "step_ms": 1000 / steps_per_s,
+                         "tokens_per_step": tokens, "window": [first, last], "wall_s": result.wall_s,
+                         "to_first_step_s": startup, "after_last_step_s": teardown, "log": str(result.log)}
+        print(f"{variant.label:>12} {side:>11}: {steps_per_s * tokens:10.0f} tokens/s, "
+              f"step {1000 / steps_per_s:7.1f} ms (steps {first}-{last}, {tokens:.0f} tokens/step; "
+              f"wall {result.wall_s:.0f} s = {startup:.0f} s to step 0 + {teardown:.0f} s after the last)",
+              file=sys.stderr)
     return figures
 
 

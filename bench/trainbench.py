@@ -144,9 +144,9 @@ def write_run_config(workdir: Path, verifier: Path, shape: Shape, variant: Varia
 class LogClock:
     """Stamps the moment each `global_step=N` first appears, complete, in a growing log file."""
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, ""
-        self.stamps: dict[int, float] = {}
+    def __init__(self, path: Path, started: float) -> None:
+        self.path, self.offset, self.partial, self.started = path, 0, "", started
+        self.stamps: dict[int, float] = {}  # seconds since `started`
 
     def poll(self) -> None:
         try:
@@ -157,7 +157,7 @@ class LogClock:
             return
         if not chunk:
             return
-        now = time.perf_counter()
+        now = time.perf_counter() - self.started
         self.offset += len(chunk)
         lines = (self.partial + chunk.decode(errors="replace")).split("\n")
         self.partial = lines.pop()  # an unfinished line waits for its newline
@@ -197,8 +197,8 @@ def run_direct(env: dict[str, str], argv: list[str], save: Path, poll_s: float =
 
     save.mkdir(parents=True, exist_ok=True)
     log_path = save / "direct.log"
-    clock = LogClock(log_path)
     started = time.perf_counter()
+    clock = LogClock(log_path, started)
     with open(log_path, "wb") as log:
         process = subprocess.Popen([train.resolve_executable(argv[0]), *argv[1:]], stdout=log,
                                    stderr=subprocess.STDOUT, env=env, cwd=env["SPECOPS_WORKDIR"])
@@ -218,7 +218,7 @@ def run_job(env: dict[str, str], step_args: list[str], poll_s: float = 0.005) ->
     launched = agent(env, "job", "launch", "--name", "train", "--run", RUN, "--",
                      sys.executable, "-m", "specops", *step_args)
     job = launched["job"]
-    clock = LogClock(Path(job["log"]))
+    clock = LogClock(Path(job["log"]), started)
     previous = os.environ.get("SPECOPS_WORKDIR")
     os.environ["SPECOPS_WORKDIR"] = env["SPECOPS_WORKDIR"]
     try:
@@ -251,16 +251,16 @@ def window_rate(result: SideResult, warmup: int) -> tuple[float, int, int]:
     return (last - first) / (result.stamps[last] - result.stamps[first]), first, last
 
 
-def tokens_per_step(log: Path) -> float:
+def tokens_per_step(*logs: Path) -> float:
     """Tokens of one packed batch, as speculators counts them (its profile: tokens/s x step time)."""
     import statistics
 
     from specops.pipeline import metrics
 
     counts = [step.profile["tokens_per_s"] * step.profile["step_ms"] / 1000
-              for step in metrics.read_log(log).steps if "tokens_per_s" in step.profile]
+              for log in logs for step in metrics.read_log(log).steps if "tokens_per_s" in step.profile]
     if not counts:
-        sys.exit(f"no step metrics in {log}")
+        sys.exit(f"no step metrics in {', '.join(map(str, logs))}")
     return statistics.median(counts)
 
 
