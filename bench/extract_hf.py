@@ -161,6 +161,7 @@ def stage_passes(model, batches: list[torch.Tensor], layer_ids: list[int], devic
 
     results = {}
     with torch.inference_mode():
+        capture.buffer = torch.empty((*batches[0].shape, len(layer_ids), hidden), dtype=dtype, device=device)
         decoder(input_ids=batches[0].to(device), use_cache=False)  # warm-up
         for name, mask, hooks, copy in (
                 ("bare forward (again)", False, False, None),
