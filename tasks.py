@@ -1,6 +1,9 @@
-"""specops: Invoke tasks. Thin: parse flags, call remote/, render. `invoke --list` shows them all."""
+"""specops: Invoke tasks. Thin: parse flags, call remote/, render. `invoke --list` shows them all.
 
-import importlib
+One explicit registry: every task group is imported by name, so a typo fails loudly. The task
+modules import their heavy parts (fabric, rich, pydantic) inside the tasks, so listing is quick.
+"""
+
 import sys
 from pathlib import Path
 
@@ -8,16 +11,9 @@ from invoke import Collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from remote.tasks import core, doctor, jobs, patch, pipeline, sync
+
 ns = Collection()
-# Each module contributes a list TASKS; modules of features not yet landed are skipped.
-TASK_MODULES = ("remote.tasks_core", "remote.tasks_sync", "remote.tasks_jobs", "remote.tasks_patch",
-                "remote.tasks_doctor", "remote.tasks_pipeline")
-for module_name in TASK_MODULES:
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            continue
-        raise
-    for task_object in module.TASKS:
+for group in (core, sync, jobs, patch, doctor, pipeline):
+    for task_object in group.TASKS:
         ns.add_task(task_object)

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-from specops.pipeline.extract_hf import Extractor, plan_batches
-from specops.pipeline.hidden_states import BackgroundWriter, write_sample
+from specops.pipeline.extraction import BackgroundWriter, write_sample
+from specops.pipeline.extraction.hf import Extractor, plan_batches
 
 PEAK_FLOPS = 790e12  # H200 dense bf16, as the issue asks
 
@@ -121,7 +121,7 @@ def load_extractor_class(path: Path):
 def stage_passes(model, batches: list[torch.Tensor], layer_ids: list[int], device: torch.device,
                  dtype: torch.dtype) -> dict[str, float]:
     """Seconds of one pass over the batches per stage, each stage adding one part of the extractor."""
-    from specops.pipeline.extract_hf import LayerCapture
+    from specops.pipeline.extraction.hf import LayerCapture
 
     decoder = model.model
     hidden = model.config.hidden_size

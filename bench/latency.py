@@ -1,16 +1,20 @@
 """Latency of one specops command over SSH, against what SSH itself costs, side by side in one run.
 
-    .venv/bin/python bench/latency.py [--n 5]
+    .venv/bin/python bench/latency.py [--n 5] [--before PATH]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), writes an inventory with the SSH host
 and a local host, and times, after one warm-up each, N rounds of all of these in turn (median and p90 in ms):
 
   ssh true          OpenSSH client, `ssh -o BatchMode=yes host true`, the same key: the floor
-  bare (process)    a fresh python: import remote.connection, connect, run `true` (no invoke, no agent)
+  bare (process)    a fresh python: import the SSH layer, connect, run `true` (no invoke, no agent)
   bare (in-proc)    connect + `true` in this process (imports already paid), TCP_NODELAY on and off
   agent (in-proc)   connect + one agent call (`job list`) in this process, TCP_NODELAY on and off
-  invoke hosts      the CLI with no SSH at all: interpreter, invoke and imports
+  invoke --list / hosts   the CLI with no SSH at all: interpreter, invoke and imports
   check / status / patch status   the full task, `invoke ... --host H --json`, with its round trips
+
+With --before PATH (another checkout, e.g. `git worktree add ../before <commit>`), the process rows
+(bare process, the invoke tasks) are timed for that tree too, interleaved with this one's, against
+hosts of their own (own workdirs), and an after/before ratio per row is printed.
 
 twice: as root, whose ~/.bashrc runs `pyenv init` for every SSH command, and as a throwaway user
 with an empty ~/.bashrc (a clean login shell; created here and removed at the end). Ratios are
@@ -41,10 +45,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from remote import connection as connection_module  # noqa: E402
 from remote.agent import agent_call, forget_current  # noqa: E402
-from remote.connection import open_connection  # noqa: E402
 from remote.inventory import load_inventory  # noqa: E402
+from remote.ssh import connection as connection_module  # noqa: E402
+from remote.ssh import open_connection  # noqa: E402
 from tests.support.cli import INVOKE, write_inventory  # noqa: E402
 from tests.support.sshd import SshServer, start_sshd  # noqa: E402
 
@@ -58,6 +62,7 @@ HOST_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else 
 class Row:
     name: str
     login: str
+    tree: str = "this"
     times: list[float] = field(default_factory=list)
     round_trips: int | None = None
 
@@ -72,8 +77,9 @@ class Row:
         return statistics.quantiles(self.times, n=10, method="inclusive")[8] * 1000
 
 
-def run_checked(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+def run_checked(argv: list[str], env: dict[str, str] | None = None,
+                cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:4]}... exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
     return proc
@@ -81,9 +87,9 @@ def run_checked(argv: list[str], env: dict[str, str] | None = None) -> subproces
 
 @contextmanager
 def nagle(on: bool) -> Iterator[None]:
-    """Leave Nagle on in remote.connection without editing it: its TCP_NODELAY request is redirected.
+    """Leave Nagle on in remote.ssh.connection without editing it: its TCP_NODELAY request is redirected.
 
-    remote.connection calls sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) through its
+    remote.ssh.connection calls sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) through its
     module-global `socket`; a stand-in whose two constants name SO_KEEPALIVE turns that call into a
     harmless keepalive switch. The socket option actually in effect is read back and printed.
     """
@@ -102,7 +108,7 @@ def nagle(on: bool) -> Iterator[None]:
 
 
 def nodelay_in_effect(conn: connection_module.SSHConnection) -> bool:
-    transport = conn._client.get_transport()
+    transport = conn.fabric.transport
     assert transport is not None
     return bool(transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
@@ -154,15 +160,39 @@ def ssh_argv(server: SshServer, known_hosts: Path, user: str, *command: str) -> 
             f"{user}@127.0.0.1", *command]
 
 
+# The SSH layer's module: remote.ssh now, remote.connection before the move to fabric.
 BARE_PROCESS = """
-import sys
+import importlib, importlib.util, sys
 sys.path.insert(0, sys.argv[1])
-from remote.connection import open_connection
 from remote.inventory import load_inventory
+layer = "remote.ssh" if importlib.util.find_spec("remote.ssh") else "remote.connection"
+open_connection = importlib.import_module(layer).open_connection
 host = load_inventory().host(sys.argv[2])
 with open_connection(host) as conn:
     assert conn.run(["true"]).exit_code == 0
 """
+
+
+def process_measurements(login: Login, host: str, env: dict[str, str], tree: Path,
+                         label: str) -> list[tuple[Row, Callable[[], object]]]:
+    """The rows that run a fresh process of checkout `tree`: the bare connect and the invoke tasks."""
+    measurements: list[tuple[Row, Callable[[], object]]] = [
+        (Row("bare connect+true (process)", login.label, label, round_trips=1),
+         lambda: run_checked([PYTHON, "-c", BARE_PROCESS, str(tree), host], env, cwd=tree)),
+    ]
+
+    def task(row: Row, args: list[str]) -> None:
+        proc = subprocess.run([str(INVOKE), *args, "--host", host, "--json"], capture_output=True, text=True,
+                              env=env, cwd=tree, timeout=120)
+        if proc.returncode not in (0, 1):  # 1: a check failed (no GPU, no torch on this host): still timed
+            raise RuntimeError(f"{row.name} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
+        row.round_trips = max(row.round_trips or 0, json.loads(proc.stdout)["round_trips"])
+
+    for name, args in (("invoke check", ["check"]), ("invoke status", ["status"]),
+                       ("invoke patch status", ["patch", "status"])):
+        row = Row(name, login.label, label)
+        measurements.append((row, functools.partial(task, row, args)))
+    return measurements
 
 
 def login_measurements(login: Login, host: str, server: SshServer, known_hosts: Path,
@@ -172,8 +202,6 @@ def login_measurements(login: Login, host: str, server: SshServer, known_hosts: 
     measurements: list[tuple[Row, Callable[[], object]]] = [
         (Row("ssh true (OpenSSH)", login.label),
          lambda: run_checked(ssh_argv(server, known_hosts, login.user, "true"))),
-        (Row("bare connect+true (process)", login.label, round_trips=1),
-         lambda: run_checked([PYTHON, "-c", BARE_PROCESS, str(REPO), host], env)),
     ]
 
     def bare(nagle_on: bool) -> None:
@@ -194,17 +222,6 @@ def login_measurements(login: Login, host: str, server: SshServer, known_hosts: 
              functools.partial(agent, nagle_on)),
         ]
 
-    def task(row: Row, args: list[str]) -> None:
-        proc = subprocess.run([str(INVOKE), *args, "--host", host, "--json"], capture_output=True, text=True,
-                              env=env, cwd=REPO, timeout=120)
-        if proc.returncode not in (0, 1):  # 1: a check failed (no GPU, no torch on this host): still timed
-            raise RuntimeError(f"{row.name} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-        row.round_trips = max(row.round_trips or 0, json.loads(proc.stdout)["round_trips"])
-
-    for name, args in (("invoke check", ["check"]), ("invoke status", ["status"]),
-                       ("invoke patch status", ["patch", "status"])):
-        row = Row(name, login.label)
-        measurements.append((row, functools.partial(task, row, args)))
     return measurements
 
 
@@ -222,16 +239,27 @@ def run_interleaved(measurements: list[tuple[Row, Callable[[], object]]], n: int
 
 def print_table(rows: list[Row]) -> None:
     floors = {row.login: row.median_ms for row in rows if row.name.startswith("ssh true")}
-    print(f"{'measurement':42} {'login':14} {'median ms':>10} {'p90 ms':>8} {'trips':>6} {'x ssh true':>10}")
+    print(f"{'measurement':42} {'login':14} {'tree':7} {'median ms':>10} {'p90 ms':>8} {'trips':>6} "
+          f"{'x ssh true':>10}")
     for row in rows:
         trips = "-" if row.round_trips is None else str(row.round_trips)
         ratio = row.median_ms / floors[row.login] if row.login in floors else float("nan")
-        print(f"{row.name:42} {row.login:14} {row.median_ms:10.1f} {row.p90_ms:8.1f} {trips:>6} {ratio:10.2f}")
+        print(f"{row.name:42} {row.login:14} {row.tree:7} {row.median_ms:10.1f} {row.p90_ms:8.1f} {trips:>6} "
+              f"{ratio:10.2f}")
+    before = {(row.name, row.login): row for row in rows if row.tree == "before"}
+    if before:
+        print(f"\n{'this tree / before, median':42} {'login':14} {'this ms':>8} {'before ms':>10} {'ratio':>6}")
+        for row in rows:
+            old = before.get((row.name, row.login))
+            if row.tree == "this" and old is not None:
+                print(f"{row.name:42} {row.login:14} {row.median_ms:8.1f} {old.median_ms:10.1f} "
+                      f"{row.median_ms / old.median_ms:6.2f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5, help="timed runs per measurement (after one warm-up)")
+    parser.add_argument("--before", type=Path, help="another checkout to time the process rows of, side by side")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-latency-"))
     root.chmod(0o755)  # the clean user's home lives below it
@@ -249,17 +277,31 @@ def main() -> int:
             logins.append(clean)
         hosts: dict[str, dict] = {"local": {"connection": "local", "workdir": str(root / "local"), "python": PYTHON}}
         for index, login in enumerate(logins):
-            hosts[f"h{index}"] = {"address": "127.0.0.1", "port": server.port, "user": login.user,
-                                  "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
-                                  "workdir": str(login.workdir), "python": HOST_PYTHON, "connect_timeout": 10}
+            for suffix in ("", "-before") if options.before else ("",):
+                hosts[f"h{index}{suffix}"] = {
+                    "address": "127.0.0.1", "port": server.port, "user": login.user,
+                    "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
+                    "workdir": str(login.workdir) + suffix, "python": HOST_PYTHON, "connect_timeout": 10}
+            if options.before:
+                (login.workdir.parent / f"{login.workdir.name}-before").mkdir(exist_ok=True)
+                shutil.chown(login.workdir.parent / f"{login.workdir.name}-before", login.user)
         inventory = write_inventory(root / "inventory.yaml", hosts, default="local")
         env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
         env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
         os.environ.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"))
-        measurements: list[tuple[Row, Callable[[], object]]] = [
-            (Row("invoke hosts (no SSH)", "-"), lambda: run_checked([str(INVOKE), "hosts", "--json"], env))]
+        trees = [("this", REPO)] + ([("before", options.before.resolve())] if options.before else [])
+        measurements: list[tuple[Row, Callable[[], object]]] = []
+        for label, tree in trees:
+            measurements += [
+                (Row("invoke --list (no SSH)", "-", label),
+                 functools.partial(run_checked, [str(INVOKE), "--list"], env, tree)),
+                (Row("invoke hosts (no SSH)", "-", label),
+                 functools.partial(run_checked, [str(INVOKE), "hosts", "--json"], env, tree))]
         for index, login in enumerate(logins):
             measurements += login_measurements(login, f"h{index}", server, known_hosts, env)
+            for label, tree in trees:
+                host = f"h{index}" if label == "this" else f"h{index}-before"
+                measurements += process_measurements(login, host, env, tree, label)
         rows = run_interleaved(measurements, options.n)
         print(f"specops latency, {options.n} runs each after one warm-up, sshd on 127.0.0.1, "
               f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")

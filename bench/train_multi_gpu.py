@@ -54,7 +54,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def visible_gpus() -> int:
-    from specops.pipeline.runs import visible_gpus as count
+    from specops.gpus import device_count as count
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return min(count(), len([d for d in visible.split(",") if d])) if visible is not None else count()
@@ -92,7 +92,8 @@ def rank_pids(rank: int, ranks: int) -> list[int]:
 def resume_scenario(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Shape, gpus: int,
                     optimizer: str, tokens: int, asked: int) -> dict:
     from specops.jobs import records
-    from specops.pipeline import metrics, train
+    from specops.pipeline.training import command as train
+    from specops.pipeline.training import metrics
 
     variant = tb.Variant(optimizer, tokens, steps=10**6, extra=("--checkpoint-freq", "0.25"))
     tb.write_run_config(workdir, verifier, shape, variant)

@@ -61,7 +61,7 @@ def make_run_inputs(shape: Shape, rows: int, workdir: Path, distinct: int = 8) -
     from datasets import Dataset
     from safetensors.torch import save_file
 
-    from specops.pipeline import vocab
+    from specops.pipeline.training import vocab
 
     run_dir = workdir / "runs" / RUN
     verifier, data, hidden = workdir / "verifier", run_dir / "prepared", run_dir / "hidden_states"
@@ -193,7 +193,7 @@ class SideResult:
 
 def run_direct(env: dict[str, str], argv: list[str], save: Path, poll_s: float = 0.005) -> SideResult:
     """The user's way: the console script with the same arguments, output redirected to a file."""
-    from specops.pipeline import train
+    from specops.pipeline.training import command as train
 
     save.mkdir(parents=True, exist_ok=True)
     log_path = save / "direct.log"
@@ -255,7 +255,7 @@ def tokens_per_step(*logs: Path) -> float:
     """Tokens of one packed batch, as speculators counts them (its profile: tokens/s x step time)."""
     import statistics
 
-    from specops.pipeline import metrics
+    from specops.pipeline.training import metrics
 
     counts = [step.profile["tokens_per_s"] * step.profile["step_ms"] / 1000
               for log in logs for step in metrics.read_log(log).steps if "tokens_per_s" in step.profile]

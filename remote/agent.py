@@ -3,7 +3,7 @@
 Normally one round trip: the host checks that its agent matches this checkout's bundle hash and
 runs it. When this side has no record that the host is current, the bundle travels on stdin of
 the same command and is installed before the agent runs. If the host turns out stale anyway (exit
-86: someone changed the workdir), the call is repeated once with the bundle.
+AgentExit.STALE_BUNDLE: someone changed the workdir), the call is repeated once with the bundle.
 """
 
 from __future__ import annotations
@@ -16,26 +16,28 @@ from typing import Any
 
 from remote import bundle as bundle_module
 from remote import journal
-from remote.connection import Connection
 from remote.errors import AgentError
 from remote.inventory import Host
+from remote.ssh import Connection
+from specops.protocol import AgentExit
 
-STALE_EXIT = 86
 # Positional parameters keep every value quoted: $1 workdir, $2 bundle hash, $3 python, $4 install
 # script (or empty), then the agent's own arguments. A leading ~/ means the remote user's home.
-_PRELUDE = r"""
+_PRELUDE = rf"""
 W=$1; PY=$3
-case $W in '~'/*) W=$HOME/${W#'~/'};; esac
-case $PY in '~'/*) PY=$HOME/${PY#'~/'};; esac
-mkdir -p "$W" && cd "$W" || exit 3
+case $W in '~'/*) W=$HOME/${{W#'~/'}};; esac
+case $PY in '~'/*) PY=$HOME/${{PY#'~/'}};; esac
+mkdir -p "$W" && cd "$W" || exit {AgentExit.NO_WORKDIR:d}
 if [ -n "$4" ]; then
-  "$PY" -c "$4" "$PWD" "$2" || { echo "specops: installing the agent bundle failed" >&2; exit 87; }
+  "$PY" -c "$4" "$PWD" "$2" || {{
+    echo "specops: installing the agent bundle failed" >&2; exit {AgentExit.INSTALL_FAILED:d}; }}
 elif [ "$(cat state/agent.sha256 2>/dev/null)" != "$2" ]; then
-  exit 86
+  exit {AgentExit.STALE_BUNDLE:d}
 fi
-command -v "$PY" >/dev/null 2>&1 || { echo "specops: python not found: $PY" >&2; exit 127; }
+command -v "$PY" >/dev/null 2>&1 || {{
+  echo "specops: python not found: $PY" >&2; exit {AgentExit.PYTHON_NOT_FOUND:d}; }}
 shift 4
-SPECOPS_WORKDIR=$PWD PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} exec "$PY" -m specops "$@" </dev/null
+SPECOPS_WORKDIR=$PWD PYTHONPATH=$PWD/src${{PYTHONPATH:+:$PYTHONPATH}} exec "$PY" -m specops "$@" </dev/null
 """
 
 
@@ -74,29 +76,29 @@ def forget_current(host: Host) -> None:
 
 
 def agent_argv(host: Host, args: Sequence[str], *, env_role: str | None, digest: str, install: bool) -> list[str]:
-    python = host.env_python(env_role)
-    return ["sh", "-c", _PRELUDE, "specops-agent", host.workdir, digest, python,
-            bundle_module.INSTALL_SCRIPT if install else "", *args]
+    """`sh -c PRELUDE` with the prelude's four positional parameters, then the agent's arguments."""
+    prelude_args = [host.workdir, digest, host.env_python(env_role), bundle_module.INSTALL_SCRIPT if install else ""]
+    return ["sh", "-c", _PRELUDE, "specops-agent", *prelude_args, *args]
 
 
-def _run(conn: Connection, host: Host, args: Sequence[str], env_role: str | None, timeout: float | None,
-         runner: Callable[[list[str], bytes | None], tuple[int, bytes, bytes]]) -> tuple[int, bytes, bytes, int]:
+def _run(host: Host, env_role: str | None,
+         runner: Callable[[bool, bytes | None], tuple[int, bytes, bytes]]) -> tuple[int, bytes, bytes, int]:
+    """Run the agent through `runner(install, archive)`; install first when this side has no record that
+    the host is current, and once more with the bundle when the host says it is stale."""
     bundle = bundle_module.build_bundle()
     install = not _known_current(host, bundle.digest)
     trips = 1
-    code, out, err = runner(agent_argv(host, args, env_role=env_role, digest=bundle.digest, install=install),
-                            bundle.archive if install else None)
-    if code == STALE_EXIT and not install:
+    code, out, err = runner(install, bundle.archive if install else None)
+    if code == AgentExit.STALE_BUNDLE and not install:
         trips += 1
-        code, out, err = runner(agent_argv(host, args, env_role=env_role, digest=bundle.digest, install=True),
-                                bundle.archive)
-    if code == 87:
+        code, out, err = runner(True, bundle.archive)
+    if code == AgentExit.INSTALL_FAILED:
         raise AgentError(f"{host.name}: could not install the agent in {host.workdir}: "
                          f"{err.decode(errors='replace').strip()[-500:]}")
-    if code == 127:
+    if code == AgentExit.PYTHON_NOT_FOUND:
         raise AgentError(f"{host.name}: the host's python {host.env_python(env_role)!r} was not found "
                          f"(inventory hosts.{host.name}.python)")
-    if code == 3:
+    if code == AgentExit.NO_WORKDIR:
         raise AgentError(f"{host.name}: cannot create or enter workdir {host.workdir!r} "
                          f"(inventory hosts.{host.name}.workdir)")
     _remember_current(host, bundle.digest)
@@ -121,11 +123,14 @@ def agent_call(conn: Connection, host: Host, args: Sequence[str], *, env_role: s
                timeout: float | None = None) -> AgentResult:
     """Run one agent command on the host and return its JSON document."""
 
-    def runner(argv: list[str], stdin: bytes | None) -> tuple[int, bytes, bytes]:
-        result = conn.run(argv, stdin=stdin, timeout=timeout)
+    digest = bundle_module.build_bundle().digest
+
+    def runner(install: bool, archive: bytes | None) -> tuple[int, bytes, bytes]:
+        argv = agent_argv(host, args, env_role=env_role, digest=digest, install=install)
+        result = conn.run(argv, stdin=archive, timeout=timeout)
         return result.exit_code, result.stdout, result.stderr
 
-    code, out, err, trips = _run(conn, host, args, env_role, timeout, runner)
+    code, out, err, trips = _run(host, env_role, runner)
     return AgentResult(code, _parse(host, code, out, err), err.decode(errors="replace"), trips)
 
 
@@ -134,7 +139,9 @@ def agent_stream(conn: Connection, host: Host, args: Sequence[str], on_document:
                  on_stderr: Callable[[bytes], None] | None = None) -> int:
     """Run a JSON-lines agent command, calling `on_document` for each line as it arrives."""
 
-    def runner(argv: list[str], stdin: bytes | None) -> tuple[int, bytes, bytes]:
+    digest = bundle_module.build_bundle().digest
+
+    def runner(install: bool, archive: bytes | None) -> tuple[int, bytes, bytes]:
         pending = bytearray()
         errors = bytearray()
 
@@ -151,15 +158,15 @@ def agent_stream(conn: Connection, host: Host, args: Sequence[str], on_document:
             if on_stderr:
                 on_stderr(chunk)
 
-        if stdin is not None:
+        if install:
             # Installing needs stdin, which a stream does not carry: install with a ping first.
-            ping = [*argv[:8], "ping"]
-            result = conn.run(ping, stdin=stdin, timeout=timeout)
+            ping = agent_argv(host, ["ping"], env_role=env_role, digest=digest, install=True)
+            result = conn.run(ping, stdin=archive, timeout=timeout)
             if result.exit_code != 0:
                 return result.exit_code, result.stdout, result.stderr
-            argv = [*argv[:7], "", *argv[8:]]
+        argv = agent_argv(host, args, env_role=env_role, digest=digest, install=False)
         code = conn.stream(argv, on_stdout=on_stdout, on_stderr=collect_err, timeout=timeout)
         return code, b"", bytes(errors)
 
-    code, _out, _err, _trips = _run(conn, host, args, env_role, timeout, runner)
+    code, _out, _err, _trips = _run(host, env_role, runner)
     return code

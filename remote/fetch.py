@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from remote.agent import agent_call
-from remote.connection import LocalConnection
 from remote.errors import AgentError, BadInput, SpecopsError
+from remote.files import swap_folder
 from remote.inventory import REPO_ROOT, Host
+from remote.ssh import Connection
 
 
 def fetched_root() -> Path:
@@ -32,7 +33,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fetch_run(conn: Any, host: Host, run: str, *, with_training_state: bool = False) -> dict[str, Any]:
+def fetch_run(conn: Connection, host: Host, run: str, *, with_training_state: bool = False) -> dict[str, Any]:
     args = ["fetch-list", "--run", run] + (["--with-training-state"] if with_training_state else [])
     result = agent_call(conn, host, args)
     if not result.ok:
@@ -43,26 +44,13 @@ def fetch_run(conn: Any, host: Host, run: str, *, with_training_state: bool = Fa
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run}.incoming-", dir=destination.parent))
     try:
-        sftp = None if isinstance(conn, LocalConnection) else conn._client.open_sftp()
-        try:
-            for entry in listing["files"]:
-                local = staging / entry["name"]
-                local.parent.mkdir(parents=True, exist_ok=True)
-                if sftp is None:
-                    shutil.copyfile(entry["path"], local)
-                else:
-                    sftp.get(entry["path"], str(local))
-                if local.stat().st_size != entry["size"] or _sha256(local) != entry["sha256"]:
-                    raise SpecopsError(f"{host.name}: {entry['path']}: size or sha256 differs after transfer")
-        finally:
-            if sftp is not None:
-                sftp.close()
-        previous = destination.with_name(f".{run}.previous")
-        shutil.rmtree(previous, ignore_errors=True)
-        if destination.exists():
-            destination.rename(previous)
-        staging.rename(destination)
-        shutil.rmtree(previous, ignore_errors=True)
+        for entry in listing["files"]:
+            local = staging / entry["name"]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            conn.download(entry["path"], local)  # the task's connection: SFTP over SSH, a copy on `local`
+            if local.stat().st_size != entry["size"] or _sha256(local) != entry["sha256"]:
+                raise SpecopsError(f"{host.name}: {entry['path']}: size or sha256 differs after transfer")
+        swap_folder(staging, destination)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -18,11 +18,11 @@ from typing import Any
 
 from remote import journal
 from remote.agent import agent_call, agent_stream
-from remote.connection import open_connection
 from remote.errors import AgentError, BadInput, ConnectError
 from remote.inventory import Host, Inventory
+from remote.session import HostSession
+from specops.protocol import ACTIVE_STATES
 
-ACTIVE_STATES = ("pending", "running")
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 _BACKWARD_BLOCK = 1 << 16
 
@@ -115,25 +115,30 @@ class FollowOutcome:
 
 def follow_log(host: Host, job: str, offset: int | None, on_text: Callable[[str], None], reconnect: bool = True,
                *, lines: int | None = None, follow: bool = True, inventory: Inventory | None = None,
-               on_notice: Callable[[str], None] | None = None, reconnect_timeout_s: float = 300.0) -> FollowOutcome:
+               on_notice: Callable[[str], None] | None = None, reconnect_timeout_s: float = 300.0,
+               session: HostSession | None = None, record: dict[str, Any] | None = None) -> FollowOutcome:
     """Print a job's log from byte `offset` (or its last `lines` lines) through `on_text`.
 
     With `follow`, until the job ends; a dropped connection is reconnected (for up to
     `reconnect_timeout_s` of failed attempts in a row) and resumed at the last offset seen.
     Ctrl-C (KeyboardInterrupt) only ends the following: the outcome says `interrupted`.
+    `session` is the task's connection (one of its own otherwise, closed at the end); `record`,
+    the job's record when the caller has it (a launch just returned it), saves asking the host.
     """
     notice = on_notice or (lambda _text: None)
     follower = _Follower(host, job, offset, lines, on_text)
+    own_session = session is None
+    link = session if session is not None else HostSession(host, inventory)
     reconnects = 0
     failing_since: float | None = None
     try:
         while True:
             received_before = follower.received
             try:
-                with open_connection(host, inventory=inventory) as conn:
-                    if follower.mirror is None:
-                        follower.start(job_call(conn, host, ["show", job])["job"])
-                    follower.run(conn, follow=follow)
+                conn = link.conn
+                if follower.mirror is None:
+                    follower.start(record if record is not None else job_call(conn, host, ["show", job])["job"])
+                follower.run(conn, follow=follow)
                 if follower.finished(follow):
                     return follower.outcome(interrupted=False, reconnects=reconnects)
                 problem = f"{host.name}: the log stream ended early"
@@ -141,6 +146,7 @@ def follow_log(host: Host, job: str, offset: int | None, on_text: Callable[[str]
                 if not reconnect:
                     raise
                 problem = str(exc)
+            link.reconnect()  # a real drop (or a stream cut short): the next attempt opens a fresh connection
             if follower.received > received_before:  # it was making progress: a fresh drop
                 failing_since = None
             failing_since = failing_since or time.monotonic()
@@ -153,6 +159,8 @@ def follow_log(host: Host, job: str, offset: int | None, on_text: Callable[[str]
         return follower.outcome(interrupted=True, reconnects=reconnects)
     finally:
         follower.close()
+        if own_session:
+            link.close()
 
 
 class _Follower:

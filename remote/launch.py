@@ -1,8 +1,9 @@
 """Launching a job on a host and following it: the shared path of `run`, `extract`, `train`, ...
 
-One connection launches (the agent bundle travels with that call if the host is stale, so a launch
-always runs this checkout's code, and the job record keeps the synced revision); following then
-streams the job's log by byte offset, reconnecting after drops. Ctrl-C stops following only.
+The task's one connection (its HostSession) launches (the agent bundle travels with that call if
+the host is stale, so a launch always runs this checkout's code, and the job record keeps the
+synced revision); following then streams the job's log by byte offset on the same connection,
+reconnecting only after a drop. Ctrl-C stops following only.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote import journal
-from remote.connection import Connection
 from remote.errors import AgentError
-from remote.inventory import Host, Inventory
+from remote.inventory import Host
 from remote.jobs import follow_log, job_call, launch_argv
 from remote.revision import current_revision
+from remote.session import HostSession
+from remote.ssh import Connection
+from specops.protocol import JobState
 
 
 @dataclass
@@ -57,9 +60,13 @@ def _last_json_line(text: str) -> dict[str, Any] | None:
     return None
 
 
-def follow(host: Host, job_id: str, *, inventory: Inventory | None = None, quiet: bool = False,
+def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None = None, quiet: bool = False,
            lines: int | None = None) -> LaunchOutcome:
-    """Stream a job's log to stderr until it ends (or Ctrl-C); remember its final JSON line."""
+    """Stream a job's log to stderr until it ends (or Ctrl-C); remember its final JSON line.
+
+    On the session's connection; `record` (the launch's answer) spares asking the host for it.
+    """
+    host = session.host
     tail = {"text": ""}
 
     def on_text(text: str) -> None:
@@ -71,8 +78,8 @@ def follow(host: Host, job_id: str, *, inventory: Inventory | None = None, quiet
     def on_notice(message: str) -> None:
         sys.stderr.write(f"specops: {message}\n")
 
-    outcome = follow_log(host, job_id, 0 if lines is None else None, on_text, lines=lines, inventory=inventory,
-                         on_notice=on_notice)
+    outcome = follow_log(host, job_id, 0 if lines is None else None, on_text, lines=lines, on_notice=on_notice,
+                         session=session, record=record)
     if outcome.interrupted:
         sys.stderr.write(f"\nspecops: detached; job {job_id} keeps running on {host.name}. Reattach with:\n"
                          f"  invoke logs --host {host.name} --job {job_id} --follow\n")
@@ -83,5 +90,5 @@ def follow(host: Host, job_id: str, *, inventory: Inventory | None = None, quiet
 def require_success(outcome: LaunchOutcome, what: str) -> None:
     if outcome.detached:
         raise SystemExit(0)
-    if outcome.state != "succeeded":
+    if outcome.state != JobState.SUCCEEDED:
         raise AgentError(f"{what}: job {outcome.job['id']} {outcome.state} (exit code {outcome.exit_code})")

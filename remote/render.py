@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # rich loads only when something is rendered: `invoke --list` stays quick
+    from rich.console import Console
+    from rich.table import Table
 
 
 def console(json_mode: bool = False) -> Console:
+    from rich.console import Console
+
     plain = bool(os.environ.get("NO_COLOR")) or not (sys.stderr if json_mode else sys.stdout).isatty()
     return Console(stderr=json_mode, no_color=plain, highlight=False, soft_wrap=False,
                    width=None if not plain else 160)
@@ -32,6 +36,8 @@ def human_bytes(count: float | None) -> str:
 
 
 def table(title: str, columns: list[str]) -> Table:
+    from rich.table import Table
+
     result = Table(title=title, title_justify="left", show_lines=False)
     for column in columns:
         result.add_column(column, overflow="fold")

@@ -18,12 +18,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from remote.bundle import build_bundle
-from remote.connection import SSHConnection, _jump_host, _resolve_target
 from remote.errors import ConnectError, SpecopsError
 from remote.inventory import Host, Inventory
 from remote.revision import current_revision
+from remote.ssh import jump_host, resolve_target
 
 # Sender-side filter: what a host needs. Excluded paths on the receiver are protected from --delete.
 RSYNC_FILTERS = [
@@ -53,7 +54,7 @@ class SyncReport:
 
 def _ssh_options(host: Host) -> list[str]:
     """OpenSSH client options equal to our own connection's: key, port, strict known_hosts, timeouts."""
-    target = _resolve_target(host)
+    target = resolve_target(host)
     known_hosts = os.path.expanduser(host.known_hosts)
     parts = ["-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"ConnectTimeout={int(host.connect_timeout)}",
@@ -65,11 +66,11 @@ def _ssh_options(host: Host) -> list[str]:
 
 def _ssh_command(host: Host, inventory: Inventory | None) -> str:
     parts = ["ssh", *_ssh_options(host)]
-    jump = _jump_host(host, inventory)
+    jump = jump_host(host, inventory)
     if jump is not None:
         # Not -J: OpenSSH would reach the jump host without our key and known_hosts. A ProxyCommand
         # carries the jump host's own settings, host-key verification included.
-        jump_target = _resolve_target(jump)
+        jump_target = resolve_target(jump)
         user = f"{jump_target.user}@" if jump_target.user else ""
         proxy = shlex.join(["ssh", *_ssh_options(jump), "-W", "%h:%p", f"{user}{jump_target.hostname}"])
         parts += ["-o", f"ProxyCommand={proxy}"]
@@ -113,7 +114,7 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
             Path(host.workdir).mkdir(parents=True, exist_ok=True)
             destination = host.workdir.rstrip("/") + "/"
         else:
-            target = _resolve_target(host)
+            target = resolve_target(host)
             user = f"{target.user}@" if target.user else ""
             argv += ["-e", _ssh_command(host, inventory), "--rsync-path",
                      f"mkdir -p {shlex.quote(_remote_workdir(host))} && rsync"]
@@ -141,70 +142,67 @@ def _wanted_files() -> dict[str, Path]:
     return dict(build_bundle().sources)
 
 
-def sftp_sync(conn: SSHConnection, host: Host, *, dry_run: bool = False) -> SyncReport:
+def sftp_sync(conn: Any, host: Host, *, dry_run: bool = False) -> SyncReport:
     """The fallback for hosts without rsync: compare size and content hash, send what differs."""
     import hashlib
 
     report = SyncReport("sftp", dry_run=dry_run, revision=current_revision())
-    sftp = conn._client.open_sftp()
-    try:
-        root = host.workdir
-        if root.startswith("~/"):
-            root = sftp.normalize(".") + "/" + root[2:]
+    sftp = conn.sftp()  # an SSHConnection's (fabric's) one SFTP session, closed with the connection
+    root = host.workdir
+    if root.startswith("~/"):
+        root = sftp.normalize(".") + "/" + root[2:]
 
-        def listing(path: str) -> dict[str, int]:
-            found: dict[str, int] = {}
-            try:
-                entries = sftp.listdir_attr(path)
-            except FileNotFoundError:
-                return found
-            for entry in entries:
-                child = f"{path}/{entry.filename}"
-                if entry.filename == "__pycache__":
-                    continue
-                if stat.S_ISDIR(entry.st_mode or 0):
-                    found.update(listing(child))
-                else:
-                    found[child] = entry.st_size or 0
-            return found
-
-        remote_files: dict[str, int] = {}
-        for top in ("src", "patches"):
-            remote_files.update(listing(f"{root}/{top}"))
+    def listing(path: str) -> dict[str, int]:
+        found: dict[str, int] = {}
         try:
-            remote_files.update({f"{root}/runs/{entry.filename}": entry.st_size or 0
-                                 for entry in sftp.listdir_attr(f"{root}/runs")
-                                 if entry.filename.endswith(".yaml") and not stat.S_ISDIR(entry.st_mode or 0)})
+            entries = sftp.listdir_attr(path)
         except FileNotFoundError:
-            pass
-        wanted = _wanted_files()
-        for relative, local in wanted.items():
-            remote_path = f"{root}/{relative}"
-            data = local.read_bytes()
-            if remote_files.get(remote_path) == len(data):
-                with sftp.open(remote_path, "rb") as handle:
-                    if hashlib.sha256(handle.read()).digest() == hashlib.sha256(data).digest():
-                        continue
-            report.changed.append(relative)
-            if not dry_run:
-                _sftp_makedirs(sftp, os.path.dirname(remote_path))
-                with sftp.open(remote_path + ".specops-tmp", "wb") as handle:
-                    handle.write(data)
-                sftp.posix_rename(remote_path + ".specops-tmp", remote_path)
-        for remote_path in sorted(set(remote_files) - {f"{root}/{relative}" for relative in wanted}):
-            report.deleted.append(remote_path[len(root) + 1:])
-            if not dry_run:
-                sftp.remove(remote_path)
+            return found
+        for entry in entries:
+            child = f"{path}/{entry.filename}"
+            if entry.filename == "__pycache__":
+                continue
+            if stat.S_ISDIR(entry.st_mode or 0):
+                found.update(listing(child))
+            else:
+                found[child] = entry.st_size or 0
+        return found
+
+    remote_files: dict[str, int] = {}
+    for top in ("src", "patches"):
+        remote_files.update(listing(f"{root}/{top}"))
+    try:
+        remote_files.update({f"{root}/runs/{entry.filename}": entry.st_size or 0
+                             for entry in sftp.listdir_attr(f"{root}/runs")
+                             if entry.filename.endswith(".yaml") and not stat.S_ISDIR(entry.st_mode or 0)})
+    except FileNotFoundError:
+        pass
+    wanted = _wanted_files()
+    for relative, local in wanted.items():
+        remote_path = f"{root}/{relative}"
+        data = local.read_bytes()
+        if remote_files.get(remote_path) == len(data):
+            with sftp.open(remote_path, "rb") as handle:
+                if hashlib.sha256(handle.read()).digest() == hashlib.sha256(data).digest():
+                    continue
+        report.changed.append(relative)
         if not dry_run:
-            _sftp_makedirs(sftp, f"{root}/state")
-            for name, text in (("agent.sha256", build_bundle().digest),
-                               ("revision.json", json.dumps(current_revision()) + "\n")):
-                with sftp.open(f"{root}/state/{name}.specops-tmp", "w") as handle:
-                    handle.write(text)
-                sftp.posix_rename(f"{root}/state/{name}.specops-tmp", f"{root}/state/{name}")
-        return report
-    finally:
-        sftp.close()
+            _sftp_makedirs(sftp, os.path.dirname(remote_path))
+            with sftp.open(remote_path + ".specops-tmp", "wb") as handle:
+                handle.write(data)
+            sftp.posix_rename(remote_path + ".specops-tmp", remote_path)
+    for remote_path in sorted(set(remote_files) - {f"{root}/{relative}" for relative in wanted}):
+        report.deleted.append(remote_path[len(root) + 1:])
+        if not dry_run:
+            sftp.remove(remote_path)
+    if not dry_run:
+        _sftp_makedirs(sftp, f"{root}/state")
+        for name, text in (("agent.sha256", build_bundle().digest),
+                           ("revision.json", json.dumps(current_revision()) + "\n")):
+            with sftp.open(f"{root}/state/{name}.specops-tmp", "w") as handle:
+                handle.write(text)
+            sftp.posix_rename(f"{root}/state/{name}.specops-tmp", f"{root}/state/{name}")
+    return report
 
 
 def _sftp_makedirs(sftp, path: str) -> None:

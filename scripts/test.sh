@@ -11,4 +11,6 @@ if [ "${SPECOPS_SKIP_VLLM_SETUP:-0}" != 1 ]; then
   bash scripts/setup-vllm.sh
 fi
 .venv/bin/ruff check .
+# The rules of the house as import contracts (pyproject.toml [tool.importlinter]).
+PYTHONPATH=src:. .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

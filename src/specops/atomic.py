@@ -1,10 +1,16 @@
-"""Atomic, durable writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Atomic, durable writes: temp file in the same directory, fsync, rename, fsync the directory.
+
+Whole folders the same way (`replace_folder`): built in a staging folder beside the target,
+fsynced, then swapped in.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +50,27 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_folder(target: Path, build: Callable[[Path], None]) -> None:
+    """Run build(staging) and put the result at target; a failure leaves target as it was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    old = target.with_name(f".{target.name}.old")
+    try:
+        build(staging)
+        staging.chmod(0o755)
+        for file in staging.rglob("*"):
+            if file.is_file():
+                file.chmod(0o644)
+                with file.open("rb") as handle:
+                    os.fsync(handle.fileno())
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -46,7 +46,7 @@ def probe_env(python: str) -> dict[str, Any]:
 
 def gpus() -> dict[str, Any]:
     """The GPUs nvidia-smi lists (the same reading `job list` reports), in check's shape."""
-    from specops.jobs.gpus import gpu_usage
+    from specops.gpus import usage as gpu_usage
 
     usage = gpu_usage()
     if usage["gpus"] is None:

@@ -8,29 +8,94 @@ Every command prints exactly one JSON document on stdout (human text goes to std
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from specops.errors import BadInput, CheckFailed
 
-# Which modules register each agent command. Only the modules of the command being run are
-# imported (importing all of them costs ~0.7 s on every agent call); a module listed here but not
-# present is skipped, so features can land one at a time.
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "check": ("specops.check",),
-    "ping": ("specops.check",),
-    "patch": ("specops.patching.commands",),
-    "doctor": ("specops.doctor.commands",),
-    "job": ("specops.jobs.commands",),
-    "step": ("specops.pipeline.commands", "specops.pipeline.train_commands"),
-    "tiny": ("specops.pipeline.commands",),
-    "run": ("specops.pipeline.commands",),
-    "pipeline": ("specops.pipeline.driver",),
-    "fetch-list": ("specops.pipeline.fetch",),
-    "vllm": ("specops.pipeline.vllm_commands",),
+Register = Callable[[Any], None]  # module.register(subparsers)
+
+# One loader per command group. Only the loaders of the command being run are called: importing
+# every command module costs ~0.7 s on each agent call. Each loader's `from ... import` is the
+# line to repoint when a module moves; a wrong one fails at once (ImportError), never silently.
+
+
+def _check() -> tuple[Register, ...]:
+    from specops import check
+
+    return (check.register,)
+
+
+def _patch() -> tuple[Register, ...]:
+    from specops.patching import commands
+
+    return (commands.register,)
+
+
+def _doctor() -> tuple[Register, ...]:
+    from specops.doctor import commands
+
+    # The doctor is a leaf: the pipeline's Run -> RunSettings is handed to it from here.
+    return (lambda sub: commands.register(sub, settings_of_run=_run_settings),)
+
+
+def _run_settings(name: str) -> Any:
+    from specops.pipeline.preflight import run_settings
+
+    return run_settings(name)
+
+
+def _job() -> tuple[Register, ...]:
+    from specops.jobs import commands
+
+    return (commands.register,)
+
+
+def _pipeline_steps() -> tuple[Register, ...]:
+    from specops.pipeline.commands import steps
+
+    return (steps.register,)
+
+
+def _pipeline_commands() -> tuple[Register, ...]:
+    from specops.pipeline.commands import runs
+
+    return (runs.register,)
+
+
+def _pipeline_driver() -> tuple[Register, ...]:
+    from specops.pipeline.commands import pipeline
+
+    return (pipeline.register,)
+
+
+def _fetch_list() -> tuple[Register, ...]:
+    from specops.pipeline.commands import fetch
+
+    return (fetch.register,)
+
+
+def _vllm() -> tuple[Register, ...]:
+    from specops.pipeline.commands import vllm
+
+    return (vllm.register,)
+
+
+COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {
+    "check": _check,
+    "ping": _check,
+    "patch": _patch,
+    "doctor": _doctor,
+    "job": _job,
+    "step": _pipeline_steps,
+    "tiny": _pipeline_commands,
+    "run": _pipeline_commands,
+    "pipeline": _pipeline_driver,
+    "fetch-list": _fetch_list,
+    "vllm": _vllm,
 }
 
 
@@ -39,19 +104,19 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
+def registrars(command: str | None = None) -> list[Register]:
+    """The register functions for one command; for every command when it is None or unknown (so that
+    argparse can name the valid choices)."""
+    loaders = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    return list(dict.fromkeys(register for loader in loaders for register in loader()))
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for one command (all of them when `command` is None or unknown)."""
     parser = _Parser(prog="specops", description="specops host agent")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    wanted = COMMANDS.get(command or "") or tuple(dict.fromkeys(m for ms in COMMANDS.values() for m in ms))
-    for name in dict.fromkeys(wanted):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(sub)
+    for register in registrars(command):
+        register(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""The contract both sides import: job states, the agent's exit codes, names that become paths.
+"""The contract both sides import: job states and records, the agent's exit codes, names that become paths.
 
 Standard library only: remote/ (the workstation) imports this module too, and must never pull the
 host's ML stack in with it.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from enum import IntEnum, StrEnum
 from pathlib import PurePosixPath
+from typing import Any, NotRequired, TypedDict
 
 
 class JobState(StrEnum):
@@ -29,6 +30,40 @@ TERMINAL_STATES: frozenset[str] = frozenset({JobState.SUCCEEDED, JobState.FAILED
 
 def is_active(state: str) -> bool:
     return state in ACTIVE_STATES
+
+
+class JobRecord(TypedDict):
+    """A job's record: state/jobs/<id>.json on the host, the host's truth about one job.
+
+    Written by `job launch`, then by the wrapper tmux runs (pid, running, the exit), by `job stop`
+    and by any reader that finds the job's tmux session gone (lost). Times are ISO 8601 in UTC with
+    milliseconds; a field not known yet is null.
+    """
+
+    id: str                      # <name slug>-<UTC stamp>-<4 hex>; also the log's and the tmux session's name
+    name: str                    # the kind of job: extract, train, vllm-server, ...; one active per name and run
+    run: str | None              # the run it belongs to, if any
+    argv: list[str]              # the command, as an argument list (never a shell string)
+    env: dict[str, str]          # the job's own variables, on top of the launching agent's environment
+    cwd: str                     # where the command runs (the launching agent's working directory)
+    created: str                 # when `job launch` wrote the record
+    started: str | None          # when the wrapper started the command
+    ended: str | None            # when it exited, was stopped, or failed to start
+    state: str                   # a JobState value
+    exit_code: int | None        # the command's status; 128+N when signal N ended it; 126/127 could not start
+    signal: str | None           # the name of the signal that ended it ("SIGTERM"), else null
+    pid: int | None              # the command's pid; it leads its own session and process group
+    pgid: int | None             # its process group: what `job stop` signals
+    log: str                     # absolute path of the job's log (stdout and stderr, appended)
+    tmux_session: str            # the tmux session running the wrapper (= id)
+    tmux_server: str             # the tmux server (-L name) of this workdir
+    revision: dict[str, Any] | None  # the synced agent's git revision ({"commit", "dirty", ...}), from `--revision`
+    meta: dict[str, Any]         # free-form, from `--meta` (e.g. the doctor's verdict, skip_doctor)
+    boot_id: NotRequired[str | None]   # the host's boot id when it started: a pid from an earlier boot is not it
+    wrapper_pid: NotRequired[int]      # the wrapper's own pid
+    stop_requested: NotRequired[str]   # when `job stop` asked: the exit then reads as stopped, not failed
+    lost_at: NotRequired[str]          # when a reader found the session gone with no exit recorded
+    error: NotRequired[str]            # why the job could not start (tmux, or the command itself)
 
 
 class AgentExit(IntEnum):

@@ -167,3 +167,33 @@ def test_a_pipeline_call_that_no_longer_binds_is_an_error_with_file_and_line(sit
     assert "missing required parameter 'max_model_len'" in error.why
     assert error.fix == "update specops's extract.py for vllm 0.16.0"
     assert found[-1].result == "ok" and found[-1].why.startswith("3 calls and imports of specops's pipeline")
+
+
+RUN_ROWS = {"flags", "model", "resources"}
+
+
+@pytest.mark.wheels
+def test_without_a_run_the_doctor_judges_the_installed_stack_alone(
+        capsys: pytest.CaptureFixture[str], site_0401: Path) -> None:
+    code, document = doctor(capsys, "--site", str(site_0401))
+    assert code == 0 and document["ok"] is True and document["scope"] == "stack"
+    assert {f["check"] for f in document["findings"]} <= {"api", "capability"}
+    assert not RUN_ROWS & set(document["timing_s"])
+    assert not any("layer_ids" in f["where"] or f["where"].startswith("speculators train")
+                   for f in document["findings"])
+
+
+@pytest.mark.wheels
+def test_a_run_brings_the_run_checks_back(capsys: pytest.CaptureFixture[str], site_0401: Path,
+                                          tmp_path: Path) -> None:
+    model = model_folder(tmp_path / "tiny", TINY)
+    _, document = doctor(capsys, "--site", str(site_0401), run={"model_path": str(model)})
+    assert document["scope"] == "run"
+    assert {"model", "resources"} <= {f["check"] for f in document["findings"]}
+
+
+@pytest.mark.parametrize("checks", ["model", "api,flags", "resources"])
+def test_run_checks_without_a_run_are_bad_input(capsys: pytest.CaptureFixture[str], checks: str) -> None:
+    code = main(["doctor", "--checks", checks])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 2 and "checks a run's settings; give --run NAME or --run-json" in document["error"]

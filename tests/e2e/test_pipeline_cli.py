@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.support.cli import Cli
+from tests.support.repo import REPO
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
@@ -116,7 +117,7 @@ def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_train
     runs = tmp_path / "my-runs"
     runs.mkdir()
     config_file = runs / "tiny.yaml"
-    config_file.write_text((Path(__file__).resolve().parents[2] / "runs" / "tiny.yaml").read_text())
+    config_file.write_text((REPO / "runs" / "tiny.yaml").read_text())
     env = {"SPECOPS_RUNS_DIR": str(runs)}
     workdir = _workdir(tmp_path, "local")
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.jobs.agent import SRC, Agent
-
-# The pure-function tests import specops directly; the rest drive it as a subprocess.
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
+from tests.support.agent import Agent
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from remote.connection import open_connection
 from remote.inventory import Host, load_inventory
 from remote.jobs import follow_log, job_call, launch_argv, mirror_path
-from tests.jobs.agent import Agent, python_job, wait_until
+from remote.ssh import open_connection
+from tests.support.agent import Agent, python_job, wait_until
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.ssh

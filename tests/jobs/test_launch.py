@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.agent import Agent, python_job
+from tests.support.agent import Agent, python_job
 
 SLEEPER = python_job("import time; print('up', flush=True); time.sleep(1000)")
 

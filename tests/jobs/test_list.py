@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from tests.jobs.agent import Agent, python_job
+from tests.support.agent import Agent, python_job
 
 
 def test_list_shows_the_newest_of_each_kind_and_everything_with_all(agent: Agent) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.jobs.agent import Agent, group_alive, python_job, wait_until
+from tests.support.agent import Agent, group_alive, python_job, wait_until
 
 SLEEPER = python_job("import time; print('up', flush=True); time.sleep(1000)")
 

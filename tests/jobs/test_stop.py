@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.jobs.agent import Agent, group_alive, python_job
+from tests.support.agent import Agent, group_alive, python_job
 
 # A shell whose background child ignores SIGHUP and SIGTERM (ignored signals survive exec).
 STUBBORN = ["sh", "-c", 'trap "" HUP TERM; sleep 1000 & echo "child $!"; wait']

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.jobs.agent import Agent, python_job
+from tests.support.agent import Agent, python_job
 
 # Prints five lines and half a sixth, then waits for the gate file before finishing it.
 GATED = python_job("""

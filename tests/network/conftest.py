@@ -15,7 +15,7 @@ import pytest
 
 from remote.agent import forget_current
 from remote.inventory import load_inventory
-from tests.jobs.agent import Agent
+from tests.support.agent import Agent
 from tests.support.cli import Cli, write_inventory
 from tests.support.netns import NetnsHost, NetnsUnavailable, create_netns_host
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.agent import wait_until
 from tests.network.conftest import CHANNEL_TIMEOUT, CONNECT_TIMEOUT, HOST, PYTHON, write_host_inventory
+from tests.support.agent import wait_until
 from tests.support.cli import Cli
 from tests.support.netns import NetnsHost
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.agent import REPO, run_agent
 from tests.support.wheels import fetch_wheel, site_with
 
-REPO = Path(__file__).resolve().parents[2]
 SET_NAME = "speculators-0.3.0"
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 WORKER = "speculators/data_generation/custom_worker.py"
@@ -55,12 +51,8 @@ class Host:
     def agent(self, *args: str) -> tuple[int, dict[str, Any]]:
         # .venv's own site-packages (torch, transformers, speculators 0.9.0) comes after PYTHONPATH,
         # so the test site's speculators 0.3.0 is the one this "host" has installed.
-        env = {**os.environ, "SPECOPS_WORKDIR": str(self.workdir),
-               "PYTHONPATH": os.pathsep.join([str(self.site), str(self.vllm_site), str(REPO / "src")])}
-        result = subprocess.run([sys.executable, "-m", "specops", "patch", *args], cwd=self.workdir, env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert result.stdout.count("\n") == 1, result.stdout + result.stderr
-        return result.returncode, json.loads(result.stdout)
+        code, document, _ = run_agent(self.workdir, "patch", *args, sites=(self.site, self.vllm_site))
+        return code, document
 
     def states(self) -> dict[str, str]:
         code, document = self.agent("status", "--set", SET_NAME)

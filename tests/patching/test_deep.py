@@ -7,17 +7,14 @@ a target which cannot be imported leaves every call unknown, never ok.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.patching.conftest import REPO, SET_NAME, Host
+from tests.patching.conftest import SET_NAME, Host
+from tests.support.agent import run_agent
 
 CALLER = '''\
 from newlib import registry
@@ -112,11 +109,8 @@ def pair(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def agent(site: Path, workdir: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    env = {**os.environ, "SPECOPS_WORKDIR": str(workdir),
-           "PYTHONPATH": os.pathsep.join([str(site), str(REPO / "src")])}
-    result = subprocess.run([sys.executable, "-m", "specops", "patch", *args], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=300)
-    return result.returncode, json.loads(result.stdout)
+    code, document, _ = run_agent(workdir, "patch", *args, sites=(site,))
+    return code, document
 
 
 def by_check(document: dict) -> dict[str, dict]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from specops.errors import BadInput
-from specops.pipeline.config import config_hash, derive_layer_ids, load_run_config, text_config
-
-from .conftest import REPO, agent
+from specops.pipeline.run import config_hash, derive_layer_ids, load_run_config, text_config
+from tests.support.agent import REPO
+from tests.support.agent import run_agent as agent
 
 
 def write_config(folder: Path, text: str) -> Path:

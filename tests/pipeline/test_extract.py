@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
-from specops.pipeline.hidden_states import file_for, verify_header
+from specops.pipeline.extraction import file_for, verify_header
+from tests.support.agent import run_agent as agent
+from tests.support.agent import start_agent as agent_popen
 
-from .conftest import agent, agent_popen, copy_workdir, in_workdir
+from .conftest import copy_workdir, in_workdir
 
 
 def hidden_state_files(root: Path) -> dict[str, bytes]:
@@ -109,7 +111,7 @@ def test_a_kill_during_extraction_leaves_whole_files_and_resume_gives_identical_
 
 
 def test_resume_regenerates_a_truncated_file_and_skips_when_all_is_whole(extracted, tmp_path):
-    from specops.pipeline.extract_hf import extract
+    from specops.pipeline.extraction.hf import extract
 
     root = copy_workdir(extracted, tmp_path / "w")
     damaged = file_for(root / "runs" / "tiny" / "hidden_states", 5)

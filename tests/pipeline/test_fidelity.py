@@ -11,8 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specops.pipeline.fidelity import Unsupported, load_projector
-from specops.pipeline.validate import check_fidelity, validate
+from specops.pipeline.validation import Unsupported, check_fidelity, load_projector, validate
 
 from .conftest import copy_workdir, in_workdir
 

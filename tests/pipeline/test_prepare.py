@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from specops.pipeline import tiny
-from specops.pipeline.prepare import tokenise_with_mask
+from specops.pipeline.data import tiny, tokenise_with_mask
+from tests.support.agent import run_agent as agent
 
-from .conftest import agent, copy_workdir, in_workdir
+from .conftest import copy_workdir, in_workdir
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,8 @@ def test_strict_makes_malformed_records_fatal(tiny_workdir, tmp_path):
 
 
 def test_unchanged_inputs_skip_and_a_changed_config_invalidates_extraction(extracted, tmp_path):
-    from specops.pipeline.manifest import Manifest
-    from specops.pipeline.prepare import prepare
+    from specops.pipeline.data import prepare
+    from specops.pipeline.run import Manifest
 
     root = copy_workdir(extracted, tmp_path / "w")
     assert prepare(in_workdir(root), None, strict=False)["status"] == "skipped: unchanged"

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from specops.pipeline import tiny
+from specops.pipeline.data import tiny
 
 
 def digests(root: Path) -> dict[str, str]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specops.pipeline.hidden_states import file_for
-from specops.pipeline.validate import fidelity_indices, validate
+from specops.pipeline.extraction import file_for
+from specops.pipeline.validation import MAX_LISTED, fidelity_indices, validate
 
 from .conftest import copy_workdir, in_workdir
 
@@ -69,6 +69,24 @@ def test_non_finite_values_and_wrong_tokens_are_caught(damaged):
     problems = validate(in_workdir(root), 1)["checks"]["files"]["detail"]["problems"]
     assert [p["problem"] for p in problems] == ["hidden states hold non-finite values",
                                                 "token ids differ from the prepared sample"]
+
+
+def test_every_bad_file_is_kept_out_of_fidelity_even_beyond_the_listed_problems(extracted, tmp_path):
+    root = copy_workdir(extracted, tmp_path / "w")
+    folder = root / "runs" / "tiny" / "hidden_states"
+    bad_rows = range(MAX_LISTED + 1)  # rows 0..20: one more bad file than the report lists
+    for index in bad_rows:
+        tensors = load_file(str(file_for(folder, index)))
+        tensors["hidden_states"] = tensors["hidden_states"].index_fill(0, torch.tensor([0]), float("nan"))
+        save_file(tensors, str(file_for(folder, index)))
+    assert fidelity_indices(40, 3) == [0, 20, 39]  # row 20 is the 21st bad file, and a fidelity row
+    report = validate(in_workdir(root), 3)
+    files = report["checks"]["files"]["detail"]
+    assert files["bad"] == len(bad_rows) and len(files["problems"]) == MAX_LISTED
+    samples = {sample["index"]: sample for sample in report["checks"]["fidelity"]["detail"]["samples"]}
+    assert samples[0]["skipped"] == samples[20]["skipped"] == "file failed the file checks"
+    assert "skipped" not in samples[39] and samples[39]["agreement"] == 1.0
+    assert report["ok"] is False
 
 
 def test_fidelity_rows_spread_over_the_extracted_rows():

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
+
 INVOKE = Path(sys.executable).parent / "invoke"
 
 

@@ -63,7 +63,7 @@ class SshServer:
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir, needed as root
         config = self.write_config()
-        log = (self.root / "sshd.log").open("ab")
+        log = self.log.open("ab")
         self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,
                                         stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
@@ -77,6 +77,15 @@ class SshServer:
             except OSError:
                 time.sleep(0.01)
         raise RuntimeError("sshd did not start listening within 10 s")
+
+    @property
+    def log(self) -> Path:
+        return self.root / "sshd.log"
+
+    def logins(self) -> int:
+        """SSH connections the server has authenticated so far: sshd (-e, LogLevel INFO) logs one
+        `Accepted publickey for USER from ADDRESS port N` line for each."""
+        return self.log.read_text(errors="replace").count("Accepted publickey for ")
 
     def connection_children(self) -> list[int]:
         """PIDs of the per-connection sshd processes (children of the listener)."""

@@ -8,10 +8,9 @@ import pytest
 
 from specops.errors import BadInput
 from specops.patching.spec import load_set
-from specops.pipeline import metrics, plot
-from specops.pipeline.train import TrainPlan, aux_layer_ids, build_train_command
-
-REPO = Path(__file__).resolve().parents[2]
+from specops.pipeline.training import metrics, plot
+from specops.pipeline.training.command import TrainPlan, aux_layer_ids, build_train_command
+from tests.support.repo import REPO
 
 PLAN = TrainPlan(
     verifier="/m/Llama", data_path=Path("/r/prepared"), hidden_states_path=Path("/r/hidden_states"),

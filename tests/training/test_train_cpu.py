@@ -10,18 +10,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specops.pipeline.metrics import parse_log
+from specops.pipeline.training.metrics import parse_log
+from tests.support.agent import REPO, run_agent, start_agent
 from tests.training.tiny_inputs import AUX_LAYER_IDS, LAYERS, build_data
-
-REPO = Path(__file__).resolve().parents[2]
-AGENT = ("-m", "specops")
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels]
 
@@ -30,20 +27,16 @@ class TinyHost:
     def __init__(self, root: Path) -> None:
         self.workdir = root / "workdir"
         self.site = root / "site"
-        self.env = {**os.environ, "SPECOPS_WORKDIR": str(self.workdir),
-                    "PYTHONPATH": f"{self.site}{os.pathsep}{REPO / 'src'}{os.pathsep}{REPO}"}
 
     def agent(self, *args: str, check: bool = True) -> dict:
-        result = subprocess.run([sys.executable, *AGENT, *args], env=self.env, cwd=self.workdir,
-                                capture_output=True, text=True, timeout=300)
-        document = json.loads(result.stdout.strip().splitlines()[-1])
-        assert not check or result.returncode == 0, (document, result.stderr[-3000:])
+        code, document, stderr = run_agent(self.workdir, *args, sites=(self.site,))
+        assert not check or code == 0, (document, stderr[-3000:])
         return document
 
     def start_agent(self, *args: str) -> subprocess.Popen:
         # a session of its own, so the test can kill the agent and its trainer together
-        return subprocess.Popen([sys.executable, *AGENT, *args], env=self.env, cwd=self.workdir,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        return start_agent(self.workdir, *args, sites=(self.site,), stderr=subprocess.DEVNULL,
+                           start_new_session=True)
 
     def add_run(self, name: str, epochs: int) -> Path:
         run_dir = self.workdir / "runs" / name
@@ -67,10 +60,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> TinyHost:
     site_with(host.site, ("speculators", "0.9.0"))
     inputs = host.workdir / "inputs"
     build_data(inputs / "verifier", inputs / "prepared", inputs / "hidden_states")
-    applied = subprocess.run([sys.executable, "-m", "specops", "patch", "apply", "--set", "speculators-0.9.0-cpu",
-                              "--patches-dir", str(REPO / "patches")], env=host.env, cwd=host.workdir,
-                             capture_output=True, text=True, timeout=120)
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    host.workdir.mkdir(parents=True, exist_ok=True)
+    host.agent("patch", "apply", "--set", "speculators-0.9.0-cpu", "--patches-dir", str(REPO / "patches"))
     return host
 
 

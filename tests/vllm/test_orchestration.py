@@ -20,7 +20,7 @@ import pytest
 from remote.agent import forget_current
 from remote.inventory import load_inventory
 from tests.conftest import ssh_host
-from tests.jobs.agent import Agent
+from tests.support.agent import Agent
 from tests.support.cli import Cli, CliResult, write_inventory
 from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm
 
@@ -78,7 +78,7 @@ def hf_hidden_states(model_path: Path, samples: list[list[int]], layer_ids: list
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specops.pipeline.extract_hf import LayerCapture
+    from specops.pipeline.extraction.hf import LayerCapture
 
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
     capture = LayerCapture(model, layer_ids)
@@ -164,7 +164,7 @@ def test_a_second_extract_reuses_the_running_server(extracted: RemoteHost):
 
 
 def test_invoke_stop_ends_the_server_and_every_process_of_its_group(extracted: RemoteHost):
-    from specops.pipeline.vllm_server import group_pids, listening_inodes
+    from specops.pipeline.vllm import group_pids, listening_inodes
 
     (job,) = extracted.server_jobs("tiny")
     members = group_pids(job["pgid"])

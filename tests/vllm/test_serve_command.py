@@ -16,8 +16,8 @@ from tests.vllm.conftest import free_port, write_run
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from specops.pipeline import tiny
-    from specops.pipeline.config import Run
+    from specops.pipeline.data import tiny
+    from specops.pipeline.run import Run
 
     monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path))
     (tmp_path / "runs").mkdir()
@@ -31,7 +31,7 @@ def _flag(argv: list[str], name: str) -> str:
 
 
 def test_serve_command_carries_the_run_config(run, tmp_path):
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.vllm import build_serve_command
 
     argv, env = build_serve_command(run, 0, 8123, tmp_path, serve_python="/envs/serve/bin/python",
                                     vllm_version="0.32.0+cpu")
@@ -51,7 +51,7 @@ def test_serve_command_carries_the_run_config(run, tmp_path):
 
 
 def test_gpu_host_gets_tensor_parallel_and_no_eager_and_old_vllm_no_scale_out(run, tmp_path):
-    from specops.pipeline.vllm_server import build_serve_command
+    from specops.pipeline.vllm import build_serve_command
 
     run.config.trust_remote_code = True
     argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.25.1")
@@ -64,7 +64,7 @@ def _own_group(argv: list[str]) -> subprocess.Popen:
 
 
 def _wait_listening(port: int) -> None:
-    from specops.pipeline.vllm_server import listening_inodes
+    from specops.pipeline.vllm import listening_inodes
 
     deadline = time.monotonic() + 20
     while not listening_inodes(port):
@@ -73,7 +73,7 @@ def _wait_listening(port: int) -> None:
 
 
 def test_port_held_by_another_process_group_is_not_taken_for_ours(tmp_path):
-    from specops.pipeline.vllm_server import port_owner, stop_server, wait_ready
+    from specops.pipeline.vllm import port_owner, stop_server, wait_ready
 
     port = free_port()
     stranger = _own_group([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)])
@@ -91,7 +91,7 @@ def test_port_held_by_another_process_group_is_not_taken_for_ours(tmp_path):
 
 
 def test_a_dead_group_fails_at_once_with_the_log_tail(tmp_path):
-    from specops.pipeline.vllm_server import start_server, wait_ready
+    from specops.pipeline.vllm import start_server, wait_ready
 
     log = tmp_path / "server.log"
     process = start_server([sys.executable, "-c", "import time; print('loading'); time.sleep(1); "
@@ -103,7 +103,7 @@ def test_a_dead_group_fails_at_once_with_the_log_tail(tmp_path):
 
 
 def test_timeout_names_the_group_and_the_last_log_line(tmp_path):
-    from specops.pipeline.vllm_server import start_server, stop_server, wait_ready
+    from specops.pipeline.vllm import start_server, stop_server, wait_ready
 
     log = tmp_path / "server.log"
     process = start_server([sys.executable, "-u", "-c", "import time; print('Loading weights 3/7'); time.sleep(60)"],

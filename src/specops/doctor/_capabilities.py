@@ -57,9 +57,13 @@ def implements(index: ModuleIndex, qualname: str, interface: str) -> bool | None
 
 
 def check_capabilities(index: ModuleIndex, versions: dict[str, str | None], architecture: str | None,
-                       serve_flags: list[str], prepare_flags: list[str]) -> list[Item]:
+                       serve_flags: list[str], prepare_flags: list[str], required: bool = True) -> list[Item]:
+    """`required`: a run on the vllm backend needs vLLM; the installed stack alone may do without it."""
     vllm = versions.get("vllm")
     if vllm is None:
+        if not required:
+            return [Item("capability", "warn", "vllm", "vLLM is not installed: only the hf backend can run",
+                         "install vLLM for the vllm backend")]
         return [Item("capability", "error", "vllm", "vLLM is not installed", "install vLLM")]
     items: list[Item] = []
     server = server_pipeline(versions)

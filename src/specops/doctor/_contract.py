@@ -40,7 +40,7 @@ def check_pipeline_contract(index: ModuleIndex, versions: dict[str, str | None],
     a host whose packages moved under the agent fails here before a run does."""
     into = {name for name in PIPELINE_CALLEES if index.module_file(name) is not None}
     findings: list[Finding] = []
-    for file in sorted(folder.glob("*.py")):
+    for file in sorted(folder.rglob("*.py")):
         if index.tree(file) is None:
             findings.append(Finding("import", "unknown", str(file), 1, "", "", "file does not parse"))
             continue

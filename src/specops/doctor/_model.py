@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from specops.doctor._report import Item
-from specops.doctor._run import RunSettings
+from specops.doctor.settings import RunSettings
 
 
 def read_json(path: Path) -> dict | None:

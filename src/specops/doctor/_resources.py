@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from specops.doctor._report import Item
+from specops.gpus import read as read_gpus
 
 GIB = 1024**3
 
@@ -22,20 +22,18 @@ def existing_ancestor(path: Path) -> Path:
 
 
 def gpus() -> Item:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
+    reading = read_gpus()
+    if not reading.found:
         return Item("resources", "warn", "nvidia-smi", "not found: no NVIDIA GPU visible to this host",
                     "run on a GPU host, or use the hf backend on CPU for tiny models")
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,name,memory.free,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=15, check=True).stdout
-    except (subprocess.SubprocessError, OSError) as exc:
-        return Item("resources", "error", "nvidia-smi", f"failed: {exc}", "check the NVIDIA driver")
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+    if reading.error is not None:
+        return Item("resources", "error", "nvidia-smi", f"failed: {reading.error}", "check the NVIDIA driver")
+    rows = reading.gpus
     if not rows:
         return Item("resources", "error", "nvidia-smi", "no GPU listed", "check CUDA_VISIBLE_DEVICES and the driver")
-    described = "; ".join(f"GPU {r[0]} {r[1]}: {int(r[2]) / 1024:.1f} of {int(r[3]) / 1024:.1f} GiB free"
-                          for r in rows if len(r) == 4 and r[2].isdigit() and r[3].isdigit())
+    described = "; ".join(f"GPU {r['index']} {r['name']}: {r['memory_free_mib'] / 1024:.1f} of "
+                          f"{r['memory_total_mib'] / 1024:.1f} GiB free"
+                          for r in rows if r["memory_free_mib"] is not None and r["memory_total_mib"] is not None)
     return Item("resources", "ok", "nvidia-smi", f"{len(rows)} GPU(s): {described}")
 
 

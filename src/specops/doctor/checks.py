@@ -1,10 +1,9 @@
-"""The doctor: every check in one pass, as a JSON-ready document. Launches call `run_doctor` too."""
+"""The doctor: every check in one pass, as a JSON-ready document. `specops.doctor.diagnose` is its face."""
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from specops.analysis import ModuleIndex
 from specops.doctor._capabilities import check_capabilities, server_pipeline
@@ -13,7 +12,7 @@ from specops.doctor._flags import check_flags
 from specops.doctor._model import check_model
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
-from specops.doctor._run import RunSettings
+from specops.doctor.settings import RunSettings
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
@@ -45,9 +44,10 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     timed("flags", lambda: check_flags(index, {
         "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
         "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
-    if settings.backend == "vllm":
+    if settings.backend != "hf":
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
-                                                       settings.serve_flags, settings.prepare_flags))
+                                                       settings.serve_flags, settings.prepare_flags,
+                                                       required=settings.backend == "vllm"))
     timed("model", lambda: model_items)
     layer_ids = facts.get("layer_ids")
 
@@ -66,7 +66,3 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         "timing_s": {**timings, "total": round(time.perf_counter() - started, 3)},
     }
 
-
-def site_path(sites: list[str] | None) -> list[str]:
-    """--site folders first, then this interpreter's path: what the run's Python would see."""
-    return [str(Path(site).resolve()) for site in sites or []] + sys.path

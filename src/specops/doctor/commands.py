@@ -1,43 +1,46 @@
-"""`python -m specops doctor`: preflight checks of the host's packages, model and resources."""
+"""`python -m specops doctor`: the installed stack's checks, and with a run the run's checks too."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
-from specops.doctor._run import parse_run
-from specops.doctor.checks import CHECKS, run_doctor, site_path
+from specops.doctor import CHECKS, RunSettings, diagnose, parse_run_json, site_path
 from specops.errors import BadInput
 
+SettingsOfRun = Callable[[str], RunSettings]  # runs/NAME.yaml on this host -> its settings
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("doctor", help="check API contracts, flags, capabilities, model config, "
-                                                  "resources")
+
+def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOfRun | None = None) -> None:
+    """The `doctor` parser. `settings_of_run` reads a named run (the pipeline's preflight, handed in by
+    specops.cli so that the doctor never imports the pipeline); without it `--run` is refused."""
+    parser = subparsers.add_parser("doctor", help="check the installed stack (API contracts, capabilities); "
+                                                  "with --run also the run's flags, model config and resources")
     parser.add_argument("--site", action="append", default=[], metavar="DIR",
                         help="extra site directory searched before sys.path (repeatable)")
     parser.add_argument("--run-json", default=None, metavar="JSON", help="the run's settings as a JSON object")
     parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
-    parser.add_argument("--checks", default=",".join(CHECKS),
-                        help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
-    parser.set_defaults(handler=handle)
+    parser.add_argument("--checks", default=None,
+                        help=f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)")
+    parser.set_defaults(handler=lambda args: handle(args, settings_of_run))
 
 
-def handle(args: argparse.Namespace) -> tuple[int, dict]:
+def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = None) -> tuple[int, dict]:
     for site in args.site:
         if not Path(site).is_dir():
             raise BadInput(f"--site {site}: not a directory")
-    checks = tuple(name.strip() for name in args.checks.split(",") if name.strip())
-    for name in checks:
-        if name not in CHECKS:
-            raise BadInput(f"--checks: unknown check {name!r}; choose from {', '.join(CHECKS)}")
+    checks = None if args.checks is None else [name.strip() for name in args.checks.split(",") if name.strip()]
     if args.run and args.run_json:
         raise BadInput("doctor: give --run or --run-json, not both")
-    run_json = args.run_json
-    if args.run:
-        from specops.doctor.from_run import run_settings_json
-
-        run_json = run_settings_json(args.run)
-    document = run_doctor(parse_run(run_json, "--run" if args.run else "--run-json"), site_path(args.site), checks)
+    run = None
+    if args.run_json is not None:
+        run = parse_run_json(args.run_json)
+    elif args.run:
+        if settings_of_run is None:
+            raise BadInput("doctor --run: this agent cannot read run configs")
+        run = settings_of_run(args.run)
+    document = diagnose(site_path(args.site), run, checks)
     if args.run:
         document["run"] = args.run
     return (0 if document["ok"] else 1), document

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import paths
+from specops import gpus, paths
 from specops.errors import BadInput
-from specops.jobs import gpus, liveness, logtail, records, stopping, wrapper
+from specops.flags import json_object
+from specops.jobs import liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
+from specops.protocol import ACTIVE_STATES, JobRecord
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
@@ -43,15 +44,7 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"job launch {flag}: not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise BadInput(f"job launch {flag}: expected a JSON object, got {type(value).__name__}")
-    return value
+    return json_object(f"job launch {flag}", text)
 
 
 def _command(remainder: list[str]) -> list[str]:
@@ -81,7 +74,7 @@ def launch_handler(args: argparse.Namespace) -> Result:
     return 0, {"ok": True, "job": liveness.describe(record, _server())}
 
 
-def _shown(every: list[Record], include_all: bool) -> list[Record]:
+def _shown(every: list[JobRecord], include_all: bool) -> list[JobRecord]:
     """Everything with --all; otherwise the active jobs and the newest job of each name and run."""
     if include_all:
         return every
@@ -93,7 +86,7 @@ def _shown(every: list[Record], include_all: bool) -> list[Record]:
 def list_handler(args: argparse.Namespace) -> Result:
     server = _server()
     jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
-    return 0, {"ok": True, "jobs": jobs, **gpus.gpu_usage()}
+    return 0, {"ok": True, "jobs": jobs, **gpus.usage()}
 
 
 def show_handler(args: argparse.Namespace) -> Result:
@@ -134,7 +127,7 @@ def tail_handler(args: argparse.Namespace) -> Result:
     offset = _start_offset(log, args.offset, args.lines)
     last_check = time.monotonic()
 
-    def current_state() -> Record:
+    def current_state() -> JobRecord:
         nonlocal last_check
         current = records.load(record["id"])
         if time.monotonic() - last_check >= _STATE_RECHECK_S:

@@ -13,8 +13,8 @@ from typing import Any
 import specops
 from specops import atomic, paths
 from specops.jobs import liveness, records
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
+from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 _START_WAIT_S = 5.0
 _POLL_S = 0.05
@@ -23,12 +23,12 @@ _NOT_INHERITED = ("TMUX", "TMUX_PANE")
 
 
 class AlreadyRunning(Exception):
-    def __init__(self, record: Record) -> None:
+    def __init__(self, record: JobRecord) -> None:
         super().__init__(record["id"])
         self.record = record
 
 
-def running_job(name: str, run: str | None, server: TmuxServer) -> Record | None:
+def running_job(name: str, run: str | None, server: TmuxServer) -> JobRecord | None:
     for record in reversed(records.all_records()):
         if record["name"] == name and record["run"] == run:
             if liveness.refresh(record, server)["state"] in ACTIVE_STATES:
@@ -45,7 +45,7 @@ def wrapper_argv(job_id: str) -> list[str]:
 
 
 def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
-           revision: dict[str, Any] | None, meta: dict[str, Any] | None) -> Record:
+           revision: dict[str, Any] | None, meta: dict[str, Any] | None) -> JobRecord:
     server = TmuxServer(paths.workdir())
     # Held until the session exists: a concurrent launch sees this job as running, and a
     # concurrent status check does not mistake the not-yet-started session for a lost job.
@@ -58,9 +58,9 @@ def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
             job_id = records.new_job_id(name)
         log = records.logs_dir() / f"{job_id}.log"
         log.touch()
-        record: Record = {
+        record: JobRecord = {
             "id": job_id, "name": name, "run": run, "argv": argv, "env": env, "cwd": os.getcwd(),
-            "created": records.now_iso(), "started": None, "ended": None, "state": "pending",
+            "created": records.now_iso(), "started": None, "ended": None, "state": JobState.PENDING,
             "exit_code": None, "signal": None, "pid": None, "pgid": None, "log": str(log),
             "tmux_session": job_id, "tmux_server": server.name, "revision": revision, "meta": meta or {},
         }
@@ -70,17 +70,17 @@ def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
         try:
             server.new_session(job_id, record["cwd"], wrapper_argv(job_id))
         except Exception as exc:
-            failure = {"state": "failed", "ended": records.now_iso(), "error": f"could not start tmux: {exc}"}
+            failure = {"state": JobState.FAILED, "ended": records.now_iso(), "error": f"could not start tmux: {exc}"}
             records.update(job_id, lambda current: current.update(failure))
             raise
     return wait_while_pending(job_id, server, _START_WAIT_S)
 
 
-def wait_while_pending(job_id: str, server: TmuxServer, timeout_s: float) -> Record:
+def wait_while_pending(job_id: str, server: TmuxServer, timeout_s: float) -> JobRecord:
     """The record once the wrapper has taken over (or given up), or as it is after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     record = records.load(job_id)
-    while record["state"] == "pending" and not record.get("pgid") and time.monotonic() < deadline:
+    while record["state"] == JobState.PENDING and not record.get("pgid") and time.monotonic() < deadline:
         time.sleep(_POLL_S)
         record = liveness.refresh(records.load(job_id), server)
     return record

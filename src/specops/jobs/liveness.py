@@ -13,28 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from specops.jobs import logtail, processes, records
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
+from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 
-def refresh(record: Record, server: TmuxServer) -> Record:
+def refresh(record: JobRecord, server: TmuxServer) -> JobRecord:
     if record["state"] not in ACTIVE_STATES or server.has_session(record["tmux_session"]):
         return record
 
-    def mark_lost(current: Record) -> None:
+    def mark_lost(current: JobRecord) -> None:
         # Checked again under the lock: a launch holds it until its session exists.
         if current["state"] in ACTIVE_STATES and not server.has_session(current["tmux_session"]):
-            current["state"] = "lost"
+            current["state"] = JobState.LOST
             current["lost_at"] = records.now_iso()
 
     return records.update(record["id"], mark_lost)
 
 
-def processes_alive(record: Record) -> bool:
+def processes_alive(record: JobRecord) -> bool:
     return processes.group_alive(record.get("pgid"), record.get("boot_id"))
 
 
-def describe(record: Record, server: TmuxServer) -> dict[str, Any]:
+def describe(record: JobRecord, server: TmuxServer) -> dict[str, Any]:
     """The record, refreshed, plus age, liveness of its processes and its last log line."""
     record = refresh(record, server)
     age = datetime.now(UTC) - records.parse_iso(record["created"])
@@ -64,7 +64,7 @@ def specops_note(log: Path) -> str | None:
     return notes[-1][:300] if notes else None
 
 
-def step_progress(record: Record) -> dict[str, Any] | None:
+def step_progress(record: JobRecord) -> dict[str, Any] | None:
     """An extraction's progress file (samples/s, tokens/s, ETA), when the job is one."""
     if record.get("name") != "extract" or not record.get("run"):
         return None

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specops.protocol import ACTIVE_STATES
+
 MAX_CHUNK = 1 << 20  # a "line" longer than this goes out in pieces rather than never
 _BACKWARD_BLOCK = 1 << 16
 _LAST_LINE_WINDOW = 1 << 16
@@ -92,7 +94,7 @@ def stream(path: Path, offset: int, *, follow: bool, current_state: Callable[[],
     while True:
         # Read the state before the log: once an ended state is seen, the log holds everything.
         state = current_state()
-        ended = state["state"] not in ("pending", "running")
+        ended = state["state"] not in ACTIVE_STATES
         sent = False
         while True:
             data, offset = read_chunk(path, offset, complete=ended)

@@ -15,15 +15,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from specops import atomic, paths
 from specops.errors import BadInput
-
-Record = dict[str, Any]
-
-ACTIVE_STATES = frozenset({"pending", "running"})
-ENDED_STATES = frozenset({"succeeded", "failed", "stopped", "lost"})
+from specops.protocol import JobRecord
 
 # Ids double as file names and tmux session names: tmux rejects '.' and ':' in session names.
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
@@ -92,7 +87,7 @@ def locked() -> Iterator[None]:
             _lock_handle = None
 
 
-def load(job_id: str) -> Record:
+def load(job_id: str) -> JobRecord:
     if not is_job_id(job_id):
         raise BadInput(f"job id {job_id!r}: only letters, digits, '_' and '-' are allowed")
     path = record_path(job_id)
@@ -103,11 +98,11 @@ def load(job_id: str) -> Record:
     return json.loads(text)
 
 
-def save(record: Record) -> None:
+def save(record: JobRecord) -> None:
     atomic.write_json(record_path(record["id"]), record)
 
 
-def update(job_id: str, change: Callable[[Record], None]) -> Record:
+def update(job_id: str, change: Callable[[JobRecord], None]) -> JobRecord:
     """Apply `change` to the freshest copy of the record, under the lock, and persist it."""
     with locked():
         record = load(job_id)
@@ -118,7 +113,7 @@ def update(job_id: str, change: Callable[[Record], None]) -> Record:
         return record
 
 
-def all_records() -> list[Record]:
+def all_records() -> list[JobRecord]:
     """Every job record, oldest first."""
     found = []
     for path in jobs_dir().glob("*.json"):
@@ -131,7 +126,7 @@ def all_records() -> list[Record]:
     return sorted(found, key=lambda record: (record["created"], record["id"]))
 
 
-def resolve(reference: str, run: str | None = None) -> Record:
+def resolve(reference: str, run: str | None = None) -> JobRecord:
     """A job by exact id, else the newest job of that name (in `run`, when given)."""
     if is_job_id(reference) and record_path(reference).exists():
         return load(reference)

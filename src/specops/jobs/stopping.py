@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from specops.jobs import liveness, processes, records
 from specops.jobs.launching import wait_while_pending
-from specops.jobs.records import ACTIVE_STATES, Record
 from specops.jobs.tmux import TmuxServer
+from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 _PENDING_WAIT_S = 5.0
 _WRAPPER_RECORD_WAIT_S = 5.0
@@ -21,20 +21,20 @@ _POLL_S = 0.05
 
 @dataclass
 class StopOutcome:
-    record: Record
+    record: JobRecord
     already_ended: bool
     signal: str | None  # the signal that ended the process group, if it had to be signalled
 
 
-def _request_stop(record: Record) -> None:
+def _request_stop(record: JobRecord) -> None:
     # The wrapper reads this when its child dies and records `stopped`, not `failed`.
-    if record["state"] in ACTIVE_STATES or record["state"] == "lost":
+    if record["state"] in ACTIVE_STATES or record["state"] == JobState.LOST:
         record.setdefault("stop_requested", records.now_iso())
 
 
-def _mark_stopped(record: Record) -> None:
-    if record["state"] in ACTIVE_STATES or record["state"] == "lost":
-        record["state"] = "stopped"
+def _mark_stopped(record: JobRecord) -> None:
+    if record["state"] in ACTIVE_STATES or record["state"] == JobState.LOST:
+        record["state"] = JobState.STOPPED
         record["ended"] = record.get("ended") or records.now_iso()
 
 
@@ -44,11 +44,11 @@ def _wait_for_wrapper(job_id: str) -> None:
         time.sleep(_POLL_S)
 
 
-def stop(record: Record, grace_s: float, server: TmuxServer) -> StopOutcome:
+def stop(record: JobRecord, grace_s: float, server: TmuxServer) -> StopOutcome:
     job_id = record["id"]
     record = liveness.refresh(wait_while_pending(job_id, server, _PENDING_WAIT_S), server)
     alive = liveness.processes_alive(record)
-    if record["state"] not in ACTIVE_STATES and not (record["state"] == "lost" and alive):
+    if record["state"] not in ACTIVE_STATES and not (record["state"] == JobState.LOST and alive):
         return StopOutcome(record, already_ended=True, signal=None)
     record = records.update(job_id, _request_stop)
     used = processes.terminate_group(record["pgid"], grace_s) if alive and record.get("pgid") else None

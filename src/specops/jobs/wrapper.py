@@ -16,14 +16,14 @@ import subprocess
 from collections.abc import Callable
 
 from specops.jobs import processes, records
-from specops.jobs.records import Record
+from specops.protocol import JobRecord, JobState
 
 # What a shell reports when it cannot find or cannot execute a command.
 _NOT_FOUND = 127
 _NOT_EXECUTABLE = 126
 
 
-def child_environment(job_id: str, record: Record) -> dict[str, str]:
+def child_environment(job_id: str, record: JobRecord) -> dict[str, str]:
     """The launching agent's environment plus the record's explicit one; the copy on disk is then
     removed, as it may hold secrets and is needed only once."""
     path = records.environ_path(job_id)
@@ -41,16 +41,16 @@ def _exit_fields(returncode: int) -> dict[str, object]:
     return {"exit_code": returncode, "signal": None}
 
 
-def _finish(fields: dict[str, object]) -> Callable[[Record], None]:
-    def change(record: Record) -> None:
-        if record["state"] in ("succeeded", "failed"):
+def _finish(fields: dict[str, object]) -> Callable[[JobRecord], None]:
+    def change(record: JobRecord) -> None:
+        if record["state"] in (JobState.SUCCEEDED, JobState.FAILED):
             return
         record.update(fields)
         record["ended"] = record.get("ended") or records.now_iso()
-        if record["state"] == "stopped" or record.get("stop_requested"):
-            record["state"] = "stopped"
+        if record["state"] == JobState.STOPPED or record.get("stop_requested"):
+            record["state"] = JobState.STOPPED
         else:
-            record["state"] = "succeeded" if fields["exit_code"] == 0 else "failed"
+            record["state"] = JobState.SUCCEEDED if fields["exit_code"] == 0 else JobState.FAILED
 
     return change
 
@@ -72,16 +72,16 @@ def run_job(job_id: str) -> int:
     finally:
         os.close(log_fd)
 
-    def mark_running(current: Record) -> None:
-        if current["state"] != "pending":
+    def mark_running(current: JobRecord) -> None:
+        if current["state"] != JobState.PENDING:
             return
         current.update(pid=child.pid, pgid=child.pid, started=records.now_iso(),
                        boot_id=processes.boot_id(), wrapper_pid=os.getpid())
         if not current.get("stop_requested"):
-            current["state"] = "running"
+            current["state"] = JobState.RUNNING
 
     current = records.update(job_id, mark_running)
-    if current["state"] != "running":  # stopped while we were starting: do not leave it behind
+    if current["state"] != JobState.RUNNING:  # stopped while we were starting: do not leave it behind
         processes.terminate_group(child.pid, 5)
     returncode = child.wait()
     records.update(job_id, _finish(_exit_fields(returncode)))

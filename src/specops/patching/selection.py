@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
+from specops.gpus import host_kind
 from specops.installed import Distribution, distributions, normalise
 from specops.patching.spec import PatchSet
-
-
-def host_kind() -> str:
-    """'gpu' when an NVIDIA GPU is visible to this process, else 'cpu'."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return "cpu"
-    gpus = Path("/proc/driver/nvidia/gpus")
-    if gpus.is_dir() and any(gpus.iterdir()):
-        return "gpu"
-    return "gpu" if any(Path("/dev").glob("nvidia[0-9]*")) else "cpu"
 
 
 @dataclass

@@ -1,0 +1,42 @@
+"""The pipeline: a run's steps on this host (prepare -> extract -> validate -> vocab -> train -> metrics).
+
+This is the face other packages import; each function loads its room only when called (the agent
+imports a command's modules on every call, and the rooms pull in pydantic, torch or datasets).
+
+Rooms, one job each (a room imports another only through that room's face):
+  commands/    the agent commands' argparse registrations (`step`, `tiny`, `run`, `pipeline`, `fetch-list`, `vllm`)
+  driver.py    the step sequence of `pipeline`
+  run/         run config, folders, manifest, fingerprints
+  data/        conversations, the prepare step, the embedded tiny target
+  target.py    device and dtype choice, loading the target, its dimensions and decoder parts
+  extraction/  one plan, one backend interface; hf.py and vllm.py
+  vllm/        the extraction server's command, readiness gate and job
+  validation/  file checks and fidelity
+  training/    vocab, the train command and checkpoints, the steps, metrics, plot
+  fetch.py     what `invoke fetch` brings home
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+
+def open_run(name: str) -> Run:
+    """The named run, its embedded tiny target (if it uses one) generated first."""
+    from specops.pipeline.data import open_run as open_with_data
+
+    return open_with_data(name)
+
+
+def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
+                 backend: str | None) -> tuple[int, dict[str, Any]]:
+    """Every step of a run, in order, each skipped when unchanged: (exit code, summary)."""
+    from specops.pipeline.driver import run_pipeline as run_steps
+
+    return run_steps(run_name, samples, skip_doctor, skip_patches, backend)
+
+
+__all__ = ["open_run", "run_pipeline"]

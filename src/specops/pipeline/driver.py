@@ -8,7 +8,6 @@ its reason. Progress goes to stderr (the job log); the summary is the one JSON d
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -25,11 +24,10 @@ def say(message: str) -> None:
 
 
 def _doctor(run_name: str) -> dict[str, Any]:
-    from specops.doctor._run import parse_run
-    from specops.doctor.checks import run_doctor
-    from specops.doctor.from_run import run_settings_json
+    from specops.doctor import diagnose
+    from specops.pipeline.preflight import run_settings
 
-    document = run_doctor(parse_run(run_settings_json(run_name), "--run"))
+    document = diagnose(run=run_settings(run_name))
     errors = [finding for finding in document["findings"] if finding["result"] == "error"]
     for finding in errors:
         say(f"doctor error: {finding['check']}: {finding['where']}: {finding['why']} (fix: {finding['fix']})")
@@ -40,21 +38,16 @@ def _doctor(run_name: str) -> dict[str, Any]:
 
 def _patches() -> dict[str, Any]:
     """Apply and verify the patch sets that fit this host (e.g. the CPU training shims on CPU hosts)."""
-    from specops.patching.commands import handle
+    from specops.patching import apply_sets, verify_sets
 
-    def call(action: str) -> tuple[int, dict[str, Any]]:
-        args = argparse.Namespace(action=action, sets=None, dry_run=False, deep=False, patches_dir=None,
-                                  module=None, edited=None, patch_id=None, reason=None)
-        return handle(args)
-
-    code, applied = call("apply")
+    applied = apply_sets()
     for entry in applied["sets"]:
         if entry.get("applicable"):
             say(f"patch set {entry['name']}: {entry.get('result')} — {entry.get('detail')}")
-    if code != 0:
+    if not applied["ok"]:
         raise CheckFailed("applying patch sets failed: " + "; ".join(
             entry.get("detail", "") for entry in applied["sets"] if not entry.get("ok")))
-    code, verified = call("verify")
+    verified = verify_sets()
     failing = [check for check in verified.get("checks", []) if not check["ok"]]
     if failing:
         raise CheckFailed("patch verify failed: " + "; ".join(f"{c.get('check')}: {c.get('detail')}" for c in failing))
@@ -68,12 +61,13 @@ def _hidden_state_bytes(folder: Path) -> int:
 
 def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
                  backend: str | None) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.runs import open_run, visible_gpus
+    from specops.pipeline import extraction
+    from specops.pipeline.data import open_run
 
     run = open_run(run_name)
-    chosen_backend = backend or run.backend(visible_gpus())
+    chosen_backend = extraction.backend_for(run, backend)
     results: dict[str, Any] = {}
-    summary: dict[str, Any] = {"run": run_name, "backend": chosen_backend, "steps": results}
+    summary: dict[str, Any] = {"run": run_name, "backend": chosen_backend.name, "steps": results}
     started_all = time.perf_counter()
 
     def step(name: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -100,7 +94,7 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
         else:
             step("patches", _patches)
         prepared = step("prepare", lambda: _prepare(run, samples))
-        extracted = step("extract", lambda: _extract(run, samples, chosen_backend))
+        extracted = step("extract", lambda: chosen_backend.extract(run, samples, extraction.Options()))
         validated = step("validate", lambda: _validate(run))
         vocab = step("vocab", lambda: _vocab(run))
         trained = step("train", lambda: _train(run))
@@ -131,23 +125,13 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
 
 
 def _prepare(run: Any, samples: int | None) -> dict[str, Any]:
-    from specops.pipeline.prepare import prepare
+    from specops.pipeline.data import prepare
 
     return prepare(run, samples, False)
 
 
-def _extract(run: Any, samples: int | None, backend: str) -> dict[str, Any]:
-    if backend == "vllm":
-        from specops.pipeline.vllm_pipeline import extract_with_server
-
-        return extract_with_server(run, samples)
-    from specops.pipeline.extract_hf import extract
-
-    return extract(run, samples)
-
-
 def _validate(run: Any) -> dict[str, Any]:
-    from specops.pipeline.validate import validate
+    from specops.pipeline.validation import validate
 
     report = validate(run, 4, skip_unchanged=True)
     if not report["ok"]:
@@ -157,27 +141,13 @@ def _validate(run: Any) -> dict[str, Any]:
 
 
 def _vocab(run: Any) -> dict[str, Any]:
-    from specops.pipeline.train_commands import vocab_step
+    from specops.pipeline.training import vocab_step
 
     return vocab_step(run)
 
 
 def _train(run: Any) -> dict[str, Any]:
-    from specops.pipeline.train_commands import train_step
+    from specops.pipeline.training import train_step
 
     _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False)
     return document
-
-
-def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    return run_pipeline(args.run, args.samples, args.skip_doctor, args.skip_patches, args.backend)
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("pipeline", help="every step of a run, each skipped when unchanged")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--samples", type=int, default=None, help="samples to prepare and extract")
-    parser.add_argument("--backend", choices=["hf", "vllm"], default=None)
-    parser.add_argument("--skip-doctor", action="store_true", help="do not run the doctor first (recorded)")
-    parser.add_argument("--skip-patches", action="store_true", help="do not apply/verify this host's patch sets")
-    parser.set_defaults(handler=_handle)

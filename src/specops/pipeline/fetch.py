@@ -1,4 +1,4 @@
-"""`python -m specops fetch-list --run NAME`: what `invoke fetch` brings home, with sizes and hashes.
+"""What `invoke fetch` brings home (`fetch-list --run NAME`), with sizes and hashes.
 
 The best checkpoint (the folder vLLM loads as a speculative model: config.json and
 model.safetensors with d2t/t2d inside, in speculators' format) without its optimizer and
@@ -8,13 +8,13 @@ validation report and manifest. The metrics table is written first, so what is l
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from specops import atomic
 from specops.errors import BadInput
-from specops.pipeline.fingerprint import file_sha256
+from specops.pipeline.run import Run, file_sha256
+from specops.pipeline.training import metrics_report
 
 TRAINING_STATE = ("optimizer_state_dict.pt", "scheduler_state_dict.pt")
 
@@ -24,9 +24,6 @@ def _entry(path: Path, local_name: str) -> dict[str, Any]:
 
 
 def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
-    from specops.pipeline.config import Run
-    from specops.pipeline.train_commands import metrics_report
-
     run = Run(run_name)
     checkpoints = run.paths.checkpoints
     best = checkpoints / "checkpoint_best"
@@ -42,14 +39,3 @@ def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
     files += [_entry(path, path.name) for path in extras if path.is_file()]
     return {"ok": True, "run": run_name, "best_epoch": best_dir.name, "files": files,
             "total_bytes": sum(entry["size"] for entry in files), "metrics": report["epochs"]}
-
-
-def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    return 0, fetch_list(args.run, args.with_training_state)
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("fetch-list", help="files `invoke fetch` brings home, with sha256")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--with-training-state", action="store_true", help="include optimizer/scheduler state")
-    parser.set_defaults(handler=_handle)

@@ -1,0 +1,32 @@
+"""The face of the SSH layer: open a connection to any inventory host, local or SSH (fabric).
+
+    with open_connection(host, inventory=inventory) as conn:
+        conn.run(["true"])
+
+Light to import: fabric and paramiko load only when an SSH host is opened.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from remote.ssh.command import CommandResult, Connection, shell_command
+from remote.ssh.fanout import HostOutcome, fan_out, threading_group
+from remote.ssh.local import LocalConnection
+from remote.ssh.target import Target, jump_host, resolve_target
+
+if TYPE_CHECKING:
+    from remote.inventory import Host, Inventory
+
+__all__ = ["CommandResult", "Connection", "HostOutcome", "LocalConnection", "Target", "fan_out", "jump_host",
+           "open_connection", "resolve_target", "shell_command", "threading_group"]
+
+
+def open_connection(host: Host, *, accept_new_host_key: bool = False,
+                    inventory: Inventory | None = None) -> Connection:
+    """A connection to `host`; use it as a context manager. Host keys verified (see host_keys)."""
+    if host.is_local:
+        return LocalConnection(host)
+    from remote.ssh.connection import SSHConnection
+
+    return SSHConnection(host, accept_new_host_key=accept_new_host_key, inventory=inventory)

@@ -1,0 +1,62 @@
+"""What every connection kind shares: the command result, the quoted shell line, the interface."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from remote.inventory import Host
+
+READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+def shell_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """One POSIX shell command line from an argument list: every piece is quoted."""
+    if not argv:
+        raise ValueError("empty command")
+    parts: list[str] = []
+    if cwd:
+        parts.append(f"cd -- {shlex.quote(cwd)} &&")
+    parts.append("exec")
+    if env:
+        parts.append("env")
+        for key, value in env.items():
+            if not key.replace("_", "a").isalnum():
+                raise ValueError(f"bad environment variable name {key!r}")
+            parts.append(shlex.quote(f"{key}={value}"))
+    parts.append(shlex.join(argv))
+    return " ".join(parts)
+
+
+class Connection(Protocol):
+    """A host to run commands on: `local` (bash here) or SSH (fabric), the same calls either way."""
+
+    host: Host
+    round_trips: int
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+            stdin: bytes | None = None, timeout: float | None = None) -> CommandResult: ...
+
+    def stream(self, argv: Sequence[str], *, on_stdout: Callable[[bytes], None],
+               on_stderr: Callable[[bytes], None] | None = None, cwd: str | None = None,
+               env: Mapping[str, str] | None = None, timeout: float | None = None) -> int: ...
+
+    def download(self, remote_path: str, local_path: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Connection: ...
+
+    def __exit__(self, *exc: object) -> None: ...

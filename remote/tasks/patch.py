@@ -1,0 +1,133 @@
+"""Task: `patch apply|verify|status|revert|new` — declarative patches to a host's installed packages.
+
+One agent call (one SSH round trip) per action. `invoke patch verify --host gpu1` works as
+written: the action is a positional word.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from invoke import task
+
+from remote.errors import BadInput
+from remote.session import emit_json, host_connection, reports_errors
+
+ACTIONS = ("apply", "verify", "status", "revert", "new")
+
+
+@task(
+    positional=["action"],
+    iterable=["set_"],
+    help={"action": "apply | verify | status | revert | new", "host": "inventory host",
+          "set_": "patch set name (repeatable); default: every set that fits the host",
+          "json": "one JSON document on stdout", "dry_run": "apply: show the diff, write nothing",
+          "deep": "verify: also import each target in a subprocess and bind calls with inspect",
+          "env": "which of the host's envs to patch (default: the default env)",
+          "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
+          "id_": "new: id of the new patch", "reason": "new: one line saying why"},
+)
+@reports_errors
+def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
+          edited=None, id_=None, reason=None):
+    """Apply, verify, show or revert the patch sets for a host's installed packages."""
+    from remote import journal
+    from remote.agent import agent_call
+
+    if action not in ACTIONS:
+        raise BadInput(f"patch: unknown action {action!r} (one of: {', '.join(ACTIONS)})")
+    args = ["patch", action]
+    for name in set_ or []:
+        args += ["--set", name]
+    if dry_run:
+        args.append("--dry-run")
+    if deep:
+        args.append("--deep")
+    if action == "new":
+        if not (module and edited and id_ and reason and set_ and len(set_) == 1):
+            raise BadInput("patch new: needs --module, --edited, --id, --reason and one --set")
+        edited_path = Path(edited)
+        if not edited_path.is_file():
+            raise BadInput(f"patch new: --edited: no such file {edited}")
+    started = time.perf_counter()
+    with host_connection(host) as (chosen, conn):
+        if action == "new":
+            # The edited copy travels to the host, where the installed file it is compared with lives.
+            remote_copy = f"{chosen.workdir.rstrip('/')}/tmp/patch-new-{id_}.py"
+            upload = conn.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "upload", remote_copy],
+                              stdin=Path(edited).read_bytes())
+            if upload.exit_code != 0:
+                raise BadInput(f"patch new: could not upload {edited}: {upload.stderr.decode(errors='replace')}")
+            args += ["--module", module, "--id", id_, "--reason", reason, "--edited", remote_copy]
+        result = agent_call(conn, chosen, args, env_role=env, timeout=300)
+        trips = conn.round_trips
+    document = {**result.document, "host": chosen.name, "round_trips": trips,
+                "elapsed_s": round(time.perf_counter() - started, 3)}
+    if action == "new" and result.ok:
+        _write_new_patch(document)
+    if action in ("apply", "revert") and not dry_run:
+        journal.record(f"patch-{action}", host=chosen.name, ok=document.get("ok"),
+                       sets=[entry.get("name") for entry in document.get("sets", [])])
+    if json:
+        emit_json(document)
+    else:
+        _render(action, document)
+    if not result.ok:
+        raise SystemExit(result.exit_code)
+
+
+def _write_new_patch(document: dict) -> None:
+    """The agent composes the patch file against the host's installed file; it lands in this checkout."""
+    from remote.inventory import REPO_ROOT
+
+    relative = document.get("patch_file_relative")
+    text = document.get("patch_text")
+    if not relative or text is None:
+        return
+    target = Path(os.environ.get("SPECOPS_PATCHES_DIR") or REPO_ROOT / "patches") / relative
+    if target.exists():
+        raise BadInput(f"{target}: already exists; choose another --id")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    document["written_here"] = str(target)
+
+
+def _render(action: str, doc: dict) -> None:
+    from remote import render
+
+    out = render.console()
+    if "error" in doc and "sets" not in doc:
+        out.print(render.status_text(False, doc["error"]))
+        return
+    if action == "verify":
+        view = render.table(f"patch verify — {doc['host']}", ["patch", "check", "result", "detail"])
+        for check in doc.get("checks", []):
+            view.add_row(check.get("patch", ""), check.get("check", ""),
+                         render.status_text(check.get("ok"), "ok" if check.get("ok") else "FAIL"),
+                         str(check.get("detail", "")))
+        out.print(view)
+        for entry in doc.get("sets", []):
+            if entry.get("result") == "not applicable":
+                out.print(f"[dim]{entry['name']}: {entry.get('detail')}[/]")
+    elif action == "status":
+        for line in doc.get("lines", []):
+            out.print(line)
+    elif action == "new":
+        out.print(f"wrote {doc.get('written_here')} ({doc.get('replacements')} replacement(s), replayed against "
+                  f"the host's {doc.get('file')}); review it and commit it with its set")
+    else:
+        for entry in doc.get("sets", []):
+            out.print(f"[bold]{entry['name']}[/]: {render.status_text(entry.get('ok'), entry.get('result') or '')}"
+                      f" — {entry.get('detail', '')}")
+            for patch_entry in entry.get("patches", []):
+                out.print(f"  {patch_entry['id']}: {patch_entry.get('result') or patch_entry.get('state')}"
+                          f"  [dim]{patch_entry.get('file') or ''}[/]")
+            if action == "apply" and doc.get("dry_run") and entry.get("diff"):
+                out.print(entry["diff"], markup=False, highlight=False)
+    out.print(f"{render.status_text(doc.get('ok'), 'OK' if doc.get('ok') else 'FAILED')} in {doc['elapsed_s']} s, "
+              f"{doc['round_trips']} round trip(s)")
+
+
+TASKS = [patch]

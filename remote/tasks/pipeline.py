@@ -1,0 +1,234 @@
+"""Tasks of the pipeline: prepare, extract, validate, vocab, train, pipeline, fetch.
+
+Each step runs as a job under tmux on the host (it survives disconnects) and is followed by
+default; --detach returns at once. extract, train and pipeline run the doctor first and refuse
+to start on an error (--skip-doctor skips it, and the job record says so). Each task talks to its
+host through one connection: doctor, launch, following the log and fetching the results.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from invoke import task
+
+from remote.errors import AgentError, BadInput
+from remote.session import HostSession, emit_json, host_session, reports_errors
+from remote.tasks.shared import count, number_text, positive, preflight, render_epochs
+from specops.protocol import JobState
+
+STEP_HELP = {"host": "inventory host (default: the inventory's default)",
+             "run": "run config runs/NAME.yaml (default: the host's run)",
+             "detach": "return at once with the job id; follow later with invoke logs --follow",
+             "json": "one JSON document on stdout (the step's result)"}
+
+
+def run_step_job(session: HostSession, run: str | None, name: str, step_args: list[str], *, detach: bool,
+                 json: bool, doctor: bool = False, skip_doctor: bool = False,
+                 env_role: str | None = None,
+                 role_pythons: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """Launch `python -m specops <step_args>` as job `name`, follow it, return its JSON result.
+
+    All on the session's one connection. role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to
+    the interpreter of the host's env of that role (inventory `envs`), when the host has one; e.g.
+    the serve env for extract.
+    """
+    from remote.launch import agent_step_command, follow, launch
+
+    host, conn = session.host, session.conn
+    run_name = run or host.run
+    args = [arg.replace("{run}", run_name) for arg in step_args]
+    meta: dict[str, Any] = {}
+    if doctor:
+        meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
+    env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
+    job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta, env=env)
+    print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
+    if detach:
+        if json:
+            emit_json({"ok": True, "job": job})
+        else:
+            print(job["id"])
+        return None
+    outcome = follow(session, job["id"], record=job)
+    if outcome.detached:
+        raise SystemExit(0)
+    result = outcome.last_document
+    if json and result is not None:
+        emit_json({**result, "job": job["id"], "state": outcome.state, "exit_code": outcome.exit_code})
+    if outcome.state != JobState.SUCCEEDED:
+        reason = (result or {}).get("error") or f"exit code {outcome.exit_code}"
+        raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
+    print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
+    return result
+
+
+@task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
+@reports_errors
+def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, json=False):
+    """Step 1: tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
+    args = ["step", "prepare", "--run", "{run}"]
+    if positive(samples, "--samples"):
+        args += ["--samples", str(samples)]
+    if strict:
+        args.append("--strict")
+    with host_session(host) as session:
+        run_step_job(session, run, "prepare", args, detach=detach, json=json)
+
+
+@task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
+            "skip_doctor": "do not run the doctor first (recorded in the job record)",
+            "stop_server": "vllm: stop the vllm-server job afterwards (default: keep it for the next extract)",
+            "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
+@reports_errors
+def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
+            detach=False, json=False):
+    """Step 2: capture the target's hidden states at the run's layers (runs step 1 first if needed).
+
+    With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
+    dtype, serve args and vLLM version match, else (re)started from the host's `envs.serve`.
+    """
+    args = ["step", "extract", "--run", "{run}"]
+    if positive(samples, "--samples"):
+        args += ["--samples", str(samples)]
+    if backend:
+        if backend not in ("hf", "vllm"):
+            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
+        args += ["--backend", backend]
+    if stop_server:
+        args.append("--stop-server")
+    if positive(port, "--port"):
+        args += ["--port", str(port)]
+    with host_session(host) as session:
+        run_step_job(session, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
+                     role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+
+
+@task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})
+@reports_errors
+def validate(c, host=None, run=None, fidelity_samples=4, detach=False, json=False):
+    """Check every hidden-state file, and their fidelity against the target's own predictions."""
+    samples = positive(fidelity_samples, "--fidelity-samples")
+    args = ["step", "validate", "--run", "{run}", "--fidelity-samples", str(samples)]
+    with host_session(host) as session:
+        run_step_job(session, run, "validate", args, detach=detach, json=json)
+
+
+@task(help={**STEP_HELP})
+@reports_errors
+def vocab(c, host=None, run=None, detach=False, json=False):
+    """Step 3: the draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
+    with host_session(host) as session:
+        result = run_step_job(session, run, "vocab", ["step", "vocab", "--run", "{run}"], detach=detach, json=json)
+    if result and not json:
+        from remote import render
+
+        out = render.console()
+        view = render.table("draft vocabulary coverage of assistant tokens", ["draft vocab", "covered"])
+        for row in result.get("coverage") or []:
+            view.add_row(str(row["draft_vocab"]), f"{100 * row['share']:.2f}%")
+        out.print(view)
+
+
+@task(help={**STEP_HELP, "epochs": "train this many epochs in all (continues a previous run)",
+            "gpus": "GPUs to train on (default: all the host has)", "fresh": "start over in a new folder",
+            "skip_doctor": "do not run the doctor first (recorded in the job record)"})
+@reports_errors
+def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, json=False):
+    """Step 4: train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
+    args = ["step", "train", "--run", "{run}"]
+    if positive(epochs, "--epochs"):
+        args += ["--epochs", str(epochs)]
+    if gpus is not None:
+        args += ["--gpus", str(count(gpus, "--gpus"))]
+    if fresh:
+        args.append("--fresh")
+    with host_session(host) as session:
+        result = run_step_job(session, run, "train", args, detach=detach, json=json, doctor=True,
+                              skip_doctor=skip_doctor, env_role="train")
+    if result and not json:
+        render_epochs(result.get("metrics") or [])
+
+
+@task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
+            "skip_doctor": "do not run the doctor first (recorded in the job record)",
+            "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host"})
+@reports_errors
+def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
+             no_fetch=False, detach=False, json=False):
+    """doctor → patches → prepare → extract → validate → vocab → train, then fetch; unchanged steps skip."""
+    from remote.fetch import fetch_run
+
+    started = time.perf_counter()
+    args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
+    if positive(samples, "--samples"):
+        args += ["--samples", str(samples)]
+    if backend:
+        args += ["--backend", backend]
+    if skip_patches:
+        args.append("--skip-patches")
+    with host_session(host) as session:  # one connection: doctor, launch, follow and fetch
+        chosen = session.host
+        result = run_step_job(session, run, "pipeline", args, detach=detach, json=False, doctor=True,
+                              skip_doctor=skip_doctor, env_role="train",
+                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+        if result is None:
+            return
+        run_name = result.get("run") or run or chosen.run
+        fetched: dict[str, Any] | None = None
+        if not no_fetch:
+            fetched = fetch_run(session.conn, chosen, run_name)
+    if not skip_doctor:
+        result["steps"]["doctor"] = {"status": "ok (checked before launch)"}
+    summary = {**result, "host": chosen.name, "fetched": fetched and fetched["destination"],
+               "elapsed_s": round(time.perf_counter() - started, 1)}
+    if json:
+        emit_json(summary)
+        return
+    render_epochs(result.get("epochs") or [])
+    render_summary(summary)
+
+
+def render_summary(summary: dict[str, Any]) -> None:
+    from remote import render
+
+    out = render.console()
+    view = render.table(f"pipeline — run {summary['run']} on {summary['host']}", ["", ""])
+    steps = ", ".join(f"{name} {info.get('status')}" for name, info in summary["steps"].items())
+    rows = [
+        ("steps", steps),
+        ("samples", str(summary.get("samples"))),
+        ("tokens (assistant)", f"{summary.get('tokens')} ({summary.get('loss_tokens')})"),
+        ("hidden-state bytes", render.human_bytes(summary.get("hidden_state_bytes"))),
+        ("fidelity", number_text(summary.get("fidelity"))),
+        ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
+        ("checkpoints on host", str(summary.get("checkpoints"))),
+        ("fetched to", str(summary.get("fetched") or "-")),
+        ("elapsed", f"{summary['elapsed_s']} s"),
+    ]
+    for key, value in rows:
+        view.add_row(key, value)
+    out.print(view)
+
+
+@task(help={"host": "inventory host", "run": "run config (default: the host's run)",
+            "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout"})
+@reports_errors
+def fetch(c, host=None, run=None, with_training_state=False, json=False):
+    """Bring the best checkpoint, metrics, plot and logs home to fetched/<host>/<run>/, hash-verified."""
+    from remote import render
+    from remote.fetch import fetch_run
+
+    with host_session(host) as session:
+        chosen = session.host
+        document = fetch_run(session.conn, chosen, run or chosen.run, with_training_state=with_training_state)
+    if json:
+        emit_json(document)
+        return
+    print(f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
+          f"of epoch {document['best_epoch']} to {document['destination']}")
+
+
+TASKS = [prepare, extract, validate, vocab, train, pipeline, fetch]

@@ -1,0 +1,91 @@
+"""What several task groups share: the doctor before a launch, its findings table, the epochs table,
+and flag parsing. Public names only; task modules import from here, never from each other."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from remote.errors import AgentError, BadInput
+
+if TYPE_CHECKING:
+    from remote.inventory import Host
+    from remote.ssh import Connection
+
+
+def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dict[str, Any]]:
+    from remote.agent import agent_call
+
+    args = ["doctor"]
+    if run:
+        args += ["--run", run]
+    result = agent_call(conn, host, args, timeout=120)
+    return result.exit_code, result.document
+
+
+def render_findings(document: dict[str, Any], title: str, *, only_problems: bool = False) -> None:
+    from remote import render
+
+    out = render.console()
+    view = render.table(title, ["check", "result", "where", "why", "how to fix"])
+    colour = {"ok": True, "error": False, "warn": None, "unknown": None}
+    for finding in document.get("findings", []):
+        if only_problems and finding["result"] == "ok":
+            continue
+        view.add_row(finding["check"], render.status_text(colour.get(finding["result"]), finding["result"]),
+                     finding.get("where") or "", finding.get("why") or "", finding.get("fix") or "")
+    out.print(view)
+
+
+def preflight(conn: Connection, host: Host, run: str, skip: bool) -> dict[str, Any]:
+    """The doctor before a launch: refuse to start on any error, unless skipped (and recorded)."""
+    if skip:
+        return {"skipped": True}
+    code, document = doctor_call(conn, host, run)
+    if code == 2:
+        raise AgentError(f"{host.name}: doctor: {document.get('error')}")
+    if not document.get("ok"):
+        render_findings(document, f"doctor refused the launch on {host.name}", only_problems=True)
+        errors = [finding for finding in document.get("findings", []) if finding["result"] == "error"]
+        raise AgentError(f"doctor found {len(errors)} error(s) on {host.name}; fix them or pass --skip-doctor")
+    return {"skipped": False, "ok": True, "timing_s": document.get("timing_s")}
+
+
+def render_epochs(epochs: list[dict[str, Any]]) -> None:
+    if not epochs:
+        return
+    from remote import render
+
+    out = render.console()
+    view = render.table("training", ["epoch", "steps", "train loss", "val loss", "val acc@0", "tokens/s"])
+    for row in epochs:
+        val = row.get("val") or {}
+        view.add_row(str(row["epoch"]), str(row.get("steps")), number_text(row.get("train", {}).get("loss")),
+                     number_text(val.get("loss")), number_text(val.get("full_acc_0")),
+                     number_text(row.get("tokens_per_s"), 0))
+    out.print(view)
+
+
+def number_text(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def positive(value: Any, flag: str) -> int | None:
+    """A whole number > 0 from a flag's value (None when the flag was not given)."""
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"{flag}: expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"{flag}: must be > 0, got {number}")
+    return number
+
+
+def count(value: Any, flag: str) -> int:
+    """A whole number >= 0 (0 GPUs means train on the CPU)."""
+    if str(value) == "0":
+        return 0
+    number = positive(value, flag)
+    assert number is not None
+    return number

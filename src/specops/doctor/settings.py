@@ -1,0 +1,77 @@
+"""What the doctor's run checks read about a run: a plain value, so the doctor never imports the pipeline.
+
+specops.pipeline.preflight builds it from a loaded run; `--run-json` gives it as a JSON object
+(for runs that live elsewhere, and for tests), checked here key by key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from specops.errors import BadInput
+
+BACKENDS = ("vllm", "hf")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    model_path: str | None = None        # the target's folder on this host (config.json, tokenizer files)
+    trust_remote_code: bool = False
+    layer_ids: list[int] | None = None   # None: the defaults for the target's layer count
+    draft_vocab_size: int | None = None
+    samples: int | None = None           # with max_seq_len and layer_ids: the hidden states' disk size
+    max_seq_len: int | None = None
+    backend: str | None = "vllm"         # "vllm" or "hf" (needs no vLLM); None: no run, vLLM optional
+    output_dir: str | None = None        # where the hidden states go
+    staging_dir: str | None = None       # where vLLM writes them first (same filesystem, or they are copied)
+    serve_flags: list[str] = field(default_factory=list)     # the option names each launched command passes
+    prepare_flags: list[str] = field(default_factory=list)
+    generate_flags: list[str] = field(default_factory=list)
+    train_flags: list[str] = field(default_factory=list)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# key -> (is it valid, what was expected); keys not listed are the run config's, not the doctor's
+_RULES: dict[str, tuple[Any, str]] = {
+    "model_path": (lambda v: isinstance(v, str), "a string"),
+    "output_dir": (lambda v: isinstance(v, str), "a string"),
+    "staging_dir": (lambda v: isinstance(v, str), "a string"),
+    "trust_remote_code": (lambda v: isinstance(v, bool), "true or false"),
+    "layer_ids": (lambda v: isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v),
+                  "a list of integers or null"),
+    "draft_vocab_size": (_positive, "a positive integer"),
+    "samples": (_positive, "a positive integer"),
+    "max_seq_len": (_positive, "a positive integer"),
+    "backend": (lambda v: v in BACKENDS, "'vllm' or 'hf'"),
+    **{key: (_strings, "a list of strings") for key in ("serve_flags", "prepare_flags", "generate_flags",
+                                                         "train_flags")},
+}
+assert set(_RULES) == {f.name for f in fields(RunSettings)}
+
+
+def parse_run_json(text: str, source: str = "--run-json") -> RunSettings:
+    """RunSettings from a JSON object; BadInput names the key and what is wrong."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    values = {}
+    for key, value in raw.items():
+        if key not in _RULES or value is None:
+            continue
+        valid, expected = _RULES[key]
+        if not valid(value):
+            raise BadInput(f"{source}: key {key}: expected {expected}, got {value!r}")
+        values[key] = value
+    return RunSettings(**values)

@@ -1,0 +1,48 @@
+"""The agent's flag values: numbers and JSON objects; anything else is bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specops.errors import BadInput
+
+
+def positive_int(value: str) -> int:
+    """A whole number > 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadInput(f"expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected a number > 0, got {number}")
+    return number
+
+
+def non_negative_int(value: str) -> int:
+    """A whole number >= 0 (e.g. a GPU count, where 0 means a CPU host)."""
+    return 0 if value == "0" else positive_int(value)
+
+
+def positive_seconds(value: str) -> float:
+    """A duration in seconds > 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadInput(f"expected seconds, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected seconds > 0, got {value}")
+    return number
+
+
+def json_object(source: str, text: str | None) -> dict[str, Any] | None:
+    """A JSON object given on the command line (None when not given); `source` names the flag."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"{source}: expected a JSON object, got {type(value).__name__}")
+    return value

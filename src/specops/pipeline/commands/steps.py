@@ -1,0 +1,112 @@
+"""`python -m specops step <name> --run NAME`: one step of a run on this host.
+
+    step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
+    step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
+    step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
+    step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
+    step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
+    step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
+
+Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
+the job log captures.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specops.errors import BadInput
+from specops.flags import positive_int
+from specops.pipeline import open_run
+
+
+def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.data import prepare
+
+    report = prepare(open_run(args.run), args.samples, args.strict)
+    return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline import extraction
+
+    options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port)
+    report = extraction.extract(open_run(args.run), args.samples, args.backend, options)
+    return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.validation import validate
+
+    report = validate(open_run(args.run), args.fidelity_samples, args.reference)
+    return (0 if report["ok"] else 1), {"run": args.run, **report}
+
+
+def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
+    from specops.pipeline.run import Run
+    from specops.pipeline.training import vocab_step
+
+    return 0, vocab_step(Run(args.run))
+
+
+def step_train(args: argparse.Namespace) -> tuple[int, dict]:
+    from specops.pipeline.run import Run
+    from specops.pipeline.training import train_step
+
+    if args.epochs is not None and args.epochs < 1:
+        raise BadInput(f"--epochs: must be at least 1, got {args.epochs}")
+    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run)
+
+
+def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
+    from specops.pipeline.run import Run
+    from specops.pipeline.training import metrics_report
+
+    return 0, metrics_report(Run(args.run), draw_plot=not args.no_plot)
+
+
+def register(subparsers: Any) -> None:
+    step = subparsers.add_parser("step", help="run one pipeline step of a run on this host")
+    steps = step.add_subparsers(dest="step", required=True)
+
+    prepare = steps.add_parser("prepare", help="tokenise conversations, loss mask, token frequencies")
+    prepare.add_argument("--run", required=True)
+    prepare.add_argument("--samples", type=positive_int, help="rows to prepare (default: the run's samples)")
+    prepare.add_argument("--strict", action="store_true", help="malformed records are fatal (exit 2)")
+    prepare.set_defaults(handler=step_prepare)
+
+    extract = steps.add_parser("extract", help="capture target hidden states (runs prepare first if needed)")
+    extract.add_argument("--run", required=True)
+    extract.add_argument("--samples", type=positive_int, help="extract rows 0..N-1 (default: all prepared)")
+    extract.add_argument("--backend", choices=["hf", "vllm"])
+    extract.add_argument("--batch-tokens", type=positive_int, help="padded tokens per forward batch")
+    extract.add_argument("--stop-server", action="store_true",
+                         help="vllm: stop the vllm-server job afterwards (default: keep it for the next extract)")
+    extract.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
+    extract.set_defaults(handler=step_extract)
+
+    validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
+    validate.add_argument("--run", required=True)
+    validate.add_argument("--fidelity-samples", type=positive_int, default=4)
+    validate.add_argument("--reference", choices=("auto", "hf", "vllm"), default="auto",
+                          help="the target's own next-token choices: a fresh hf forward, the run's vLLM "
+                               "server (prompt_logprobs), or auto: vllm when that server is up, else hf")
+    validate.set_defaults(handler=step_validate)
+
+    vocab = steps.add_parser("vocab", help="build the draft vocabulary (d2t/t2d) and its coverage report")
+    vocab.add_argument("--run", required=True)
+    vocab.set_defaults(handler=step_vocab)
+
+    train = steps.add_parser("train", help="train the draft with speculators (resumes from its checkpoints)")
+    train.add_argument("--run", required=True)
+    train.add_argument("--fresh", action="store_true", help="move old checkpoints aside and start over")
+    train.add_argument("--epochs", type=int, default=None, help="override train.epochs")
+    train.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
+    train.add_argument("--dry-run", action="store_true", help="print the command, do not train")
+    train.set_defaults(handler=step_train)
+
+    metrics = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
+    metrics.add_argument("--run", required=True)
+    metrics.add_argument("--no-plot", action="store_true", help="only the table (quick, for `invoke status`)")
+    metrics.set_defaults(handler=step_metrics)

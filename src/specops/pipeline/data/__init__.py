@@ -1,0 +1,21 @@
+"""The data room: conversations in (JSONL or a hub dataset), the prepare step (tokenised rows, loss
+masks, token frequencies), and the embedded tiny target with its chat data."""
+
+from specops.paths import workdir
+from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
+from specops.pipeline.data.preparation import load_tokenizer, prepare, tokenise_with_mask
+from specops.pipeline.data.tiny import generate as generate_tiny
+from specops.pipeline.run import Run
+
+
+def open_run(name: str) -> Run:
+    """The named run, with the embedded tiny target generated first when the run uses it (a second
+    or so, deterministic, and exactly what the run's first step would make)."""
+    run = Run(name)
+    if run.config.embedded == "tiny":
+        generate_tiny(workdir())
+    return run
+
+
+__all__ = ["Conversation", "Malformed", "generate_tiny", "load_tokenizer", "open_run", "prepare",
+           "read_conversations", "tokenise_with_mask"]

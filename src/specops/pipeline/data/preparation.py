@@ -1,0 +1,196 @@
+"""Step 1, prepare: conversations -> token ids, assistant-only loss mask, token frequencies.
+
+Writes exactly what `speculators prepare-data` (0.9) writes, so speculators' own commands can take
+over from here: a `datasets` folder saved with save_to_disk whose columns are input_ids
+(list of int32, as `datasets` stores a column of that name), loss_mask (list of int64) and seq_len
+(int64), formatted as torch; and token_freq.pt beside it, a torch-saved {token_id: count} over
+the loss-masked tokens, which `speculators train --data-path` reads from that folder.
+
+Unlike speculators, which fans a conversation out into one row per assistant turn, a row here is
+a whole conversation with every assistant turn supervised: one forward pass per conversation.
+Row i of the dataset is the sample whose hidden states go to hs_{i}.safetensors.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.atomic import replace_folder
+from specops.errors import BadInput
+from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
+from specops.pipeline.run import Manifest, Run, config_hash, file_digest, tokenizer_digest
+
+
+class UnstableTemplate(ValueError):
+    """Rendering a prefix of the conversation does not give a prefix of the full rendering."""
+
+
+def render_ids(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tokenise_with_mask(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
+    """Token ids of the conversation and a mask that is 1 exactly on the assistants' replies.
+
+    Each assistant turn's span runs from the end of the rendered prefix with the generation prompt
+    (the context the model sees when it starts replying) to the end of the rendering that includes
+    the reply (its end-of-turn tokens included: the model must learn to stop). Both renderings
+    must be prefixes of the full rendering; templates that rewrite history break that and raise
+    UnstableTemplate. Trailing non-assistant turns are dropped: nothing learns from them.
+    """
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0), default=None)
+    if last is None:
+        raise ValueError("no assistant turn after some context")
+    messages = messages[: last + 1]
+    full = render_ids(tokenizer, messages, generation_prompt=False)
+    mask = [0] * len(full)
+    for turn, message in enumerate(messages):
+        if message["role"] != "assistant" or turn == 0:
+            continue
+        start = render_ids(tokenizer, messages[:turn], generation_prompt=True)
+        end = render_ids(tokenizer, messages[: turn + 1], generation_prompt=False)
+        if full[: len(start)] != start or full[: len(end)] != end or len(end) < len(start):
+            raise UnstableTemplate(f"chat template is not prefix-stable at assistant turn {turn}")
+        mask[len(start): len(end)] = [1] * (len(end) - len(start))
+    return full, mask
+
+
+@dataclass
+class Prepared:
+    input_ids: list[list[int]] = field(default_factory=list)
+    loss_mask: list[list[int]] = field(default_factory=list)
+    source_lines: list[int] = field(default_factory=list)
+    malformed: list[Malformed] = field(default_factory=list)
+    skipped: list[Malformed] = field(default_factory=list)
+    truncated: int = 0
+
+
+def build_rows(tokenizer: Any, records: Any, max_seq_len: int, samples: int | None) -> Prepared:
+    """Tokenise records in file order until `samples` usable rows are made."""
+    out = Prepared()
+    for record in records:
+        if isinstance(record, Malformed):
+            out.malformed.append(record)
+            continue
+        if samples is not None and len(out.input_ids) >= samples:
+            continue  # keep reading: malformed lines further down are still reported
+        assert isinstance(record, Conversation)
+        try:
+            ids, mask = tokenise_with_mask(tokenizer, record.messages)
+        except ValueError as exc:  # UnstableTemplate included
+            out.skipped.append(Malformed(record.line, str(exc)))
+            continue
+        except Exception as exc:  # a template may raise anything on odd content; one record, not the run
+            out.skipped.append(Malformed(record.line, f"chat template failed: {type(exc).__name__}: {exc}"))
+            continue
+        if len(ids) > max_seq_len:
+            ids, mask = ids[:max_seq_len], mask[:max_seq_len]
+            out.truncated += 1
+        if not any(mask):
+            out.skipped.append(Malformed(record.line, f"no assistant tokens within max_seq_len {max_seq_len}"))
+            continue
+        out.input_ids.append(ids)
+        out.loss_mask.append(mask)
+        out.source_lines.append(record.line)
+    return out
+
+
+def token_frequencies(rows: Prepared) -> dict[int, int]:
+    counts: Counter[int] = Counter()
+    for ids, mask in zip(rows.input_ids, rows.loss_mask, strict=True):
+        counts.update(token for token, keep in zip(ids, mask, strict=True) if keep)
+    return dict(sorted(counts.items()))
+
+
+def save_prepared(rows: Prepared, target: Path) -> None:
+    """Write the dataset and token_freq.pt into a staging folder, then rename it into place."""
+    import datasets
+    import torch
+
+    features = datasets.Features({
+        "input_ids": datasets.List(datasets.Value("int32")),
+        "loss_mask": datasets.List(datasets.Value("int64")),
+        "seq_len": datasets.Value("int64"),
+    })
+    table = {"input_ids": rows.input_ids, "loss_mask": rows.loss_mask,
+             "seq_len": [len(ids) for ids in rows.input_ids]}
+    dataset = datasets.Dataset.from_dict(table, features=features)
+    dataset.set_format(type="torch")
+
+    def build(staging: Path) -> None:
+        dataset.save_to_disk(str(staging))
+        torch.save(token_frequencies(rows), staging / "token_freq.pt")
+
+    replace_folder(target, build)
+
+
+def prepare_inputs(run: Run, samples: int | None) -> dict[str, Any]:
+    """Everything the prepared data depends on, for the manifest's skip decision."""
+    config = run.config
+    data_path = run.paths.resolve(config.data)
+    return {
+        "model": config.model,
+        "tokenizer": tokenizer_digest(run.model_path),
+        "data": config.data,
+        "data_digest": file_digest(data_path) if data_path.is_file() else None,
+        "max_seq_len": config.max_seq_len,
+        "samples": samples,
+        "trust_remote_code": config.trust_remote_code,
+    }
+
+
+def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
+    """Run the prepare step (or skip it when its inputs are unchanged); returns the step's report."""
+    samples = samples if samples is not None else run.config.samples
+    inputs = prepare_inputs(run, samples)
+    inputs_hash = config_hash(inputs)
+    manifest = Manifest(run.paths.run_dir)
+    if manifest.is_current("prepare", inputs_hash) and (run.paths.prepared / "dataset_info.json").exists():
+        record = manifest.record("prepare") or {}
+        return {"step": "prepare", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
+                "counts": record.get("counts", {})}
+
+    data_path = run.paths.resolve(run.config.data)
+    if (data_path.suffix in (".json", ".jsonl") or data_path.exists()) and not data_path.is_file():
+        raise BadInput(f"{run.label}: data: {data_path} is not a file")
+    records = list(read_conversations(run.config.data, data_path))
+    if strict:  # before loading the tokenizer: a strict failure is quick
+        lines = [str(record.line) for record in records if isinstance(record, Malformed)]
+        if lines:
+            raise BadInput(f"{data_path}: {len(lines)} malformed records (--strict) at lines {', '.join(lines)}")
+    rows = build_rows(load_tokenizer(run), records, run.config.max_seq_len, samples)
+    malformed = [{"line": m.line, "reason": m.reason} for m in rows.malformed]
+    skipped = [{"line": m.line, "reason": m.reason} for m in rows.skipped]
+    if not rows.input_ids:
+        raise BadInput(f"{data_path}: no usable conversations ({len(malformed)} malformed, {len(skipped)} skipped)")
+
+    started = manifest.begin("prepare", inputs_hash, inputs)
+    save_prepared(rows, run.paths.prepared)
+    counts = {"rows": len(rows.input_ids), "tokens": sum(len(ids) for ids in rows.input_ids),
+              "loss_tokens": sum(sum(mask) for mask in rows.loss_mask), "truncated": rows.truncated,
+              "malformed": len(malformed), "skipped": len(skipped)}
+    atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
+                                                 "skipped": skipped, "counts": counts})
+    manifest.finish("prepare", started, counts)
+    for problem in malformed + skipped:
+        print(f"{data_path.name}:{problem['line']}: {problem['reason']}", file=sys.stderr)
+    print(f"prepared {counts['rows']} rows, {counts['tokens']} tokens into {run.paths.prepared}", file=sys.stderr)
+    return {"step": "prepare", "status": "done", "inputs_hash": inputs_hash, "counts": counts,
+            "malformed": malformed, "skipped": skipped, "output": str(run.paths.prepared)}
+
+
+def load_tokenizer(run: Run) -> Any:
+    from transformers import AutoTokenizer
+
+    if not (run.model_path / "config.json").exists() and not (run.model_path / "tokenizer_config.json").exists():
+        raise BadInput(f"{run.label}: model: {run.model_path} holds no model or tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(str(run.model_path), trust_remote_code=run.config.trust_remote_code)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise BadInput(f"{run.label}: model: the tokenizer of {run.model_path} has no chat template")
+    return tokenizer

@@ -1,0 +1,118 @@
+"""The extraction room (step 2): hidden states of the prepared rows, one file per row.
+
+One plan (plan.py: done / to redo / to do) and one backend interface; the backend is picked here,
+in one place, for `step extract` and the pipeline alike:
+- hf    an in-process transformers forward with captured layers (hf.py);
+- vllm  the run's vLLM extraction server and speculators' generate-offline-data (vllm.py).
+This face stays free of pydantic and torch at import: the bench's bare GPU image imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from specops.errors import BadInput
+from specops.pipeline.extraction.hidden_states import (
+    BackgroundWriter,
+    file_for,
+    index_of,
+    remove_temporaries,
+    verify_header,
+    write_sample,
+)
+from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a caller may ask of a backend beyond the rows; a backend refuses what it cannot honour."""
+
+    batch_tokens: int | None = None  # hf: padded tokens per forward batch
+    stop_server: bool = False  # vllm: stop the server job afterwards
+    port: int | None = None  # vllm: the server's port (default: the run's vllm.port)
+
+
+class Backend(Protocol):
+    name: str
+
+    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+        """Run (or resume, or skip) the extract step for rows 0..N-1; the step's report."""
+        ...
+
+
+class HfBackend:
+    name = "hf"
+
+    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+        if options.stop_server or options.port:
+            raise BadInput(f"--stop-server/--port: only for the vllm backend (run {run.paths.name} extracts with hf)")
+        from specops.pipeline.extraction.hf import extract
+
+        return extract(run, samples, options.batch_tokens)
+
+
+class VllmBackend:
+    name = "vllm"
+
+    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+        from specops.pipeline.extraction.vllm import extract_with_server
+
+        return extract_with_server(run, samples, stop_server=options.stop_server, port=options.port)
+
+
+def backend_for(run: Run, asked: str | None = None) -> Backend:
+    """The backend asked for, else the run's (`backend:`), else hf on a host without GPUs, vllm otherwise."""
+    from specops import gpus
+
+    name = asked or run.backend(gpus.device_count())
+    if name == "hf":
+        return HfBackend()
+    if name == "vllm":
+        return VllmBackend()
+    raise BadInput(f"--backend: {name!r} is not one of {', '.join(BACKENDS)}")
+
+
+def check_endpoint(endpoint: str) -> str:
+    """An extraction server's OpenAI base URL, without its trailing slash."""
+    if not endpoint.startswith(("http://", "https://")):
+        raise BadInput(f"--endpoint: {endpoint!r} is not an http(s) URL")
+    return endpoint.rstrip("/")
+
+
+def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None) -> dict[str, Any]:
+    """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else)."""
+    from specops.pipeline.extraction.vllm import run_generate_offline
+
+    return run_generate_offline(run, endpoint, samples, host_gpus=host_gpus)
+
+
+def extract(run: Run, samples: int | None, backend: str | None = None,
+            options: Options = Options()) -> dict[str, Any]:
+    """Step 2 with the chosen backend; the report names the backend."""
+    chosen = backend_for(run, backend)
+    return {"backend": chosen.name, **chosen.extract(run, samples, options)}
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackgroundWriter",
+    "ExtractionPlan",
+    "HfBackend",
+    "Options",
+    "VllmBackend",
+    "backend_for",
+    "extract",
+    "file_for",
+    "index_of",
+    "plan_extraction",
+    "remove_temporaries",
+    "verify_header",
+    "write_sample",
+]

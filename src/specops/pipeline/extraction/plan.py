@@ -1,0 +1,112 @@
+"""One extraction plan for both backends: what is on disk against what the run asks for.
+
+Files of rows 0..N-1 already on disk are kept when the manifest says they come from the same
+inputs and their headers are whole; every other row is to be (re)written. Decided once, before
+any model is loaded or any server is needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specops.pipeline.extraction.hidden_states import file_for, remove_temporaries, verify_header
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Manifest, Run
+
+
+def prepared_rows(run: Run) -> tuple[str, list[int]]:
+    """(the prepare step's inputs hash, token counts of the prepared rows); runs the prepare step
+    first when its outputs are missing or stale."""
+    import datasets
+
+    from specops.pipeline.data import prepare
+
+    prepared = prepare(run, None, strict=False)
+    lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
+    return prepared["inputs_hash"], lengths
+
+
+def row_count(run: Run, samples: int | None, lengths: list[int]) -> int:
+    """N: the samples asked for, else the run's `samples`, else every prepared row (capped at those)."""
+    return min(samples or run.config.samples or len(lengths), len(lengths))
+
+
+def check_files(folder: Path, lengths: list[int], count: int, n_layers: int, hidden: int,
+                dtype: str) -> dict[int, str]:
+    """Rows 0..count-1 whose file is missing or not whole, with what is wrong."""
+    problems = {}
+    for index in range(count):
+        problem = verify_header(file_for(folder, index), lengths[index], n_layers, hidden, dtype)
+        if problem is not None:
+            problems[index] = problem
+    return problems
+
+
+@dataclass
+class ExtractionPlan:
+    """Done (whole files of these inputs), to redo (files that are not whole), to do (missing)."""
+
+    manifest: Manifest
+    inputs: dict[str, Any]
+    inputs_hash: str
+    lengths: list[int]
+    count: int
+    hidden: int
+    folder: Path
+    current: bool  # the recorded extract inputs are these
+    problems: dict[int, str]  # files of rows 0..count-1 that are missing or not whole (when current)
+    regenerated: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def layer_ids(self) -> list[int]:
+        return self.inputs["layer_ids"]
+
+    @property
+    def dtype(self) -> str:
+        return self.inputs["dtype"]
+
+    @property
+    def unchanged(self) -> bool:
+        return (self.current and not self.problems and self.manifest.is_current("extract", self.inputs_hash)
+                and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
+
+    def skipped(self) -> dict[str, Any]:
+        return {"step": "extract", "status": "skipped: unchanged", "inputs_hash": self.inputs_hash,
+                "counts": self.manifest.record("extract")["counts"]}
+
+    def begin(self) -> tuple[float, list[int]]:
+        """Record the step as running (other inputs: old files are removed); (started, rows to write).
+
+        Files that are there but not whole are removed and reported: no writer trusts them."""
+        started = self.manifest.begin("extract", self.inputs_hash, self.inputs)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.current:
+            self.problems = {index: "missing" for index in range(self.count)}
+        self.regenerated = {index: why for index, why in self.problems.items() if why != "missing"}
+        for index, why in self.regenerated.items():
+            print(f"extract: hs_{index}.safetensors is not whole ({why}); regenerating", file=sys.stderr)
+            file_for(self.folder, index).unlink(missing_ok=True)
+        return started, sorted(self.problems)
+
+    def check_written(self) -> dict[int, str]:
+        return check_files(self.folder, self.lengths, self.count, len(self.layer_ids), self.hidden, self.dtype)
+
+
+def plan_extraction(run: Run, lengths: list[int], count: int, inputs: dict[str, Any]) -> ExtractionPlan:
+    """Compare the extraction `inputs` (with "layer_ids" and "dtype") and rows 0..count-1 with the disk."""
+    from specops.pipeline.run import Manifest, config_hash
+    from specops.pipeline.target import hidden_size
+
+    inputs_hash = config_hash(inputs)
+    folder, hidden = run.paths.hidden_states, hidden_size(run)
+    manifest = Manifest(run.paths.run_dir)
+    current = manifest.inputs_hash("extract") == inputs_hash
+    problems: dict[int, str] = {}
+    if current:
+        remove_temporaries(folder)
+        problems = check_files(folder, lengths, count, len(inputs["layer_ids"]), hidden, inputs["dtype"])
+    return ExtractionPlan(manifest, inputs, inputs_hash, lengths, count, hidden, folder, current, problems)

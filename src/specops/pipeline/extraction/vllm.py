@@ -1,0 +1,187 @@
+"""Step 2 with the `vllm` backend: the run's `vllm-server` job, then speculators' `generate-offline-data`.
+
+`extract_with_server` touches no server when the plan says there is nothing to do; otherwise it
+has the vllm room find or launch the run's server job and wait until it is ready, then the client
+here sends it the prepared rows and keeps the run's books:
+
+1. step 1 (prepare) runs first when its outputs are missing or stale: the prepared folder is the
+   speculators 0.9 `prepare-data` format, which `generate-offline-data` reads as it is;
+2. files of rows 0..N-1 already on disk are kept when the manifest says they come from the same
+   inputs and their headers are whole; any other file is removed, so speculators regenerates it
+   (speculators itself only regenerates files that safetensors cannot open);
+3. `python -m speculators generate-offline-data --endpoint E --preprocessed-data <prepared>
+   --output <hidden_states> --max-samples N --validate-outputs --fail-on-error` runs in this
+   interpreter's env (speculators 0.9 talks HTTP to the server and never imports vLLM, so the client
+   needs no vLLM and the serve env needs no speculators); its output goes to stderr (the job log);
+4. every file 0..N-1 must then have the expected header (token count, layer count, hidden size,
+   dtype); the manifest's extract record is written as the hf backend writes it, so
+   `step validate` (files and fidelity) and later steps read it the same way.
+
+The files are those the hf backend writes (hs_{i}.safetensors: token_ids int64 [seq],
+hidden_states [seq, n_layers, hidden]) with the same layer convention: id i < n is the state
+entering decoder layer i, id n the residual stream before the final norm.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+from specops import atomic, gpus
+from specops.errors import CheckFailed
+from specops.pipeline import vllm
+from specops.pipeline.extraction.hidden_states import file_for
+from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
+from specops.pipeline.run import Manifest, Run, model_digest
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_REQUEST_TIMEOUT_S = 600
+# speculators' closing line: "Timing: 1.1s elapsed, 9.2 samples/s, avg vLLM request 350 ms, ..."
+_TIMING = re.compile(r"Timing: ([0-9.]+)s elapsed, ([0-9.]+) samples/s")
+
+
+def extract_inputs(run: Run, prepare_hash: str, dtype: str) -> dict[str, Any]:
+    """What the files depend on (the manifest's skip decision); the server's address is not part of it."""
+    return {"prepare": prepare_hash, "model": run.config.model, "model_digest": model_digest(run.model_path),
+            "layer_ids": run.layer_ids(), "dtype": dtype, "backend": "vllm"}
+
+
+def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: int = DEFAULT_CONCURRENCY,
+                          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                          python: str | None = None) -> list[str]:
+    """The speculators command line for rows 0..count-1 of the run's prepared data."""
+    return [python or sys.executable, "-m", "speculators", "generate-offline-data",
+            "--endpoint", endpoint, "--preprocessed-data", str(run.paths.prepared),
+            "--output", str(run.paths.hidden_states), "--max-samples", str(count),
+            "--concurrency", str(concurrency), "--request-timeout", str(request_timeout_s),
+            "--validate-outputs", "--fail-on-error"]
+
+
+def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
+    """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
+    prepare_hash, lengths = prepared_rows(run)
+    inputs = extract_inputs(run, prepare_hash, vllm.serve_dtype(run, host_gpus))
+    return plan_extraction(run, lengths, row_count(run, samples, lengths), inputs)
+
+
+def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_gpus: int | None = None,
+                         concurrency: int = DEFAULT_CONCURRENCY,
+                         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> dict[str, Any]:
+    """Extract hidden states of prepared rows 0..N-1 through a ready extraction server.
+
+    run        the loaded run; step 1 (prepare) runs first if its outputs are missing or stale
+    endpoint   the server's OpenAI base URL, e.g. "http://127.0.0.1:8000/v1"; the server must be
+               the run's (model and layer ids; see vllm.build_serve_command) and ready
+               (vllm.wait_ready)
+    samples    N; None: the run's `samples`, else every prepared row (capped at the rows prepared)
+    host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
+               build_serve_command); default: the host's NVIDIA device nodes
+    concurrency, request_timeout_s  passed to speculators (--concurrency, --request-timeout)
+
+    Returns the step report {"step": "extract", "status": "done" | "skipped: unchanged", "counts",
+    "inputs_hash", "layer_ids", "dtype", "seconds", "samples_per_s", "tokens_per_s", "output",
+    "backend": "vllm"}. Raises CheckFailed (exit 1) when speculators fails or a file is not whole.
+    """
+    plan = plan_for(run, samples, gpus.device_count() if host_gpus is None else host_gpus)
+    if plan.unchanged:
+        return {**plan.skipped(), "backend": "vllm"}
+    manifest, inputs_hash, count, folder = plan.manifest, plan.inputs_hash, plan.count, plan.folder
+    started, todo = plan.begin()
+    tokens = sum(plan.lengths[i] for i in todo)
+
+    argv = generate_offline_argv(run, endpoint, count, concurrency=concurrency,
+                                 request_timeout_s=request_timeout_s)
+    print(f"extract: {len(todo)} of {count} samples through {endpoint}", file=sys.stderr, flush=True)
+    clock = time.monotonic()
+    timing: dict[str, float] = {}
+    if todo:
+        code, timing = _run_speculators(argv)
+        if code != 0:
+            manifest.finish("extract", started, {"samples": 0}, status="failed")
+            raise CheckFailed(f"speculators generate-offline-data exited {code} "
+                              f"(endpoint {endpoint}); see its output above")
+    elapsed = max(time.monotonic() - clock, 1e-9)
+    problems = plan.check_written()
+    if problems:
+        manifest.finish("extract", started, {"samples": 0}, status="failed")
+        listed = ", ".join(f"hs_{i}: {why}" for i, why in list(problems.items())[:5])
+        raise CheckFailed(f"{len(problems)} of {count} hidden-state files are not as expected: {listed}")
+    atomic.fsync_dir(folder)
+    written = sum(file_for(folder, i).stat().st_size for i in todo)
+    rates = {"samples_per_s": round(len(todo) / elapsed, 3), "tokens_per_s": round(tokens / elapsed, 1),
+             "write_mb_per_s": round(written / elapsed / 1e6, 2)}
+    atomic.write_json(run.paths.progress, {"state": "done", "done": len(todo), "total": len(todo),
+                                           "tokens_done": tokens, "tokens_total": tokens, "eta_s": 0,
+                                           "elapsed_s": round(elapsed, 2), "updated_at": time.time(), **rates})
+    counts = {"samples": count, "written": len(todo), "regenerated": len(plan.regenerated),
+              "tokens_written": tokens, "bytes_written": written}
+    record = manifest.finish("extract", started, counts)
+    return {"step": "extract", "status": "done", "backend": "vllm", "inputs_hash": inputs_hash, "counts": counts,
+            "layer_ids": plan.layer_ids, "dtype": plan.dtype, "endpoint": endpoint, "seconds": record["seconds"],
+            "extract_seconds": round(elapsed, 2), **rates, "speculators_timing": timing, "output": str(folder)}
+
+
+def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
+    """Run speculators, its output copied to stderr (the job log; stdout carries one JSON document).
+
+    Returns (exit code, {"requests_seconds", "samples_per_s"} from speculators' timing line: the
+    rate of the requests alone, without the client's start-up of ~20 s).
+    """
+    env = {**os.environ, "COLUMNS": "400"}  # rich would wrap its log lines at 80 columns
+    timing: dict[str, float] = {}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          env=env) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.decode(errors="replace")
+            sys.stderr.write(line)
+            found = _TIMING.search(line)
+            if found:
+                timing = {"requests_seconds": float(found.group(1)), "samples_per_s": float(found.group(2))}
+        sys.stderr.flush()
+    return process.returncode, timing
+
+
+def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
+                        serve_python: str | os.PathLike[str] | None = None, ready_timeout_s: float = 1800.0,
+                        port: int | None = None) -> dict[str, Any]:
+    """Extract rows 0..N-1 with the vllm backend through this run's `vllm-server` job (reused or launched).
+
+    run              the loaded run (its embedded model, if any, already generated)
+    samples          N; None: the run's `samples`, else every prepared row
+    stop_server      stop the server job afterwards (default: keep it for the next extract)
+    serve_python     the serve env's interpreter (default: $SPECOPS_SERVE_PYTHON, else this one)
+    ready_timeout_s  how long the server may take to load before the step fails
+    port             where the server listens (default: the run's vllm.port)
+
+    Nothing to do (rows 0..N-1 are extracted from the same inputs, and their files are whole): no
+    server is touched at all. Returns run_generate_offline's report (status, counts, layer_ids,
+    backend "vllm", seconds, ...) plus "server": {job, reused, port, ready_s, stopped, ...}. Raises
+    CheckFailed with the server's log tail when it dies or does not get ready, BadInput for a
+    missing serve env.
+    """
+    started = time.monotonic()
+    host_gpus = gpus.device_count()
+    if plan_for(run, samples, host_gpus).unchanged:
+        print("extract: hidden states of these samples are already extracted from the same inputs; "
+              "no server needed", file=sys.stderr, flush=True)
+        # asked not to leave a server behind: one may still run from an earlier extract
+        stopped = vllm.stop_running(run, "--stop-server") if stop_server else None
+        record = Manifest(run.paths.run_dir).record("extract") or {}
+        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
+                "inputs_hash": record.get("inputs_hash"), "counts": record.get("counts", {}),
+                "layer_ids": run.layer_ids(), "server": {"stopped": stopped} if stopped else None}
+
+    server = vllm.start_server_job(run, host_gpus, port=port, serve_python=serve_python,
+                                   ready_timeout_s=ready_timeout_s)
+    try:
+        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus)
+    finally:
+        stopped = server.stop("--stop-server") if stop_server else None
+    report["server"] = server.describe(stopped)
+    report["total_seconds"] = round(time.monotonic() - started, 2)
+    return report

@@ -1,0 +1,61 @@
+"""A run as the doctor sees it: Run -> RunSettings, read straight off the loaded run and the command
+lines its steps will launch, so the doctor checks exactly what will run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specops.doctor import RunSettings
+from specops.errors import BadInput
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+
+def run_settings(name: str) -> RunSettings:
+    """runs/NAME.yaml on this host; an embedded target is generated first (its first step would)."""
+    from specops import gpus
+    from specops.pipeline import open_run
+
+    return settings_for(open_run(name), gpus.device_count())
+
+
+def settings_for(run: Run, gpus: int) -> RunSettings:
+    has_model = (run.model_path / "config.json").exists()
+    backend = run.backend(gpus)
+    return RunSettings(
+        model_path=str(run.model_path),
+        trust_remote_code=run.config.trust_remote_code,
+        layer_ids=run.layer_ids() if has_model else None,
+        draft_vocab_size=run.config.draft.vocab_size,
+        samples=run.config.samples,
+        max_seq_len=run.config.max_seq_len,
+        backend=backend,
+        output_dir=str(run.paths.hidden_states),
+        staging_dir=str(run.paths.run_dir / "vllm-staging"),
+        serve_flags=_serve_flags(run, gpus) if backend == "vllm" and has_model else [],
+        train_flags=_train_flags(run, gpus) if has_model else [],
+    )
+
+
+def _options(argv: list[str]) -> list[str]:
+    return [arg for arg in argv if arg.startswith("--")]
+
+
+def _train_flags(run: Run, gpus: int) -> list[str]:
+    from specops.pipeline.training import build_train_command, train_plan
+
+    try:
+        return _options(build_train_command(train_plan(run), gpus))
+    except (BadInput, OSError):  # what the plan reads is not there yet: the train step reports it
+        return []
+
+
+def _serve_flags(run: Run, gpus: int) -> list[str]:
+    from specops.pipeline.vllm import build_serve_command
+
+    try:
+        argv, _env = build_serve_command(run, gpus, run.config.vllm.port, run.paths.workdir)
+    except (BadInput, OSError):
+        return []
+    return _options(argv)

@@ -1,0 +1,20 @@
+"""The run room: a run's config (runs/<name>.yaml), its folders, its manifest and the fingerprints
+of step inputs. Every other room reads a run through this face."""
+
+from specops.pipeline.run.config import (
+    Run,
+    RunConfig,
+    RunPaths,
+    check_run_name,
+    config_hash,
+    derive_layer_ids,
+    load_run_config,
+    read_model_config,
+    text_config,
+)
+from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
+from specops.pipeline.run.manifest import Manifest
+
+__all__ = ["Manifest", "Run", "RunConfig", "RunPaths", "check_run_name", "config_hash", "derive_layer_ids",
+           "file_digest", "file_sha256", "load_run_config", "model_digest", "read_model_config", "text_config",
+           "tokenizer_digest"]

@@ -1,0 +1,59 @@
+"""The target model: which device and dtype it computes in, loading it, its dimensions and its
+decoder parts. The hf extraction, the vLLM server's dtype and the fidelity check all decide here,
+so the two backends and the check compute in the same dtype on the same host."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from specops.errors import BadInput
+
+if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
+    from specops.pipeline.run import Run
+
+
+def dtype_name(dtype_setting: str, on_gpu: bool) -> str:
+    """The dtype the target computes in: bf16 on GPUs, fp32 on CPUs, unless the run says otherwise."""
+    if on_gpu:
+        return "float32" if dtype_setting == "float32" else "bfloat16"
+    return "bfloat16" if dtype_setting == "bfloat16" else "float32"
+
+
+def choose_device(dtype_setting: str) -> tuple[Any, Any]:
+    """(torch device, torch dtype) for an in-process forward: the GPU when there is one."""
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    return device, getattr(torch, dtype_name(dtype_setting, on_gpu))
+
+
+def load_target(run: Run, device: Any, dtype: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(run.model_path), dtype=dtype,
+                                                 trust_remote_code=run.config.trust_remote_code)
+    return model.to(device).eval()
+
+
+def hidden_size(run: Run) -> int:
+    from specops.pipeline.run import read_model_config, text_config
+
+    return int(text_config(read_model_config(run.model_path))["hidden_size"])
+
+
+def decoder_parts(model: Any) -> tuple[Any, Any, Any]:
+    """(decoder, its layer list, its final norm) of a causal LM, multimodal wrappers included."""
+    candidates = [model]
+    for name in ("model", "language_model", "text_model"):
+        for holder in list(candidates):
+            inner = getattr(holder, name, None)
+            if inner is not None and inner not in candidates:
+                candidates.append(inner)
+    if hasattr(model, "get_decoder"):
+        candidates.insert(0, model.get_decoder())
+    for decoder in candidates:
+        layers, norm = getattr(decoder, "layers", None), getattr(decoder, "norm", None)
+        if layers is not None and norm is not None and hasattr(layers, "__len__"):
+            return decoder, layers, norm
+    raise BadInput(f"model: cannot find decoder layers and a final norm in {type(model).__name__}")

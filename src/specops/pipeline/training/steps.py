@@ -1,0 +1,156 @@
+"""Steps 3 and 4 of a run, with the manifest's books: vocab, train, metrics.
+
+    vocab_step(run)      -> d2t/t2d + coverage report, skipped when unchanged
+    train_step(run, ...) -> runs `speculators train` (output streamed to stderr), resumes from checkpoints
+    metrics_report(run)  -> per-epoch table and the loss plot
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specops import gpus
+from specops.errors import BadInput, CheckFailed
+from specops.pipeline.training import command as train
+from specops.pipeline.training import metrics, plot, vocab
+
+if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
+    from specops.pipeline.run import Manifest, Run
+
+
+def _manifest(run: Run) -> Manifest:
+    from specops.pipeline.run import Manifest
+
+    return Manifest(run.paths.run_dir)
+
+
+def _hash(inputs: dict[str, Any]) -> str:
+    from specops.pipeline.run import config_hash
+
+    return config_hash(inputs)
+
+
+def draft_vocab_size(run: Run, target_vocab: int) -> int:
+    return min(run.config.draft.vocab_size, target_vocab)
+
+
+def vocab_step(run: Run) -> dict[str, Any]:
+    paths = run.paths
+    target_vocab = vocab.target_vocab_size(run.model_path)
+    size = draft_vocab_size(run, target_vocab)
+    if not paths.token_freq.is_file():
+        raise BadInput(f"{paths.token_freq}: token frequencies missing; run the prepare step first")
+    from specops.pipeline.run import file_sha256
+
+    manifest = _manifest(run)
+    inputs = {"draft_vocab": size, "target_vocab": target_vocab,
+              "prepare": manifest.inputs_hash("prepare"), "token_freq": file_sha256(paths.token_freq)}
+    inputs_hash = _hash(inputs)
+    outputs = vocab.outputs_in(paths.vocab, size)
+    if manifest.is_current("vocab", inputs_hash) and outputs.d2t.is_file() and outputs.t2d.is_file():
+        report = vocab.read_report(outputs.report)
+        return {"step": "vocab", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
+                "draft_vocab": size, "coverage": report.get("coverage"), "d2t": str(outputs.d2t),
+                "t2d": str(outputs.t2d)}
+    started = manifest.begin("vocab", inputs_hash, inputs)
+    report = vocab.build_vocab(paths.token_freq, size, target_vocab, paths.vocab)
+    manifest.finish("vocab", started, {"draft_vocab": size, "distinct_tokens_seen": report["distinct_tokens_seen"]})
+    for row in report["coverage"]:
+        print(f"draft vocab {row['draft_vocab']:>7}: {100 * row['share']:6.2f}% of assistant tokens",
+              file=sys.stderr)
+    return {"step": "vocab", "status": "done", "inputs_hash": inputs_hash, "draft_vocab": size,
+            "coverage": report["coverage"], "d2t": report["d2t"], "t2d": report["t2d"]}
+
+
+def gpu_count() -> int:
+    return gpus.device_count()
+
+
+def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
+    config, paths = run.config, run.paths
+    target_vocab = vocab.target_vocab_size(run.model_path)
+    size = draft_vocab_size(run, target_vocab)
+    outputs = vocab.outputs_in(paths.vocab, size)
+    return train.TrainPlan(
+        verifier=str(run.model_path),
+        trust_remote_code=config.trust_remote_code,
+        data_path=paths.prepared,
+        hidden_states_path=paths.hidden_states,
+        save_path=paths.checkpoints,
+        target_layer_ids=train.aux_layer_ids(run.layer_ids(), run.num_layers()),
+        draft_vocab_size=size,
+        d2t_path=outputs.d2t,
+        t2d_path=outputs.t2d,
+        num_layers=config.draft.num_layers,
+        ttt_steps=config.draft.ttt_steps,
+        epochs=epochs if epochs is not None else config.train.epochs,
+        lr=config.train.lr,
+        loss_implementation=config.train.loss_implementation,
+        draft_attn_impl=config.train.draft_attn_impl or "auto",
+        total_seq_len=config.train.total_seq_len,
+        extra_args=tuple(config.train.extra_args),
+    )
+
+
+def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
+    manifest = _manifest(run)
+    # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
+    settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()}
+    return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
+            "extract": manifest.inputs_hash("extract")}
+
+
+def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
+    gpus = gpu_count() if gpus is None else gpus
+    plan = train_plan(run, epochs)
+    command = train.build_train_command(plan, gpus)
+    document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
+    if dry_run:
+        return 0, {**document, "status": "dry run"}
+    for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
+        if needed is not None and not needed.exists():
+            raise BadInput(f"{needed}: missing; run the {step} step first")
+    inputs = _train_inputs(run, plan, gpus)
+    inputs_hash = _hash(inputs)
+    manifest = _manifest(run)
+    record = manifest.record("train") or {}
+    if (not fresh and manifest.is_current("train", inputs_hash)
+            and record.get("counts", {}).get("epochs", 0) >= plan.epochs):
+        return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
+    moved_aside = train.start_fresh(plan.save_path) if fresh else None
+    started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
+    set_aside = train.set_aside_incomplete(plan.save_path)
+    state = train.checkpoint_state(plan.save_path)
+    note = state.resume_note() or "starting fresh"
+    print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
+    code = train.run_training(command, plan.save_path)
+    final = train.checkpoint_state(plan.save_path)
+    report = metrics_report(run)
+    finished_epochs = (final.newest_epoch + 1) if final.newest_epoch is not None and not final.mid_epoch_step else 0
+    status = "done" if code == 0 else "failed"
+    manifest.finish("train", started, {"epochs": finished_epochs, "exit_code": code}, status=status)
+    document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
+                    else None, resume=note, checkpoints=final.as_dict(), moved_aside=str(moved_aside)
+                    if moved_aside else None, incomplete_set_aside=set_aside, metrics=report["epochs"],
+                    plot=report["plot"])
+    if code != 0:
+        raise CheckFailed(f"speculators train exited with status {code} (log: {plan.save_path / train.LOG_FILE})")
+    return 0, document
+
+
+def metrics_report(run: Run, draw_plot: bool = True) -> dict[str, Any]:
+    """The per-epoch table; with draw_plot also (re)draws loss.png (matplotlib: not for `status`)."""
+    checkpoints: Path = run.paths.checkpoints
+    log = metrics.read_log(checkpoints / train.LOG_FILE)
+    png = None
+    if draw_plot:
+        png = plot.plot_loss(metrics.loss_per_step(log), checkpoints / plot.PLOT_FILE, title=run.paths.name)
+    elif (checkpoints / plot.PLOT_FILE).is_file():
+        png = checkpoints / plot.PLOT_FILE
+    state = train.checkpoint_state(checkpoints)
+    return {"step": "metrics", "run": run.paths.name, "log": str(checkpoints / train.LOG_FILE),
+            "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
+            "checkpoints": state.as_dict(), "plot": str(png) if png else None}

@@ -1,0 +1,294 @@
+"""Fidelity of hidden states without a forward of the whole target.
+
+The final captured slice (id n: the residual stream before the final norm) goes through the
+target's final norm and LM head; the argmax at each position must agree with the target's own
+next-token choice there. Only the norm and head tensors are read from the safetensors shards (a few
+GB of a 1T-parameter target), so the check runs on a host that could never hold the whole model.
+
+The target's choices come from one of two references:
+- "hf":   a fresh transformers forward of the whole target (small targets only);
+- "vllm": the vLLM server that produced the files, through its OpenAI completions endpoint with
+          the prompt as token ids, max_tokens=1 and prompt_logprobs=1: per prompt position the
+          logprob dict holds the top-1 token (rank 1), i.e. the choice after the prefix before it.
+
+Anything this module cannot do faithfully (no safetensors, a quantized head, a norm it does not
+know) raises Unsupported; the caller reports fidelity as "unknown" with the reason, never as ok.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Name prefixes of the language model inside the common wrappers (plain causal LM first).
+_DECODER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "language_model.",
+                     "model.text_model.", "text_model.", "transformer.")
+_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", "model.lm_head.weight")
+_EPS_KEYS = ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
+# RMSNorm variants computed as x * (1 + w) rather than x * w: projecting them as plain RMSNorm would
+# be wrong, and a wrong check is worse than none.
+_OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "qwen3_next")
+_QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "scales", "qweight", "weight_packed", "input_scale")
+ROW_CHUNK = 1024  # rows projected at once: bounds the fp32 logits buffer (chunk x vocab)
+HTTP_TIMEOUT_S = 120.0
+
+
+class Unsupported(Exception):
+    """Fidelity cannot be checked faithfully here: the reason goes into the report as "unknown"."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading the final norm and LM head alone
+
+
+def _weight_map(model_path: Path) -> dict[str, str]:
+    """tensor name -> file name, from the shard index, else from the single model.safetensors."""
+    index = model_path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            mapping = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise Unsupported(f"{index.name}: no readable weight_map ({exc})") from None
+        if not isinstance(mapping, dict) or not mapping:
+            raise Unsupported(f"{index.name}: empty weight_map")
+        return {str(name): str(file) for name, file in mapping.items()}
+    single = model_path / "model.safetensors"
+    if not single.is_file():
+        raise Unsupported(f"{model_path}: no model.safetensors(.index.json); only safetensors checkpoints are read")
+    from safetensors import safe_open
+
+    with safe_open(str(single), framework="pt") as handle:
+        return {name: single.name for name in handle.keys()}
+
+
+def _first(names: tuple[str, ...], mapping: dict[str, str]) -> str | None:
+    return next((name for name in names if name in mapping), None)
+
+
+def _config(model_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from specops.pipeline.run import text_config
+
+    try:
+        outer = json.loads((model_path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise Unsupported(f"{model_path / 'config.json'}: cannot read the target config ({exc})") from None
+    return outer, text_config(outer)
+
+
+def _tied(outer: dict[str, Any], inner: dict[str, Any]) -> bool | None:
+    for config in (inner, outer):
+        if isinstance(config.get("tie_word_embeddings"), bool):
+            return config["tie_word_embeddings"]
+    return None
+
+
+@dataclass
+class Projector:
+    """The target's final norm (RMSNorm) and LM head, loaded alone; logits from captured states."""
+
+    norm_weight: Any
+    head_weight: Any
+    eps: float
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: Any) -> Projector:
+        self.norm_weight = self.norm_weight.to(device)
+        self.head_weight = self.head_weight.to(device)
+        return self
+
+    def logits(self, final: Any) -> Any:
+        """fp32 logits [T, vocab] of pre-norm states [T, hidden], computed as the target does.
+
+        Like transformers' RMSNorm: normalise in fp32, back to the states' dtype, times the weight;
+        then the head in that dtype (matmuls accumulate in fp32). For fp32 states this is the
+        target's own computation, bit for bit on the same device and thread count.
+        """
+        import torch
+
+        dtype = final.dtype
+        device = self.head_weight.device
+        weight, head = self.norm_weight.to(dtype), self.head_weight.to(dtype)
+        out = []
+        with torch.inference_mode():
+            for start in range(0, final.shape[0], ROW_CHUNK):
+                rows = final[start:start + ROW_CHUNK].to(device)
+                wide = rows.to(torch.float32)
+                variance = wide.pow(2).mean(-1, keepdim=True)
+                normed = weight * (wide * torch.rsqrt(variance + self.eps)).to(dtype)
+                out.append(torch.nn.functional.linear(normed, head).float())
+        return torch.cat(out)
+
+    def choices(self, final: Any) -> Any:
+        """Next-token argmax per position, on the CPU."""
+        return self.logits(final).argmax(-1).cpu()
+
+
+def load_projector(model_path: str | Path, device: Any = "cpu") -> Projector:
+    """Read only the final norm and LM head (or the tied embedding) of the target at model_path.
+
+    model.safetensors.index.json's weight_map picks the shards; config.json (its text_config for
+    multimodal wrappers) gives rms_norm_eps and tie_word_embeddings. `source` records the tensor
+    names, their files and how many tensors were read (two).
+    """
+    import torch
+    from safetensors import safe_open
+
+    model_path = Path(model_path)
+    outer, inner = _config(model_path)
+    model_type = str(inner.get("model_type") or outer.get("model_type") or "")
+    if model_type in _OFFSET_NORM_TYPES:
+        raise Unsupported(f"model_type {model_type!r}: its final norm is not a plain RMSNorm (x * (1 + w))")
+    eps_key = next((key for key in _EPS_KEYS if isinstance(inner.get(key), (int, float))), None)
+    if eps_key is None:
+        raise Unsupported(f"config.json: none of {', '.join(_EPS_KEYS)} is set; the final norm's epsilon is unknown")
+    mapping = _weight_map(model_path)
+
+    norm = _first(tuple(prefix + "norm.weight" for prefix in _DECODER_PREFIXES), mapping)
+    if norm is None:
+        raise Unsupported(f"no final norm tensor among {', '.join(p + 'norm.weight' for p in _DECODER_PREFIXES)}")
+    if norm.removesuffix(".weight") + ".bias" in mapping:
+        raise Unsupported(f"{norm}: the final norm has a bias (LayerNorm), not an RMSNorm")
+    embed = _first(tuple(prefix + "embed_tokens.weight" for prefix in _DECODER_PREFIXES), mapping)
+    head = _first(_HEAD_NAMES, mapping)
+    tied = _tied(outer, inner)
+    if tied is True or (head is None and tied is None):
+        head, how = embed, "tied embedding"
+    else:
+        how = "lm_head"
+    if head is None:
+        raise Unsupported(f"no LM head tensor among {', '.join(_HEAD_NAMES)}"
+                          + ("" if tied is False else " and no embed_tokens.weight to tie to"))
+    stem = head.removesuffix(".weight")
+    quantized = [stem + "." + suffix for suffix in _QUANT_SUFFIXES if stem + "." + suffix in mapping]
+    if quantized:
+        raise Unsupported(f"{head}: the LM head is quantized ({', '.join(quantized)}); not projected")
+
+    tensors = {}
+    for name in (norm, head):
+        path = model_path / mapping[name]
+        if not path.is_file():
+            raise Unsupported(f"{name}: its shard {path} is missing")
+        with safe_open(str(path), framework="pt") as handle:
+            tensors[name] = handle.get_tensor(name)
+    norm_weight, head_weight = tensors[norm], tensors[head]
+    if not (norm_weight.is_floating_point() and head_weight.is_floating_point()):
+        raise Unsupported(f"{head} / {norm}: not floating-point tensors ({head_weight.dtype}, {norm_weight.dtype})")
+    if head_weight.dim() != 2 or norm_weight.shape != (head_weight.shape[1],):
+        raise Unsupported(f"shapes do not fit: {norm} {tuple(norm_weight.shape)}, {head} {tuple(head_weight.shape)}")
+    if head_weight.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        head_weight = head_weight.to(torch.bfloat16)  # fp8 stored unscaled: widen for the matmul
+    source = {"norm": norm, "head": head, "head_kind": how, "eps": float(inner[eps_key]),
+              "files": sorted({mapping[norm], mapping[head]}), "tensors_read": 2,
+              "head_shape": list(head_weight.shape), "head_dtype": str(head_weight.dtype).removeprefix("torch.")}
+    return Projector(norm_weight, head_weight, float(inner[eps_key]), source).to(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# The target's own choices
+
+
+class HfReference:
+    """Next-token choices from a fresh transformers forward of the whole target."""
+
+    name = "hf"
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    def choices(self, tokens: Any) -> Any:
+        """[T] argmax after each prefix 0..i (the last one included)."""
+        import torch
+
+        with torch.inference_mode():
+            logits = self.model(input_ids=tokens.unsqueeze(0).to(self.device), use_cache=False).logits[0]
+        return logits.argmax(-1).cpu()
+
+
+def served_models(endpoint: str, timeout_s: float = 10.0) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/models", timeout=timeout_s) as response:
+            document = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise Unsupported(f"{endpoint}: the vLLM server does not answer /models ({exc})") from None
+    models = [str(item.get("id")) for item in document.get("data", []) if isinstance(item, dict)]
+    if not models:
+        raise Unsupported(f"{endpoint}: the vLLM server serves no model")
+    return models
+
+
+class VllmReference:
+    """Next-token choices from the vLLM server's prompt_logprobs (top-1 per prompt position)."""
+
+    name = "vllm"
+
+    def __init__(self, endpoint: str, model: str | None = None, timeout_s: float = HTTP_TIMEOUT_S,
+                 staging: Path | None = None) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.model = model or served_models(self.endpoint)[0]
+        self.timeout_s = timeout_s
+        # The extraction server's connector writes each request's hidden states there, named after
+        # the request id: ours are not wanted, and a long prompt's file is large.
+        self.staging = staging
+
+    def _discard_staged(self, request_id: Any) -> None:
+        if self.staging is None or not isinstance(request_id, str) or not request_id:
+            return
+        for path in Path(self.staging).glob(f"{request_id}*"):
+            path.unlink(missing_ok=True)
+
+    def prompt_logprobs(self, token_ids: list[int]) -> list[Any]:
+        body = {"model": self.model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 1}
+        request = urllib.request.Request(f"{self.endpoint}/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                document = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise Unsupported(f"{self.endpoint}/completions: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise Unsupported(f"{self.endpoint}/completions: no answer ({exc})") from None
+        self._discard_staged(document.get("id") if isinstance(document, dict) else None)
+        try:
+            entries = document["choices"][0]["prompt_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            raise Unsupported(f"{self.endpoint}: the completion carries no prompt_logprobs") from None
+        if not isinstance(entries, list) or len(entries) != len(token_ids):
+            count = len(entries) if isinstance(entries, list) else "?"
+            raise Unsupported(f"{self.endpoint}: prompt_logprobs has {count} entries for {len(token_ids)} tokens")
+        return entries
+
+    def choices(self, tokens: Any) -> Any:
+        """[T-1] top-1 token after each prefix 0..i for i < T-1 (entry i+1 of prompt_logprobs)."""
+        import torch
+
+        entries = self.prompt_logprobs([int(t) for t in tokens.tolist()])
+        picked = []
+        for position, entry in enumerate(entries[1:], start=1):
+            if not isinstance(entry, dict) or not entry:
+                raise Unsupported(f"prompt_logprobs[{position}] is empty")
+            top = [key for key, value in entry.items() if isinstance(value, dict) and value.get("rank") == 1]
+            if not top:  # no ranks: the highest logprob
+                top = [max(entry, key=lambda key: float(entry[key]["logprob"]))]
+            picked.append(int(top[0]))
+        return torch.tensor(picked, dtype=torch.long)
+
+
+# ---------------------------------------------------------------------------------------------
+# Agreement
+
+
+def agreement(projector: Projector, reference: Any, tokens: Any, hidden_states: Any) -> tuple[int, int]:
+    """(positions where the projected argmax equals the reference's choice, positions compared)."""
+    projected = projector.choices(hidden_states[:, -1])
+    wanted = reference.choices(tokens)
+    compared = min(int(wanted.numel()), int(projected.numel()))
+    if compared == 0:
+        return 0, 0
+    return int((projected[:compared] == wanted[:compared]).sum()), compared

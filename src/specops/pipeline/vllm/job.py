@@ -1,0 +1,255 @@
+"""The run's `vllm-server` job: found (and reused) or launched, then waited on until it is ready.
+
+`start_server_job` runs inside the `extract` job (or the pipeline job), once the extraction plan
+says there is work for a server (a real target takes ~18 min to load):
+
+1. a `vllm-server` job of this run that is pending or running, whose recorded server signature
+   (model and its digest, layer ids, dtype, trust_remote_code, serve args, vLLM version, port, ...)
+   equals the one wanted now, is reused; one whose signature differs is stopped (its whole process
+   group) and replaced;
+2. otherwise a new `vllm-server` job is launched: the `vllm serve` argv and env of
+   command.build_serve_command, run by the jobs layer in its own tmux session and process group
+   (so it outlives this extract job and the next extract reuses it); the signature goes into the job
+   record's meta;
+3. readiness.wait_ready gates the requests (load progress to stderr; a server that dies fails
+   the step at once, with its log's tail).
+
+The extraction client (extraction.vllm) then sends the rows; it stops the job afterwards only when
+asked, since the next extract would load the model again. `find_endpoint` is how the fidelity check
+finds the same job's server.
+
+The serve env's interpreter comes from the caller (`serve_python`), else from SPECOPS_SERVE_PYTHON
+(set by the control side from the inventory's `envs.serve`), else this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput, CheckFailed
+from specops.jobs import launching, liveness, processes, records, stopping
+from specops.jobs.tmux import TmuxServer
+from specops.paths import workdir
+from specops.pipeline.run import Run, model_digest
+from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
+from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
+from specops.protocol import ACTIVE_STATES
+from specops.protocol import JobRecord as Record
+
+SERVER_JOB = "vllm-server"
+SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
+STOP_GRACE_S = 20.0
+# A CPU host serves the demo model: vLLM's CPU default sizes the KV cache from total memory (tens of
+# GB); extraction requests (max_tokens=1) need a few MB. An explicit setting in the environment wins.
+CPU_KVCACHE_GIB = "1"
+_RECORD_WAIT_S = 10.0
+_POLL_S = 0.1
+
+
+def say(message: str) -> None:
+    print(f"extract: {message}", file=sys.stderr, flush=True)
+
+
+def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
+    chosen = serve_python or os.environ.get(SERVE_PYTHON_ENV) or sys.executable
+    # abspath, not resolve(): a venv's python is a symlink whose target knows nothing of the venv
+    path = Path(os.path.abspath(chosen))
+    if not path.is_file():
+        origin = "serve_python" if serve_python else SERVE_PYTHON_ENV if os.environ.get(SERVE_PYTHON_ENV) else "python"
+        raise BadInput(f"{origin}: the serve env's interpreter {path} is not a file (inventory envs.serve)")
+    return path
+
+
+def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, version: str | None) -> dict[str, Any]:
+    """What decides whether a running server can serve this run's extraction: equal or not reused."""
+    return {"model": str(run.model_path), "model_digest": model_digest(run.model_path),
+            "layer_ids": run.layer_ids(), "dtype": serve_dtype(run, host_gpus),
+            "trust_remote_code": bool(run.config.trust_remote_code), "serve_args": list(run.config.vllm.serve_args),
+            "vllm_version": version, "port": port, "tensor_parallel": max(host_gpus, 1),
+            "staging": str(staging_dir(run)), "vllm_program": argv[0]}
+
+
+def signature_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:
+    """Keys whose values differ ('recorded' may come from an older specops, or be missing)."""
+    if not isinstance(recorded, dict):
+        return ["signature (none recorded)"]
+    return sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
+
+
+def _settled(job_id: str, server: TmuxServer) -> Record:
+    """The record once the wrapper has a pgid or the job has ended (a loaded host may start it slowly)."""
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    record = liveness.refresh(records.load(job_id), server)
+    while not record.get("pgid") and record["state"] in ACTIVE_STATES and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        record = liveness.refresh(records.load(job_id), server)
+    return record
+
+
+def _ended_record(job_id: str, server: TmuxServer) -> Record:
+    """The record after the wrapper recorded the exit (it does so just after the group dies)."""
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    record = liveness.refresh(records.load(job_id), server)
+    while record["state"] in ACTIVE_STATES and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        record = liveness.refresh(records.load(job_id), server)
+    return record
+
+
+def _port_holder(port: int, run_name: str, server: TmuxServer) -> Record | None:
+    """A live vllm-server job of ANOTHER run on this port: ours could never bind it."""
+    for record in reversed(records.all_records()):
+        if record["name"] != SERVER_JOB or record["run"] == run_name:
+            continue
+        if (record.get("meta") or {}).get("server", {}).get("port") != port:
+            continue
+        if liveness.refresh(record, server)["state"] in ACTIVE_STATES and liveness.processes_alive(record):
+            return record
+    return None
+
+
+def stop_job(record: Record, server: TmuxServer, why: str) -> str | None:
+    say(f"stopping vLLM server job {record['id']}: {why}")
+    outcome = stopping.stop(record, STOP_GRACE_S, server)
+    return outcome.signal
+
+
+def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: dict[str, str],
+                   server: TmuxServer) -> tuple[Record, bool]:
+    """(the server job's record, reused?): a matching live server of this run, else a fresh job."""
+    for _attempt in range(2):  # a second try only after losing a launch race to another process
+        current = launching.running_job(SERVER_JOB, run.paths.name, server)
+        if current is not None:
+            recorded = (current.get("meta") or {}).get("server")
+            differences = signature_differences(recorded, signature)
+            if not differences:
+                current = _settled(current["id"], server)  # one still starting has no pgid yet
+                if liveness.processes_alive(current):
+                    return current, True
+            why = (f"its {', '.join(differences)} differ from run {run.paths.name}'s" if differences
+                   else "its processes are gone")
+            stop_job(current, server, why)
+        holder = _port_holder(signature["port"], run.paths.name, server)
+        if holder is not None:
+            raise CheckFailed(f"port {signature['port']} is taken by vLLM server job {holder['id']} of run "
+                              f"{holder['run']!r}; stop it (invoke stop --job {holder['id']}) or pass --port")
+        try:
+            record = launching.launch(name=SERVER_JOB, run=run.paths.name, argv=argv, env=env, revision=None,
+                                      meta={"server": signature})
+        except launching.AlreadyRunning:
+            continue
+        return _settled(record["id"], server), False
+    raise CheckFailed(f"could not launch a {SERVER_JOB} job for run {run.paths.name}: another one keeps starting")
+
+
+def _death_report(record: Record, ready: dict[str, Any], server: TmuxServer) -> str:
+    """Print the server's log tail to stderr (the job log); the one-line reason for the step's error."""
+    ended = _ended_record(record["id"], server)
+    tail = ready.get("log_tail") or []
+    print(f"---- last {len(tail)} lines of the vLLM server log {ended['log']} ----", file=sys.stderr)
+    for line in tail:
+        print(f"  | {line}", file=sys.stderr)
+    print("----", file=sys.stderr, flush=True)
+    exit_code = ended.get("exit_code")
+    how = f"; it {ended['state']} with exit code {exit_code}" if exit_code is not None else ""
+    last = next((line for line in reversed(tail) if "error" in line.lower()), tail[-1] if tail else "")
+    return (f"vLLM server job {record['id']}: {ready['error']}{how}"
+            + (f"; last error line: {last.strip()[-300:]}" if last else "") + f" (log {ended['log']})")
+
+
+@dataclass
+class ServerJob:
+    """A ready extraction server of a run: its job record and how it came to be."""
+
+    record: Record
+    reused: bool
+    port: int
+    version: str
+    ready: dict[str, Any]
+    tmux: TmuxServer
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self, why: str) -> str:
+        return stop_job(records.load(self.record["id"]), self.tmux, why) or "already ended"
+
+    def describe(self, stopped: str | None) -> dict[str, Any]:
+        return {"job": self.record["id"], "reused": self.reused, "port": self.port, "vllm_version": self.version,
+                "ready_s": self.ready["seconds"], "pgid": self.record["pgid"], "log": self.record["log"],
+                "stopped": stopped}
+
+
+def start_server_job(run: Run, gpus: int, *, port: int | None = None,
+                     serve_python: str | os.PathLike[str] | None = None,
+                     ready_timeout_s: float = 1800.0) -> ServerJob:
+    """This run's ready `vllm-server` job (reused or launched). Raises CheckFailed with the server's
+    log tail when it dies or does not get ready, BadInput for a missing serve env."""
+    python = choose_serve_python(serve_python)
+    version = serve_env_version(python)
+    if version is None:
+        raise BadInput(f"{SERVE_PYTHON_ENV}: no vLLM is installed in the serve env of {python} (inventory envs.serve)")
+    chosen_port = port or run.config.vllm.port
+    argv, env = build_serve_command(run, gpus, chosen_port, workdir(), serve_python=python, vllm_version=version)
+    if gpus == 0 and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
+    signature = server_signature(run, argv, gpus, chosen_port, version)
+    server = TmuxServer(workdir())
+
+    record, reused = find_or_launch(run, signature, argv, env, server)
+    if reused:
+        say(f"reusing vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}): "
+            "same model, layer ids, dtype, serve args and vLLM version")
+    else:
+        say(f"started vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}); "
+            f"log {record['log']}")
+    if not record.get("pgid"):
+        ended = _ended_record(record["id"], server)
+        raise CheckFailed(f"vLLM server job {record['id']} did not start: {ended.get('error') or ended['state']} "
+                          f"(log {ended['log']})")
+
+    ready = wait_ready(chosen_port, record["pgid"], log=Path(record["log"]), timeout_s=ready_timeout_s)
+    if not ready["ok"]:
+        if processes.group_alive(record["pgid"]):  # not ready in time, or a foreign port holder: do not leave it
+            stop_job(records.load(record["id"]), server, "it did not get ready")
+        raise CheckFailed(_death_report(record, ready, server))
+    say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
+    return ServerJob(record, reused, chosen_port, version, ready, server)
+
+
+def stop_running(run: Run, why: str) -> str | None:
+    """Stop this run's server job if one is pending or running: the signal that ended it, "already
+    ended", or None when there was none."""
+    server = TmuxServer(workdir())
+    current = launching.running_job(SERVER_JOB, run.paths.name, server)
+    return (stop_job(current, server, why) or "already ended") if current else None
+
+
+def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
+    """(endpoint, staging, why): this run's running `vllm-server` job whose port answers, else (None, None, why).
+
+    The job is found as start_server_job finds it (the jobs layer's records and liveness); its
+    recorded signature must name this run's model, its process group must hold the port, and
+    /v1/models must answer.
+    """
+    record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
+    if record is None:
+        return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
+    signature = (record.get("meta") or {}).get("server") or {}
+    port = signature.get("port")
+    if signature.get("model") != str(run.model_path):
+        return None, None, f"{SERVER_JOB} job {record['id']} serves {signature.get('model')!r}, not {run.model_path}"
+    if not isinstance(port, int) or not record.get("pgid") or not liveness.processes_alive(record):
+        return None, None, f"{SERVER_JOB} job {record['id']} has no live process group or no recorded port"
+    if not port_owner(port, int(record["pgid"]))["ours"]:
+        return None, None, f"{SERVER_JOB} job {record['id']} does not hold port {port} (still loading?)"
+    if not served_models(port, 5.0):
+        return None, None, f"{SERVER_JOB} job {record['id']}: port {port} does not answer /v1/models"
+    return (f"http://127.0.0.1:{port}/v1", signature.get("staging"),
+            f"{SERVER_JOB} job {record['id']} on port {port}")
