@@ -28,7 +28,7 @@ BF16_PEAK_FLOPS = 790e12  # H200 dense bf16 (measured 769-798 TFLOP/s on this ki
 HBM_BYTES_PER_S = 4.3e12  # H200 device copy, read + written, as measured on this kind
 RUN = "bench"
 # whether run configs have train.optimizer / log_freq / loader_workers (else extra_args carries them)
-CONFIG_FIELDS = False
+CONFIG_FIELDS = True
 
 
 @dataclass(frozen=True)
