@@ -36,6 +36,10 @@ class TrainSettings(_Strict):
     draft_attn_impl: str | None = None
     # Tokens packed into one training batch (speculators' --total-seq-len; its default is 8192).
     total_seq_len: int | None = Field(None, gt=0)
+    # Unset: speculators' own defaults (0.9.0: Muon, a log line and a GPU sync every step, 12 workers).
+    optimizer: Literal["adamw", "muon"] | None = None
+    log_freq: int | None = Field(None, gt=0)  # log (and time) every N steps
+    loader_workers: int | None = Field(None, ge=0)  # dataloader worker processes (--num-workers)
     extra_args: list[str] = Field(default_factory=list)
 
 
