@@ -14,8 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from specops.doctor._contract import PIPELINE
-from specops.doctor._run import RunSettings
+from specops.doctor import PIPELINE, RunSettings
 from specops.doctor.checks import run_doctor
 from specops.errors import BadInput
 

@@ -180,9 +180,11 @@ RUN_ROWS = {"flags", "model", "resources"}
 @pytest.mark.wheels
 def test_without_a_run_the_doctor_judges_the_installed_stack_alone(
         capsys: pytest.CaptureFixture[str], site_0401: Path) -> None:
-    code, document = doctor(capsys, "--site", str(site_0401))
+    # --no-import: the import probe judges this machine's pydantic 2.14, under which `import speculators`
+    # 0.4.0.1 really fails (its own test shows that finding); here only the static verdict of the pair counts.
+    code, document = doctor(capsys, "--site", str(site_0401), "--no-import")
     assert code == 0 and document["ok"] is True and document["scope"] == "stack"
-    assert {f["check"] for f in document["findings"]} <= {"api", "capability"}
+    assert {f["check"] for f in document["findings"]} <= {"api", "capability", "serving"}
     assert not RUN_ROWS & set(document["timing_s"])
     assert not any("layer_ids" in f["where"] or f["where"].startswith("speculators train")
                    for f in document["findings"])

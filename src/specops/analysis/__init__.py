@@ -14,27 +14,35 @@ search path and read with `ast`, lazily, so a check touches only the modules it 
     where_it_went(index, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups")  # moved to ...
 """
 
-from specops.analysis._bound import check_assigned_functions, check_bound_functions
-from specops.analysis._checks import CallShape, Finding, bind, check_calls, check_imports, check_package, package_files
+from specops.analysis import _cache as cache
+from specops.analysis._bound import check_assigned_functions, check_bound_functions, files_binding_methods
+from specops.analysis._checks import CallShape, Finding, bind, check_calls, check_imports, check_package
 from specops.analysis._engine_loop import check_engine_loop
-from specops.analysis._index import DefTarget, ModuleIndex, ModuleTarget, Unresolved
-from specops.analysis._instances import check_instance_calls
+from specops.analysis._index import DefTarget, ModuleIndex, ModuleTarget, Unresolved, package_files
+from specops.analysis._instances import check_instance_calls, types_of
 from specops.analysis._live import bind_live
-from specops.analysis._moved import where_it_went
+from specops.analysis._moved import moved_definitions, where_it_went
+from specops.analysis._registry import common_architectures
+from specops.analysis._scope import absolute_module
 from specops.analysis._signatures import Signature, SignatureReader, Unknown
+from specops.analysis._types import Instance, Scope
 
 __all__ = [
     "CallShape",
     "DefTarget",
     "Finding",
+    "Instance",
     "ModuleIndex",
     "ModuleTarget",
+    "Scope",
     "Signature",
     "SignatureReader",
     "Unknown",
     "Unresolved",
+    "absolute_module",
     "bind",
     "bind_live",
+    "cache",
     "check_assigned_functions",
     "check_bound_functions",
     "check_calls",
@@ -42,6 +50,10 @@ __all__ = [
     "check_imports",
     "check_instance_calls",
     "check_package",
+    "common_architectures",
+    "files_binding_methods",
+    "moved_definitions",
     "package_files",
+    "types_of",
     "where_it_went",
 ]

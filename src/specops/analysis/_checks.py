@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specops.analysis._index import DefTarget, ModuleIndex, Target, Unresolved, top_level
+from specops.analysis._index import DefTarget, ModuleIndex, Target, Unresolved, package_files, top_level
 from specops.analysis._scope import (
     Binding,
     DefBinding,
@@ -373,16 +373,6 @@ def _import_results(checked: _File, node: ast.Import | ast.ImportFrom) -> list[t
             where = target.qualname if isinstance(target, DefTarget) else f"module {target.qualname}"
             results.append((qualname, "ok", where))
     return results
-
-
-def package_files(package: str, index: ModuleIndex) -> list[Path]:
-    files: list[Path] = []
-    for folder in index.package_dirs(package):
-        files.extend(sorted(p for p in folder.rglob("*.py") if all(part.isidentifier() for part in
-                                                                    p.relative_to(folder).with_suffix("").parts)))
-    if not files and (file := index.module_file(package)) is not None and file.suffix == ".py":
-        files.append(file)
-    return files
 
 
 def check_package(package: str, index: ModuleIndex, *, into: set[str]) -> list[Finding]:

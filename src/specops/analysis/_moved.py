@@ -10,7 +10,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from specops.analysis._index import DefTarget, ModuleIndex, top_level
+from specops.analysis._index import DefTarget, ModuleIndex, package_files, top_level
 
 _WORD = re.compile(r"[a-z0-9]+")
 _COMMON = frozenset({"get", "set", "is", "has", "to", "from", "of", "the", "and"})
@@ -27,7 +27,6 @@ class Moved:
 
 
 def _files(index: ModuleIndex, package: str) -> list:
-    from specops.analysis._checks import package_files
 
     cache = index.__dict__.setdefault("_package_files", {})
     if package not in cache:

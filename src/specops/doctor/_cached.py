@@ -13,8 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from specops.analysis import ModuleIndex, package_files
-from specops.analysis import _cache as cache
+from specops.analysis import ModuleIndex, cache, package_files
 from specops.doctor import _import_probe as probe
 from specops.doctor._report import Item
 

@@ -3,8 +3,7 @@ every step the installed engine's own loop makes (read from vLLM's EngineCore.st
 
 from __future__ import annotations
 
-from specops.analysis import ModuleIndex, package_files
-from specops.analysis._engine_loop import check_engine_loop
+from specops.analysis import ModuleIndex, check_engine_loop, package_files
 from specops.doctor._report import Item
 
 CALLER = "speculators"

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specops.analysis import Finding, ModuleIndex, package_files
-from specops.analysis._bound import check_assigned_functions, check_bound_functions, files_binding_methods
-from specops.analysis._instances import check_instance_calls
-from specops.analysis._registry import common_architectures
+from specops.analysis import (
+    Finding,
+    ModuleIndex,
+    check_assigned_functions,
+    check_bound_functions,
+    check_instance_calls,
+    common_architectures,
+    files_binding_methods,
+    package_files,
+)
 from specops.doctor._report import Item
 
 CALLER = "speculators"

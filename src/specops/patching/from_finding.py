@@ -21,9 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specops.analysis import ModuleIndex, check_calls, check_imports
-from specops.analysis._instances import check_instance_calls, types_of
-from specops.analysis._types import Instance, Scope
+from specops.analysis import Instance, ModuleIndex, Scope, check_calls, check_imports, check_instance_calls, types_of
 from specops.errors import BadInput
 
 PLACEHOLDER = "None  # specops: placeholder, derive {name} here"
@@ -180,7 +178,7 @@ def _derived_value(index: ModuleIndex, module: str, tree: ast.Module, line: int,
         for method in (m for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)):
             if not (method.lineno <= line <= (method.end_lineno or method.lineno)):
                 continue
-            from specops.analysis._index import DefTarget
+            from specops.analysis import DefTarget
 
             types = types_of(index)
             me = Instance(DefTarget(module, cls), exact=False)
@@ -242,8 +240,7 @@ def _move_import(text: str, tree: ast.Module, name: str, new_module: str) -> str
 def _moved_together(index: ModuleIndex, module: str, tree: ast.Module, name: str, new_module: str) -> list[str]:
     """The names of the same import statement that moved to the same module: one patch moves them all,
     so that patches made from their findings one by one never fight over one statement."""
-    from specops.analysis._moved import moved_definitions
-    from specops.analysis._scope import absolute_module
+    from specops.analysis import absolute_module, moved_definitions
 
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
