@@ -21,7 +21,7 @@ from specops.analysis import ModuleIndex
 from specops.doctor._report import Item
 
 PACKAGES = ("speculators",)
-TIMEOUT_S = 120.0
+TIMEOUT_S = 60.0  # inside the control side's 120 s agent-call limit for the whole doctor
 
 # Runs in the child: {"path": [...], "modules": [...], "roots": {module: [dirs]}} on stdin, one JSON
 # line per module on stdout.
