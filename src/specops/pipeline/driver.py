@@ -94,13 +94,14 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
         else:
             step("patches", _patches)
         if run.config.regenerate.enabled:
-            step("regenerate", lambda: _regenerate(run, chosen_backend))
+            step("regenerate", lambda: _regenerate(run, chosen_backend.name))
         prepared = step("prepare", lambda: _prepare(run, samples))
         extracted = step("extract", lambda: chosen_backend.extract(run, samples, extraction.Options()))
         validated = step("validate", lambda: _validate(run))
         vocab = step("vocab", lambda: _vocab(run))
         trained = step("train", lambda: _train(run))
-        evaluated = step("evaluate", lambda: _evaluate(run, chosen_backend)) if run.config.evaluate.enabled else None
+        evaluated = (step("evaluate", lambda: _evaluate(run, chosen_backend.name)) if run.config.evaluate.enabled
+                     else None)
     except (BadInput, CheckFailed) as exc:
         summary.update(ok=False, error=str(exc), failed_step=next(
             (name for name, result in results.items() if result.get("status") == "failed"), None))
