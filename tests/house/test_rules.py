@@ -97,3 +97,11 @@ def test_no_module_is_a_warehouse() -> None:
 def test_no_registry_skips_a_missing_module_silently() -> None:
     for path in (REPO / "tasks.py", REPO / "src" / "specops" / "cli.py"):
         assert "ModuleNotFoundError" not in path.read_text(), path
+
+
+def test_no_environment_or_third_party_files_are_tracked() -> None:
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    offending = [path for path in tracked.splitlines()
+                 if path.split("/")[0] in {".venv", ".venv-vllm", ".whl", ".tools", ".cache", ".specops"}
+                 or path.endswith((".whl", ".deb"))]
+    assert offending == []
