@@ -100,7 +100,20 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
     # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
     settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()}
     return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
-            "extract": manifest.inputs_hash("extract")}
+            "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+
+
+def trained_rows(plan: train.TrainPlan) -> int:
+    """N, the prepared rows speculators will read; each must have its hidden-state file, or BadInput
+    (speculators itself would die deep in its loader on the first missing row)."""
+    import datasets
+
+    rows = datasets.load_from_disk(str(plan.data_path)).num_rows
+    missing = [index for index in range(rows) if not (plan.hidden_states_path / f"hs_{index}.safetensors").is_file()]
+    if missing:
+        raise BadInput(f"{plan.data_path}: {rows} rows are prepared but {len(missing)} have no hidden states "
+                       f"(first: hs_{missing[0]}.safetensors); run `invoke extract --samples {rows}` first")
+    return rows
 
 
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
@@ -110,6 +123,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
     if dry_run:
         return 0, {**document, "status": "dry run"}
+    vocab_step(run)  # step 3 first when it is missing or stale (skipped when unchanged), as extract prepares
     for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
         if needed is not None and not needed.exists():
             raise BadInput(f"{needed}: missing; run the {step} step first")
