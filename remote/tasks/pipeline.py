@@ -16,7 +16,7 @@ from invoke import task
 
 from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, host_session, reports_errors
-from remote.tasks.shared import count, number_text, positive, preflight, render_epochs
+from remote.tasks.shared import check_run, count, number_text, positive, preflight, render_epochs
 from specops.protocol import JobState
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
@@ -40,6 +40,7 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     host, conn = session.host, session.conn
     run_name = run or host.run
     args = [arg.replace("{run}", run_name) for arg in step_args]
+    check_run(conn, host, run_name)  # bad config: exit 2 before any job, record or output exists
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
@@ -63,6 +64,15 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
         raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
     return result
+
+
+def backend_args(backend: str | None) -> list[str]:
+    """--backend, checked here by every task that takes it (before anything is launched)."""
+    if not backend:
+        return []
+    if backend not in ("hf", "vllm"):
+        raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
+    return ["--backend", backend]
 
 
 @task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
@@ -93,10 +103,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     args = ["step", "extract", "--run", "{run}"]
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
-    if backend:
-        if backend not in ("hf", "vllm"):
-            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
-        args += ["--backend", backend]
+    args += backend_args(backend)
     if stop_server:
         args.append("--stop-server")
     if positive(port, "--port"):
@@ -165,8 +172,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
-    if backend:
-        args += ["--backend", backend]
+    args += backend_args(backend)
     if skip_patches:
         args.append("--skip-patches")
     with host_session(host) as session:  # one connection: doctor, launch, follow and fetch
