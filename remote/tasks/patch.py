@@ -88,7 +88,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
             args += ["--module", module, "--id", id_, "--reason", reason, "--edited", remote_copy]
         result = agent_call(conn, chosen, args, env_role=env, timeout=300)
         trips = conn.round_trips
-    document = {**result.document, "host": chosen.name, "round_trips": trips,
+    document = {**_checkout_names(result.document, chosen.workdir), "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
     if action == "new" and result.ok:
         _write_new_patch(document)
@@ -101,6 +101,19 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         _render(action, document)
     if not result.ok:
         raise SystemExit(result.exit_code)
+
+
+def _checkout_names(document: dict, host_workdir: str) -> dict:
+    """The host reads its copy of the patch sets (<workdir>/patches/); a person edits this checkout's:
+    every message names the file here."""
+    import json as json_module
+
+    from remote.bundle import patches_dir
+
+    host_copy = f"{host_workdir.rstrip('/')}/patches/"
+    here = f"{patches_dir()}/"
+    text = json_module.dumps(document)
+    return json_module.loads(text.replace(json_module.dumps(host_copy)[1:-1], json_module.dumps(here)[1:-1]))
 
 
 def _write_new_patch(document: dict) -> None:

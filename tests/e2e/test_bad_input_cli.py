@@ -69,3 +69,18 @@ def test_patch_without_an_action_is_one_line_and_exit_2(cli: Cli) -> None:
     result = cli("patch", "--host", "local")
     _assert_one_line(result, "apply", "verify")
     assert "did not receive" not in result.stderr
+
+
+def test_an_error_in_a_patch_file_names_the_file_here_not_the_hosts_copy(cli: Cli, tmp_path: Path,
+                                                                          host_name: str) -> None:
+    import shutil
+
+    sets = tmp_path / "my-patches"
+    shutil.copytree(REPO / "patches", sets)
+    broken = sets / "speculators-0.9.0-cpu" / "01-local-rank-cpu.toml"
+    broken.write_text(broken.read_text() + 'count = "twice"\n')
+    result = cli("patch", "verify", "--host", host_name, SPECOPS_PATCH_SETS=str(sets))
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    said = result.stdout + result.stderr
+    assert f"{broken}: not valid TOML" in said
+    assert "-workdir/patches" not in said  # the host's copy is not what a person edits
