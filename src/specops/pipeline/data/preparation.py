@@ -189,7 +189,8 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
                                                  "skipped": skipped, "counts": counts})
     manifest.finish("prepare", started, counts)
-    if malformed or skipped:  # the full list once, in the report; a person reads the count
+    said_before = (record.get("inputs") or {}).get("data_digest") == inputs["data_digest"]
+    if (malformed or skipped) and not said_before:  # once per change of the data; the full list is in the report
         print(f"{data_path.name}: {len(malformed)} malformed and {len(skipped)} unusable record(s) left out; "
               f"the full list is in {run.paths.prepare_report}", file=sys.stderr)
     print(f"prepared {counts['rows']} rows (data lines {rows.source_lines[0]}..{rows.source_lines[-1]}), "
