@@ -50,11 +50,12 @@ _let_the_action_be_missing()
           "deep": "verify: also import each target in a subprocess and bind calls with inspect",
           "env": "which of the host's envs to patch (default: the default env)",
           "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
-          "id_": "new: id of the new patch", "reason": "new: one line saying why"},
+          "id_": "new: id of the new patch", "reason": "new: one line saying why",
+          "verbose": "verify: also list what the static checks could not resolve (--json always has it)"},
 )
 @reports_errors
 def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
-          edited=None, id_=None, reason=None):
+          edited=None, id_=None, reason=None, verbose=False):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
     from remote.agent import agent_call
@@ -98,7 +99,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
     if json:
         emit_json(document)
     else:
-        _render(action, document)
+        _render(action, document, verbose=verbose)
     if not result.ok:
         raise SystemExit(result.exit_code)
 
@@ -132,7 +133,17 @@ def _write_new_patch(document: dict) -> None:
     document["written_here"] = str(target)
 
 
-def _render(action: str, doc: dict) -> None:
+def _unresolved(check: dict, verbose: bool) -> str:
+    """With --verbose, one line per finding a static check could not resolve (file:line: call: why)."""
+    if not verbose:
+        return ""
+    return "".join(f"\n  {finding.get('file')}:{finding.get('line')}: "
+                   f"{' '.join(str(finding.get('code') or finding.get('callee') or '').split())[:70]}: "
+                   f"{finding.get('detail')}"
+                   for finding in check.get("findings") or [] if finding.get("status") == "unknown")
+
+
+def _render(action: str, doc: dict, *, verbose: bool = False) -> None:
     from remote import render
 
     out = render.console()
@@ -144,7 +155,7 @@ def _render(action: str, doc: dict) -> None:
         for check in doc.get("checks", []):
             view.add_row(check.get("patch", ""), check.get("check", ""),
                          render.status_text(check.get("ok"), "ok" if check.get("ok") else "FAIL"),
-                         str(check.get("detail", "")))
+                         str(check.get("detail", "")) + _unresolved(check, verbose))
         out.print(view)
         for entry in doc.get("sets", []):
             if entry.get("result") == "not applicable":

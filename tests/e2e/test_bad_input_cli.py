@@ -53,10 +53,17 @@ def test_a_layer_beyond_the_target_is_refused_before_prepare_launches(cli: Cli, 
 def test_a_negative_learning_rate_is_refused_by_prepare_and_train_before_any_job(cli: Cli, tmp_path: Path,
                                                                                 host_name: str) -> None:
     env = _runs_with(tmp_path, "steep", lambda config: config["train"].update(lr=-0.001))
-    for args in (("prepare",), ("train", "--skip-doctor"), ("pipeline", "--skip-doctor")):
+    for args in (("prepare",), ("train", "--skip-doctor"), ("pipeline", "--skip-doctor"), ("extract",)):
         result = cli(*args, "--host", host_name, "--run", "steep", timeout=300, **env)
         _assert_one_line(result, "my-runs/steep.yaml", "train.lr", "> 0")
     _nothing_written(cli, tmp_path, host_name, "steep")
+
+
+def test_a_doctor_that_finds_a_failed_check_is_exit_1(cli: Cli, tmp_path: Path) -> None:
+    env = _runs_with(tmp_path, "flagged", lambda config: config["train"].update(extra_args=["--no-such-flag"]))
+    result = cli("doctor", "--host", "local", "--run", "flagged", timeout=300, **env)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "--no-such-flag" in result.stdout
 
 
 def test_pipeline_checks_its_backend_as_extract_does(cli: Cli) -> None:

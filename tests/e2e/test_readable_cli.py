@@ -63,3 +63,20 @@ def test_every_doctor_row_that_is_not_ok_says_how_to_fix_it(cli: Cli) -> None:
     unknown = [finding for finding in findings if finding["result"] == "unknown"]
     assert unknown  # the static check cannot judge everything on this stack
     assert [finding for finding in findings if finding["result"] != "ok" and not finding["fix"]] == []
+
+
+def test_patch_verify_counts_what_it_could_not_resolve_and_lists_it_only_when_asked(cli: Cli) -> None:
+    import re
+
+    args = ("patch", "verify", "--host", "local", "--set", "speculators-0.9.0-cpu")
+    plain = cli(*args, timeout=300)
+    assert plain.exit_code == 0, plain.stdout + plain.stderr
+    counts = re.findall(r"calls_bind\s*│\s*ok\s*│\s*(\d+) bound, (\d+) not resolved", plain.stdout)
+    assert counts, plain.stdout
+    assert "could not resolve" not in plain.stdout and "may change its signature" not in plain.stdout
+    verbose = cli(*args, "--verbose", timeout=300)
+    assert "may change its signature" in verbose.stdout or "could not resolve" in verbose.stdout
+    checks = [check for check in cli(*args, "--json", timeout=300).json()["checks"] if check["check"] == "calls_bind"]
+    for check, (bound, unresolved) in zip(checks, counts, strict=True):  # --json keeps every finding
+        statuses = [finding["status"] for finding in check["findings"]]
+        assert statuses.count("unknown") == int(unresolved) and statuses.count("ok") == int(bound)
