@@ -29,16 +29,24 @@ def runs_dir(root: Path = REPO_ROOT) -> Path:
     return Path(chosen) if chosen else root / "runs"
 
 
+def patches_dir(root: Path = REPO_ROOT) -> Path:
+    """Where the patch sets a host gets come from: the checkout's patches/, or SPECOPS_PATCH_SETS
+    (sets kept elsewhere, as SPECOPS_RUNS_DIR is for run configs)."""
+    chosen = os.environ.get("SPECOPS_PATCH_SETS")
+    if chosen and not Path(chosen).is_dir():
+        raise BadInput(f"SPECOPS_PATCH_SETS={chosen}: not a directory of patch sets")
+    return Path(chosen) if chosen else root / "patches"
+
+
 def bundle_files(root: Path = REPO_ROOT) -> dict[str, Path]:
     """Every file the host needs: its path on the host (relative to the workdir) -> its file here."""
     files: dict[str, Path] = {}
-    for top in ("src", "patches"):
-        base = root / top
+    for top, base in (("src", root / "src"), ("patches", patches_dir(root))):
         if base.exists():
             for path in base.rglob("*"):
                 if (path.is_file() and not EXCLUDED_PARTS.intersection(path.parts)
                         and not path.name.endswith(".pyc") and ".egg-info" not in path.as_posix()):
-                    files[path.relative_to(root).as_posix()] = path
+                    files[f"{top}/{path.relative_to(base).as_posix()}"] = path
     runs = runs_dir(root)
     if runs.exists():
         files.update({f"runs/{path.name}": path for path in runs.glob("*.yaml")})

@@ -61,25 +61,36 @@ def _last_json_line(text: str) -> dict[str, Any] | None:
 
 
 def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None = None, quiet: bool = False,
-           lines: int | None = None) -> LaunchOutcome:
-    """Stream a job's log to stderr until it ends (or Ctrl-C); remember its final JSON line.
+           lines: int | None = None, raw: bool = False) -> LaunchOutcome:
+    """Stream a job's log to stderr until it ends (or Ctrl-C), as remote.step_view shows it; remember
+    its final JSON line.
 
     On the session's connection; `record` (the launch's answer) spares asking the host for it.
+    `raw`: the log exactly as it is (`invoke logs --follow`), no step view.
     """
+    from remote.step_view import StepView
+
     host = session.host
     tail = {"text": ""}
+    view = StepView(sys.stderr)  # the log less the step's JSON result; the trainer as progress bars
 
     def on_text(text: str) -> None:
         tail["text"] = (tail["text"] + text)[-65536:]
-        if not quiet:
+        if quiet:
+            return
+        if raw:
             sys.stderr.write(text)
             sys.stderr.flush()
+        else:
+            view.feed(text)
 
     def on_notice(message: str) -> None:
         sys.stderr.write(f"specops: {message}\n")
 
     outcome = follow_log(host, job_id, 0 if lines is None else None, on_text, lines=lines, on_notice=on_notice,
                          session=session, record=record)
+    if not quiet and not raw:
+        view.close(failed=not outcome.interrupted and outcome.state != JobState.SUCCEEDED)
     if outcome.interrupted:
         sys.stderr.write(f"\nspecops: detached; job {job_id} keeps running on {host.name}. Reattach with:\n"
                          f"  invoke logs --host {host.name} --job {job_id} --follow\n")

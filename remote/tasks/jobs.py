@@ -124,7 +124,7 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
             follow_log(chosen, job_id, None, lambda text: sys.stdout.write(text), lines=lines, follow=False,
                        session=session)
             return
-        outcome = follow(session, job_id, lines=lines)
+        outcome = follow(session, job_id, lines=lines, raw=True)
     if not outcome.detached:
         print(f"job {job_id}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
 

@@ -18,6 +18,29 @@ from remote.session import emit_json, host_connection, reports_errors
 ACTIONS = ("apply", "verify", "status", "revert", "new")
 
 
+def _let_the_action_be_missing() -> None:
+    """`invoke patch` alone: Invoke's parser refuses a missing positional with its own message and
+    exit 1; the house answers bad input with one line and exit 2. So the parser hands the task an
+    empty action instead, and the task says which actions there are."""
+    from invoke.parser.parser import ParseMachine as Parser
+
+    original = Parser.complete_context
+    if getattr(original, "lets_patch_action_be_missing", False):
+        return
+
+    def complete_context(self: Parser) -> None:
+        if self.context is not None and self.context.name == "patch":
+            for argument in self.context.missing_positional_args:
+                argument.value = ""
+        original(self)
+
+    complete_context.lets_patch_action_be_missing = True  # type: ignore[attr-defined]
+    Parser.complete_context = complete_context  # type: ignore[method-assign]
+
+
+_let_the_action_be_missing()
+
+
 @task(
     positional=["action"],
     iterable=["set_"],
@@ -28,15 +51,18 @@ ACTIONS = ("apply", "verify", "status", "revert", "new")
           "env": "which of the host's envs to patch (default: the default env)",
           "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
           "id_": "new: id of the new patch", "reason": "new: one line saying why",
-          "from_finding": "new: propose the patch for this doctor finding id (see `invoke doctor --json`)"},
+          "from_finding": "new: propose the patch for this doctor finding id (see `invoke doctor --json`)",
+          "verbose": "verify: also list what the static checks could not resolve (--json always has it)"},
 )
 @reports_errors
-def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
-          edited=None, id_=None, reason=None, from_finding=None):
+def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
+          edited=None, id_=None, reason=None, from_finding=None, verbose=False):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
     from remote.agent import agent_call
 
+    if not action:
+        raise BadInput(f"patch: which action? one of: {', '.join(ACTIONS)} (e.g. invoke patch verify)")
     if action not in ACTIONS:
         raise BadInput(f"patch: unknown action {action!r} (one of: {', '.join(ACTIONS)})")
     args = ["patch", action]
@@ -71,7 +97,7 @@ def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False
             args += ["--module", module, "--id", id_, "--reason", reason, "--edited", remote_copy]
         result = agent_call(conn, chosen, args, env_role=env, timeout=300)
         trips = conn.round_trips
-    document = {**result.document, "host": chosen.name, "round_trips": trips,
+    document = {**_checkout_names(result.document, chosen.workdir), "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
     if action == "new" and result.ok:
         _write_new_patch(document)
@@ -81,9 +107,22 @@ def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False
     if json:
         emit_json(document)
     else:
-        _render(action, document)
+        _render(action, document, verbose=verbose)
     if not result.ok:
         raise SystemExit(result.exit_code)
+
+
+def _checkout_names(document: dict, host_workdir: str) -> dict:
+    """The host reads its copy of the patch sets (<workdir>/patches/); a person edits this checkout's:
+    every message names the file here."""
+    import json as json_module
+
+    from remote.bundle import patches_dir
+
+    host_copy = f"{host_workdir.rstrip('/')}/patches/"
+    here = f"{patches_dir()}/"
+    text = json_module.dumps(document)
+    return json_module.loads(text.replace(json_module.dumps(host_copy)[1:-1], json_module.dumps(here)[1:-1]))
 
 
 def _write_new_patch(document: dict) -> None:
@@ -102,7 +141,17 @@ def _write_new_patch(document: dict) -> None:
     document["written_here"] = str(target)
 
 
-def _render(action: str, doc: dict) -> None:
+def _unresolved(check: dict, verbose: bool) -> str:
+    """With --verbose, one line per finding a static check could not resolve (file:line: call: why)."""
+    if not verbose:
+        return ""
+    return "".join(f"\n  {finding.get('file')}:{finding.get('line')}: "
+                   f"{' '.join(str(finding.get('code') or finding.get('callee') or '').split())[:70]}: "
+                   f"{finding.get('detail')}"
+                   for finding in check.get("findings") or [] if finding.get("status") == "unknown")
+
+
+def _render(action: str, doc: dict, *, verbose: bool = False) -> None:
     from remote import render
 
     out = render.console()
@@ -114,7 +163,7 @@ def _render(action: str, doc: dict) -> None:
         for check in doc.get("checks", []):
             view.add_row(check.get("patch", ""), check.get("check", ""),
                          render.status_text(check.get("ok"), "ok" if check.get("ok") else "FAIL"),
-                         str(check.get("detail", "")))
+                         str(check.get("detail", "")) + _unresolved(check, verbose))
         out.print(view)
         for entry in doc.get("sets", []):
             if entry.get("result") == "not applicable":

@@ -16,7 +16,7 @@ from invoke import task
 
 from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, host_session, reports_errors
-from remote.tasks.shared import count, number_text, positive, preflight, render_epochs
+from remote.tasks.shared import check_run, count, number_text, positive, preflight, render_epochs
 from specops.protocol import JobState
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
@@ -40,6 +40,7 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     host, conn = session.host, session.conn
     run_name = run or host.run
     args = [arg.replace("{run}", run_name) for arg in step_args]
+    check_run(conn, host, run_name)  # bad config: exit 2 before any job, record or output exists
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
@@ -65,6 +66,15 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     return result
 
 
+def backend_args(backend: str | None) -> list[str]:
+    """--backend, checked here by every task that takes it (before anything is launched)."""
+    if not backend:
+        return []
+    if backend not in ("hf", "vllm"):
+        raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
+    return ["--backend", backend]
+
+
 @task(help={**STEP_HELP, "backend": "hf | vllm (default: the run's regenerate.backend, else its backend)",
             "stop_server": "vllm: stop the vllm-server job afterwards",
             "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
@@ -72,10 +82,7 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
 def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, json=False):
     """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
     args = ["step", "regenerate", "--run", "{run}"]
-    if backend:
-        if backend not in ("hf", "vllm"):
-            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
-        args += ["--backend", backend]
+    args += backend_args(backend)
     if stop_server:
         args.append("--stop-server")
     if positive(port, "--port"):
@@ -118,10 +125,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     args = ["step", "extract", "--run", "{run}"]
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
-    if backend:
-        if backend not in ("hf", "vllm"):
-            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
-        args += ["--backend", backend]
+    args += backend_args(backend)
     if stop_server:
         args.append("--stop-server")
     if positive(port, "--port"):
@@ -193,10 +197,7 @@ def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=
         args.append("--all-epochs")
     if positive(prompts, "--prompts"):
         args += ["--prompts", str(prompts)]
-    if backend:
-        if backend not in ("hf", "vllm"):
-            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
-        args += ["--backend", backend]
+    args += backend_args(backend)
     with host_session(host) as session:
         result = run_step_job(session, run, "evaluate", args, detach=detach, json=json, env_role="train",
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
@@ -253,8 +254,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
-    if backend:
-        args += ["--backend", backend]
+    args += backend_args(backend)
     if skip_patches:
         args.append("--skip-patches")
     with host_session(host) as session:  # one connection: doctor, launch, follow and fetch

@@ -22,6 +22,34 @@ def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dic
     return result.exit_code, result.document
 
 
+def check_run(conn: Connection, host: Host, run: str) -> dict[str, Any]:
+    """The run config checked on the host BEFORE anything is launched (keys and values, and layer_ids
+    against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written."""
+    from remote.agent import agent_call
+
+    result = agent_call(conn, host, ["run", "check", "--run", run], timeout=120)
+    if result.exit_code == 2:
+        raise BadInput(local_config_name(str(result.document.get("error")), run))
+    if result.exit_code != 0:
+        raise AgentError(f"{host.name}: run check of {run}: {result.document.get('error')}")
+    return result.document
+
+
+def local_config_name(message: str, run: str) -> str:
+    """The host names its copy `runs/RUN.yaml`; a person edits the file here (SPECOPS_RUNS_DIR or runs/)."""
+    from pathlib import Path
+
+    from remote.bundle import runs_dir
+
+    local = runs_dir() / f"{run}.yaml"
+    try:
+        shown = local.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = str(local)
+    host_label = f"runs/{run}.yaml"
+    return shown + message[len(host_label):] if message.startswith(host_label) else message
+
+
 def render_findings(document: dict[str, Any], title: str, *, only_problems: bool = False) -> None:
     from remote import render
 
@@ -42,7 +70,7 @@ def preflight(conn: Connection, host: Host, run: str, skip: bool) -> dict[str, A
         return {"skipped": True}
     code, document = doctor_call(conn, host, run)
     if code == 2:
-        raise AgentError(f"{host.name}: doctor: {document.get('error')}")
+        raise BadInput(local_config_name(f"{document.get('error')}", run))
     if not document.get("ok"):
         render_findings(document, f"doctor refused the launch on {host.name}", only_problems=True)
         errors = [finding for finding in document.get("findings", []) if finding["result"] == "error"]

@@ -103,3 +103,13 @@ def stays_inside(relative: str | PurePosixPath) -> bool:
         if depth < 0:
             return False
     return True
+
+
+# The trainer's stretch of a job log: the host writes these around `speculators train`'s raw output
+# (which stays in the log as it is); the control side shows a progress bar per epoch there instead.
+# The start line carries a JSON object: {"epochs": E, "first_epoch": e, "steps_per_epoch": S (an estimate)}.
+TRAINER_START = "### specops trainer start "
+TRAINER_END = "### specops trainer end"
+# One `key=value` of the trainer's step and validation records (train/loss=.., epoch=.., global_step=..).
+TRAINER_METRIC = re.compile(
+    r"(?<![\w/])((?:train|val|profile|lr)/[\w.]+|lr|epoch|global_step)=(-?(?:\d+\.?\d*(?:e[+-]?\d+)?|nan|inf))(?=[,\s]|$)")

@@ -103,7 +103,8 @@ def test_unchanged_inputs_skip_and_a_changed_config_invalidates_extraction(extra
     from specops.pipeline.run import Manifest
 
     root = copy_workdir(extracted, tmp_path / "w")
-    assert prepare(in_workdir(root), None, strict=False)["status"] == "skipped: unchanged"
+    # the fixture extracted 40 samples: prepare made exactly those 40 rows, and the same 40 are unchanged
+    assert prepare(in_workdir(root), 40, strict=False)["status"] == "skipped: unchanged"
 
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("max_seq_len: 256", "max_seq_len: 128"))

@@ -113,7 +113,8 @@ def _architecture(index: ModuleIndex, vllm: str, architecture: str) -> list[Item
                           f"{vllm}{needs}: hidden states cannot be captured and the draft cannot be served",
                           "install vLLM ≥0.18" if deepseek else "use a target vLLM supports for EAGLE-3"))
     else:
-        items.append(Item("capability", "unknown", where, f"could not follow {cls}'s base classes"))
+        items.append(Item("capability", "unknown", where, f"could not follow {cls}'s base classes",
+                          f"check by hand that {cls} in {where} implements SupportsEagle3"))
     if deepseek and not at_least(vllm, "0.25"):
         items.append(Item("capability", "warn", where, f"vLLM {vllm} does not capture the final layer for "
                           f"{architecture} (vLLM #48124, fixed in 0.25)", "install vLLM ≥0.25 or leave the "

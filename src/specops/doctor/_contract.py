@@ -14,6 +14,12 @@ PIPELINE = Path(__file__).resolve().parents[1] / "pipeline"  # this agent's own 
 PIPELINE_CALLEES = {"speculators", "vllm", "transformers"}
 
 
+def unresolved_fix(finding: Finding, installed: str) -> str:
+    """What to do about a call the static check could not judge: it is not known to be wrong."""
+    return (f"not known to be wrong: read the call at {Path(finding.file).name}:{finding.line} against {installed} "
+            f"by hand, or run the step on a few samples (invoke extract --samples 2)")
+
+
 def check_api_contract(index: ModuleIndex, versions: dict[str, str | None]) -> list[Item]:
     if index.module_file(CALLER) is None:
         return [Item("api", "error", CALLER, "speculators is not installed", "install speculators")]
@@ -26,7 +32,7 @@ def check_api_contract(index: ModuleIndex, versions: dict[str, str | None]) -> l
         callee_top = finding.callee.split(".")[0] or "?"
         installed = f"{callee_top} {versions.get(callee_top) or '?'}"
         fix = (f"patch speculators {versions.get(CALLER)} for {installed}, or install a speculators release "
-               f"built for {installed}") if finding.status == "error" else ""
+               f"built for {installed}") if finding.status == "error" else unresolved_fix(finding, installed)
         items.append(Item("api", finding.status, f"{finding.file}:{finding.line}",
                           f"{finding.code} -> {finding.detail}", fix))
     bound = sum(1 for f in findings if f.status == "ok")
@@ -51,8 +57,9 @@ def check_pipeline_contract(index: ModuleIndex, versions: dict[str, str | None],
         if finding.status == "ok":
             continue
         callee_top = finding.callee.split(".")[0] or "?"
-        fix = (f"update specops's {Path(finding.file).name} for {callee_top} {versions.get(callee_top) or '?'}"
-               if finding.status == "error" else "")
+        installed = f"{callee_top} {versions.get(callee_top) or '?'}"
+        fix = (f"update specops's {Path(finding.file).name} for {installed}"
+               if finding.status == "error" else unresolved_fix(finding, installed))
         items.append(Item("api", finding.status, f"{finding.file}:{finding.line}",
                           f"{finding.code} -> {finding.detail}", fix))
     bound = sum(1 for f in findings if f.status == "ok")

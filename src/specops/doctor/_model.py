@@ -31,7 +31,7 @@ def default_layers(layers: int, server: bool) -> list[int]:
 def check_model(settings: RunSettings, server: bool, speculators: str | None) -> tuple[list[Item], dict]:
     """Items, and facts for the other checks (architecture, layers, hidden size)."""
     if not settings.model_path:
-        return [Item("model", "unknown", "model_path", "the run names no model")], {}
+        return [Item("model", "unknown", "model_path", "the run names no model", "set model: in the run config")], {}
     model = Path(settings.model_path)
     if not model.is_dir():
         return [Item("model", "unknown", str(model), "not a local directory: config not read (no hub access)",

@@ -41,7 +41,8 @@ def storage(samples: int | None, seq_len: int | None, layers: int | None, hidden
             output_dir: str | None) -> Item:
     if not (samples and seq_len and layers and hidden and output_dir):
         return Item("resources", "unknown", output_dir or "output_dir", "cannot project hidden-state storage: "
-                    "needs samples, max_seq_len, layer ids, hidden size and output_dir")
+                    "needs samples, max_seq_len, layer ids, hidden size and output_dir",
+                    "set samples and max_seq_len in the run config, and put the target (its config.json) on the host")
     needed = samples * seq_len * layers * hidden * 2  # bf16
     place = existing_ancestor(Path(output_dir))
     free = shutil.disk_usage(place).free

@@ -72,7 +72,8 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         found = [gpus(), storage(settings.samples, settings.max_seq_len, len(layer_ids) if layer_ids else None,
                                  facts.get("hidden"), settings.output_dir)]
         found.append(same_filesystem(settings.staging_dir, settings.output_dir) or Item(
-            "resources", "unknown", "staging_dir", "staging_dir or output_dir not set"))
+            "resources", "unknown", "staging_dir", "staging_dir or output_dir not set",
+            "set both (on one filesystem, so finished files move into place atomically)"))
         return [*found, tmux(), writable(workdir())]
 
     timed("resources", resources)

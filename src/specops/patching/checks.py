@@ -71,9 +71,9 @@ def _summarise(noun: str, found: list[Finding]) -> tuple[str, str, list[dict[str
             detail += f" ({len(unknowns)} {noun} unresolved)"
         return "error", detail, findings
     resolved = len(findings) - len(unknowns)
-    detail = f"{resolved} {noun} checked"
-    if unknowns:
-        detail += f", {len(unknowns)} unresolved: " + "; ".join(_describe(f) for f in unknowns[:5])
+    # what could not be resolved is in `findings` (and in `invoke patch verify --verbose`), not in the line
+    verb = "bound" if noun == "calls" else "resolved"
+    detail = f"{resolved} {verb}, {len(unknowns)} not resolved" if unknowns else f"{resolved} {noun} {verb}"
     return ("unknown" if unknowns and not resolved else "ok"), detail, findings
 
 

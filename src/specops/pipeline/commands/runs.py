@@ -1,5 +1,6 @@
-"""`python -m specops tiny [--force]` (the embedded tiny target and data) and `run show --run NAME`
-(the validated run config and the values derived from it)."""
+"""`python -m specops tiny [--force]` (the embedded tiny target and data), `run show --run NAME`
+(the validated run config and the values derived from it) and `run check --run NAME` (the check
+every task makes before it launches anything: the config and the values derived from the target)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return 0, {"ok": True, **Run(args.run).describe(gpus.device_count())}
 
 
+def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """Exit 0, or 2 with one line (file, key, what): the config's keys and values, then what needs
+    the target's config (layer_ids against its layer count) when the target is on this host."""
+    from specops.pipeline.data import open_run
+
+    run = open_run(args.run)  # the embedded tiny target is made here, as the first step would
+    document: dict[str, Any] = {"ok": True, "run": args.run, "config_file": run.label}
+    if (run.model_path / "config.json").is_file():
+        document["layer_ids"] = run.layer_ids()
+    return 0, document
+
+
 def register(subparsers: Any) -> None:
     tiny_parser = subparsers.add_parser("tiny", help="generate the embedded tiny model and data")
     tiny_parser.add_argument("--force", action="store_true", help="regenerate even if present")
@@ -32,3 +45,6 @@ def register(subparsers: Any) -> None:
     show = run_commands.add_parser("show", help="the validated run config and derived values")
     show.add_argument("--run", required=True)
     show.set_defaults(handler=run_show)
+    check = run_commands.add_parser("check", help="check a run config before anything is launched (exit 2: bad)")
+    check.add_argument("--run", required=True)
+    check.set_defaults(handler=run_check)

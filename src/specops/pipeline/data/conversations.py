@@ -66,7 +66,7 @@ def read_jsonl(path: Path) -> Iterator[Conversation | Malformed]:
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
-                yield Malformed(number, f"not valid JSON ({exc.msg})")
+                yield Malformed(number, f"not valid JSON ({exc.msg} column {exc.colno})")
                 continue
             yield _parsed(number, record)
 

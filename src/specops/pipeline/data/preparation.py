@@ -132,8 +132,12 @@ def save_prepared(rows: Prepared, target: Path) -> None:
     replace_folder(target, build)
 
 
-def prepare_inputs(run: Run, samples: int | None) -> dict[str, Any]:
-    """Everything the prepared data depends on, for the manifest's skip decision."""
+def prepare_inputs(run: Run) -> dict[str, Any]:
+    """What the prepared rows depend on, for the manifest's skip decision.
+
+    The number of rows is not part of it: rows are taken in file order, so row i is the same
+    whatever N is, and the hidden states already extracted for rows 0..N-1 stay valid when a
+    later run asks for more (or fewer) samples."""
     config = run.config
     data_path = run.paths.resolve(config.data)
     regenerated = Manifest(run.paths.run_dir).inputs_hash("regenerate") if config.regenerate.enabled else None
@@ -145,19 +149,23 @@ def prepare_inputs(run: Run, samples: int | None) -> dict[str, Any]:
         "data": config.data,
         "data_digest": file_digest(data_path) if data_path.is_file() else None,
         "max_seq_len": config.max_seq_len,
-        "samples": samples,
         "trust_remote_code": config.trust_remote_code,
     }
 
 
 def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
-    """Run the prepare step (or skip it when its inputs are unchanged); returns the step's report."""
+    """Run the prepare step (or skip it when its inputs and its N are unchanged); the step's report.
+
+    N = `samples`, else the run's `samples`, else every usable row. Only N changed: the rows are
+    re-made, the extracted hidden states are kept (they are per row) and the steps that read every
+    row (vocab, validate, train) are invalidated."""
     samples = samples if samples is not None else run.config.samples
-    inputs = prepare_inputs(run, samples)
+    inputs = prepare_inputs(run)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
-    if manifest.is_current("prepare", inputs_hash) and (run.paths.prepared / "dataset_info.json").exists():
-        record = manifest.record("prepare") or {}
+    record = manifest.record("prepare") or {}
+    same_source = manifest.is_current("prepare", inputs_hash) and (run.paths.prepared / "dataset_info.json").exists()
+    if same_source and record.get("counts", {}).get("samples_asked", "?") == samples:
         return {"step": "prepare", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
                 "counts": record.get("counts", {})}
 
@@ -184,19 +192,25 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     if not rows.input_ids:
         raise BadInput(f"{data_path}: no usable conversations ({len(malformed)} malformed, {len(skipped)} skipped)")
 
-    started = manifest.begin("prepare", inputs_hash, inputs)
+    started = manifest.begin("prepare", inputs_hash, {**inputs, "samples": samples},
+                             keep=("extract",) if same_source else ())
     save_prepared(rows, run.paths.prepared)
     held_count = heldout.write_prompts(run.paths.heldout, conversations, held)
-    counts = {"rows": len(rows.input_ids), "tokens": sum(len(ids) for ids in rows.input_ids),
+    # "rows": N, the same N rows every later step reads; "source_lines": which lines of the data they are
+    counts = {"rows": len(rows.input_ids), "samples_asked": samples, "source_lines": rows.source_lines,
+              "tokens": sum(len(ids) for ids in rows.input_ids),
               "loss_tokens": sum(sum(mask) for mask in rows.loss_mask), "truncated": rows.truncated,
               "malformed": len(malformed), "skipped": len(skipped),
               "held_out": held_count, "regenerated": run.config.regenerate.enabled}
     atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
                                                  "skipped": skipped, "counts": counts})
     manifest.finish("prepare", started, counts)
-    for problem in malformed + skipped:
-        print(f"{data_path.name}:{problem['line']}: {problem['reason']}", file=sys.stderr)
-    print(f"prepared {counts['rows']} rows, {counts['tokens']} tokens into {run.paths.prepared}", file=sys.stderr)
+    said_before = (record.get("inputs") or {}).get("data_digest") == inputs["data_digest"]
+    if (malformed or skipped) and not said_before:  # once per change of the data; the full list is in the report
+        print(f"{data_path.name}: {len(malformed)} malformed and {len(skipped)} unusable record(s) left out; "
+              f"the full list is in {run.paths.prepare_report}", file=sys.stderr)
+    print(f"prepared {counts['rows']} rows (data lines {rows.source_lines[0]}..{rows.source_lines[-1]}), "
+          f"{counts['tokens']} tokens into {run.paths.prepared}", file=sys.stderr)
     return {"step": "prepare", "status": "done", "inputs_hash": inputs_hash, "counts": counts,
             "malformed": malformed, "skipped": skipped, "output": str(run.paths.prepared)}
 

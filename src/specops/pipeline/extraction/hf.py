@@ -228,11 +228,11 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     """Run (or resume, or skip) the extract step for the first `samples` prepared rows."""
     import datasets
 
-    prepare_hash, lengths = prepared_rows(run)
+    prepare_hash, lengths = prepared_rows(run, samples)
     device, dtype = choose_device(run.config.dtype)
     batch_tokens = batch_tokens or (GPU_BATCH_TOKENS if device.type == "cuda" else CPU_BATCH_TOKENS)
     batch_tokens = max(batch_tokens, max(lengths))
-    count = row_count(run, samples, lengths)
+    count = row_count(lengths)
     plan = plan_extraction(run, lengths, count, extract_inputs(run, prepare_hash, device, dtype, batch_tokens))
     if plan.unchanged:
         return plan.skipped()

@@ -18,21 +18,22 @@ if TYPE_CHECKING:
     from specops.pipeline.run import Manifest, Run
 
 
-def prepared_rows(run: Run) -> tuple[str, list[int]]:
+def prepared_rows(run: Run, samples: int | None) -> tuple[str, list[int]]:
     """(the prepare step's inputs hash, token counts of the prepared rows); runs the prepare step
-    first when its outputs are missing or stale."""
+    first for N = `samples` (else the run's `samples`) when its outputs are missing, stale or of
+    another N, so the rows extracted are exactly the rows prepared."""
     import datasets
 
     from specops.pipeline.data import prepare
 
-    prepared = prepare(run, None, strict=False)
+    prepared = prepare(run, samples, strict=False)
     lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
     return prepared["inputs_hash"], lengths
 
 
-def row_count(run: Run, samples: int | None, lengths: list[int]) -> int:
-    """N: the samples asked for, else the run's `samples`, else every prepared row (capped at those)."""
-    return min(samples or run.config.samples or len(lengths), len(lengths))
+def row_count(lengths: list[int]) -> int:
+    """N: every prepared row (prepare made exactly the N rows asked for)."""
+    return len(lengths)
 
 
 def check_files(folder: Path, lengths: list[int], count: int, n_layers: int, hidden: int,
@@ -75,8 +76,10 @@ class ExtractionPlan:
                 and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
 
     def skipped(self) -> dict[str, Any]:
+        # more rows may be on disk (an earlier, larger N): this run's N is what it uses
+        counts = {**self.manifest.record("extract")["counts"], "samples": self.count}
         return {"step": "extract", "status": "skipped: unchanged", "inputs_hash": self.inputs_hash,
-                "counts": self.manifest.record("extract")["counts"]}
+                "counts": counts}
 
     def begin(self) -> tuple[float, list[int]]:
         """Record the step as running (other inputs: old files are removed); (started, rows to write).

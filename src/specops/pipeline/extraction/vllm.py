@@ -36,7 +36,7 @@ from specops.errors import CheckFailed
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
-from specops.pipeline.run import Manifest, Run, model_digest
+from specops.pipeline.run import Run, model_digest
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_REQUEST_TIMEOUT_S = 600
@@ -63,9 +63,9 @@ def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: i
 
 def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
     """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
-    prepare_hash, lengths = prepared_rows(run)
+    prepare_hash, lengths = prepared_rows(run, samples)
     inputs = extract_inputs(run, prepare_hash, vllm.serve_dtype(run, host_gpus))
-    return plan_extraction(run, lengths, row_count(run, samples, lengths), inputs)
+    return plan_extraction(run, lengths, row_count(lengths), inputs)
 
 
 def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_gpus: int | None = None,
@@ -166,15 +166,14 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     """
     started = time.monotonic()
     host_gpus = gpus.device_count()
-    if plan_for(run, samples, host_gpus).unchanged:
+    plan = plan_for(run, samples, host_gpus)
+    if plan.unchanged:
         print("extract: hidden states of these samples are already extracted from the same inputs; "
               "no server needed", file=sys.stderr, flush=True)
         # asked not to leave a server behind: one may still run from an earlier extract
         stopped = vllm.stop_running(run, "--stop-server") if stop_server else None
-        record = Manifest(run.paths.run_dir).record("extract") or {}
-        return {"step": "extract", "status": "skipped: unchanged", "backend": "vllm",
-                "inputs_hash": record.get("inputs_hash"), "counts": record.get("counts", {}),
-                "layer_ids": run.layer_ids(), "server": {"stopped": stopped} if stopped else None}
+        return {**plan.skipped(), "backend": "vllm", "layer_ids": run.layer_ids(),
+                "server": {"stopped": stopped} if stopped else None}
 
     server = vllm.start_server_job(run, host_gpus, port=port, serve_python=serve_python,
                                    ready_timeout_s=ready_timeout_s)

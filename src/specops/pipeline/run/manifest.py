@@ -102,15 +102,19 @@ class Manifest:
         record = self.record(step)
         return bool(record and record.get("status") == "done" and record.get("inputs_hash") == inputs_hash)
 
-    def begin(self, step: str, inputs_hash: str, inputs: dict[str, Any]) -> float:
-        """Mark step as running with these inputs; different earlier inputs invalidate it first."""
+    def begin(self, step: str, inputs_hash: str, inputs: dict[str, Any], keep: tuple[str, ...] = ()) -> float:
+        """Mark step as running with these inputs; different earlier inputs invalidate it first.
+
+        keep: dependents whose outputs stay valid through this re-run (per-row files when only the
+        number of rows changes); every other dependent is dropped."""
         previous = self.inputs_hash(step)
         if previous is not None and previous != inputs_hash:
             self.invalidate(step)
         elif previous is None and step != "validate":
             self._remove_outputs(step)  # outputs without a record cannot be trusted
         for later in dependents(step):
-            self._drop(later)
+            if later not in keep:
+                self._drop(later)
         started = time.time()
         self.steps[step] = {"status": "running", "inputs_hash": inputs_hash, "inputs": inputs,
                             "versions": package_versions(), "revision": synced_revision(),

@@ -10,15 +10,15 @@ replaces the earlier record of the same global step.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specops.protocol import TRAINER_METRIC
+
 LAUNCH_MARK = "### specops launch"
-_NUMBER = r"-?(?:\d+\.?\d*(?:e[+-]?\d+)?|nan|inf)"
-_TOKEN = re.compile(rf"(?<![\w/])((?:train|val|profile|lr)/[\w.]+|lr|epoch|global_step)=({_NUMBER})(?=[,\s]|$)")
+_TOKEN = TRAINER_METRIC  # written once, in the protocol: the control side's progress bar reads the same
 
 
 @dataclass

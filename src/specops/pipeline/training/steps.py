@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,10 @@ from specops import gpus
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline.training import command as train
 from specops.pipeline.training import metrics, plot, vocab
+from specops.protocol import TRAINER_END, TRAINER_START
+
+TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
+DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
     from specops.pipeline.run import Manifest, Run
@@ -106,7 +111,34 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
     settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()
                 if not (value is None and key in ("optimizer", "log_freq", "loader_workers"))}
     return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
-            "extract": manifest.inputs_hash("extract")}
+            "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+
+
+def first_epoch(state: train.CheckpointState) -> int:
+    if state.newest_epoch is None:
+        return 0
+    return state.newest_epoch if state.mid_epoch_step else state.newest_epoch + 1
+
+
+def steps_per_epoch(plan: train.TrainPlan) -> int:
+    """An estimate for the progress bar: the training split's tokens packed into total_seq_len batches."""
+    import datasets
+
+    tokens = sum(datasets.load_from_disk(str(plan.data_path)).with_format(None)["seq_len"])
+    return max(1, round(tokens * TRAIN_SHARE / (plan.total_seq_len or DEFAULT_TOTAL_SEQ_LEN)))
+
+
+def trained_rows(plan: train.TrainPlan) -> int:
+    """N, the prepared rows speculators will read; each must have its hidden-state file, or BadInput
+    (speculators itself would die deep in its loader on the first missing row)."""
+    import datasets
+
+    rows = datasets.load_from_disk(str(plan.data_path)).num_rows
+    missing = [index for index in range(rows) if not (plan.hidden_states_path / f"hs_{index}.safetensors").is_file()]
+    if missing:
+        raise BadInput(f"{plan.data_path}: {rows} rows are prepared but {len(missing)} have no hidden states "
+                       f"(first: hs_{missing[0]}.safetensors); run `invoke extract --samples {rows}` first")
+    return rows
 
 
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
@@ -116,6 +148,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
     if dry_run:
         return 0, {**document, "status": "dry run"}
+    vocab_step(run)  # step 3 first when it is missing or stale (skipped when unchanged), as extract prepares
     for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
         if needed is not None and not needed.exists():
             raise BadInput(f"{needed}: missing; run the {step} step first")
@@ -132,7 +165,12 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     state = train.checkpoint_state(plan.save_path)
     note = state.resume_note() or "starting fresh"
     print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
-    code = train.run_training(command, plan.save_path)
+    print(TRAINER_START + json.dumps({"epochs": plan.epochs, "first_epoch": first_epoch(state),
+                                      "steps_per_epoch": steps_per_epoch(plan)}), file=sys.stderr, flush=True)
+    try:
+        code = train.run_training(command, plan.save_path)
+    finally:
+        print(TRAINER_END, file=sys.stderr, flush=True)
     final = train.checkpoint_state(plan.save_path)
     report = metrics_report(run)
     finished_epochs = (final.newest_epoch + 1) if final.newest_epoch is not None and not final.mid_epoch_step else 0

@@ -137,7 +137,9 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     extract_record = manifest.record("extract")
     if not extract_record or extract_record.get("status") != "done":
         raise BadInput(f"{run.label}: nothing extracted yet for run {run.paths.name}: run `step extract` first")
-    count = int(extract_record["counts"]["samples"])
+    prepared_rows = (manifest.record("prepare") or {}).get("counts", {}).get("rows")
+    # the run's N rows: an earlier, larger extraction may have left more files than are prepared now
+    count = min(int(extract_record["counts"]["samples"]), prepared_rows or int(extract_record["counts"]["samples"]))
     inputs = {"extract": extract_record["inputs_hash"], "samples": count, "fidelity_samples": fidelity_samples}
     if skip_unchanged and manifest.is_current("validate", config_hash(inputs)) and run.paths.validate_report.is_file():
         previous = json.loads(run.paths.validate_report.read_text())

@@ -1,0 +1,144 @@
+"""What a person sees of a followed step's log: its lines, less what is not for reading.
+
+- The step's JSON documents (its result, the log's last line) are not shown: the task renders
+  them (or prints them as the one document of --json).
+- Between the host's trainer markers (specops.protocol.TRAINER_START/END), speculators' raw output
+  (three wide INFO lines a step) becomes one rich progress bar per epoch: step, loss, acc@0,
+  tokens/s, ETA. The raw output stays in the job's log (`invoke logs`); should the trainer fail,
+  its last lines are shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from typing import IO, Any
+
+from specops.protocol import TRAINER_END, TRAINER_METRIC, TRAINER_START
+
+# speculators' own epoch bar, printed when an epoch ends: "Epoch 0 100% ━━━ 40/40 [...]"
+_EPOCH_BAR = re.compile(r"^Epoch (\d+) .*?(\d+)/(\d+)")
+RAW_TAIL_LINES = 30
+
+
+def is_json_document(line: str) -> bool:
+    text = line.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+class TrainingBars:
+    """One bar per epoch, fed the trainer's `key=value` records as they arrive."""
+
+    def __init__(self, stream: IO[str], plan: dict[str, Any]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.epochs = int(plan.get("epochs") or 0)
+        self.estimate = int(plan.get("steps_per_epoch") or 0) or None
+        self.epoch_offset = int(plan.get("first_epoch") or 0)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[metrics]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=Console(file=stream, highlight=False), transient=False)
+        self.progress.start()
+        self.tasks: dict[int, Any] = {}
+        self.pending: dict[str, float] = {}
+        self.steps_in_epoch: dict[int, int] = {}
+
+    def _task(self, epoch: int) -> Any:
+        if epoch not in self.tasks:
+            for earlier, task_id in self.tasks.items():  # a new epoch: the earlier bars are complete
+                self.progress.update(task_id, total=self.steps_in_epoch.get(earlier, 0) or None,
+                                     completed=self.steps_in_epoch.get(earlier, 0))
+            self.tasks[epoch] = self.progress.add_task(f"epoch {epoch + 1}/{self.epochs or '?'}",
+                                                       total=self.estimate, metrics="")
+        return self.tasks[epoch]
+
+    def feed(self, line: str) -> None:
+        bar = _EPOCH_BAR.match(line.strip())
+        if bar:
+            epoch, done, total = (int(part) for part in bar.groups())
+            if epoch in self.tasks and total >= done:  # speculators' own count: the true total
+                self.progress.update(self.tasks[epoch], total=total)
+            return
+        for key, value in TRAINER_METRIC.findall(line):
+            self.pending[key] = float(value)
+            if key == "global_step" and "train/loss" in self.pending:
+                self._step(self.pending)
+                self.pending = {}
+            elif key == "epoch" and any(name.startswith("val/") for name in self.pending):
+                self.pending = {}
+
+    def _step(self, record: dict[str, float]) -> None:
+        epoch = int(record.get("epoch", 0))
+        task_id = self._task(epoch)
+        self.steps_in_epoch[epoch] = self.steps_in_epoch.get(epoch, 0) + 1
+        done = self.steps_in_epoch[epoch]
+        total = self.progress.tasks[task_id].total
+        if total is not None and done > total:
+            self.progress.update(task_id, total=done)
+        metrics = (f"loss {record['train/loss']:.3f}  acc@0 {record.get('train/full_acc_0', float('nan')):.3f}  "
+                   f"{record.get('profile/tokens_per_s', float('nan')):.0f} tokens/s")
+        self.progress.update(task_id, completed=done, metrics=metrics)
+
+    def close(self) -> None:
+        for epoch, task_id in self.tasks.items():
+            done = self.steps_in_epoch.get(epoch, 0)
+            if done:
+                self.progress.update(task_id, total=done, completed=done)
+        self.progress.stop()
+
+
+class StepView:
+    """Feeds on the log's text as it streams; writes what a person reads to `stream`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.partial = ""
+        self.bars: TrainingBars | None = None
+        self.raw_tail: deque[str] = deque(maxlen=RAW_TAIL_LINES)
+
+    def feed(self, text: str) -> None:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            self._line(line)
+        self.stream.flush()
+
+    def _line(self, line: str) -> None:
+        if line.startswith(TRAINER_START):
+            try:
+                plan = json.loads(line[len(TRAINER_START):])
+            except json.JSONDecodeError:
+                plan = {}
+            self.bars = TrainingBars(self.stream, plan if isinstance(plan, dict) else {})
+            self.raw_tail.clear()
+            return
+        if self.bars is not None:
+            if line.startswith(TRAINER_END):
+                self.bars.close()
+                self.bars = None
+                return
+            self.raw_tail.append(line)
+            self.bars.feed(line)
+            return
+        if is_json_document(line):
+            return
+        self.stream.write(line + "\n")
+
+    def close(self, failed: bool = False) -> None:
+        if self.partial:
+            self._line(self.partial)
+            self.partial = ""
+        if self.bars is not None:
+            self.bars.close()
+            self.bars = None
+        if failed and self.raw_tail:  # the trainer failed: what it said last is what a person needs
+            self.stream.write("the trainer's last lines (all of them are in the job's log):\n")
+            self.stream.write("".join(f"{line}\n" for line in self.raw_tail))
+        self.stream.flush()

@@ -1,0 +1,71 @@
+"""'N samples' through the real `invoke`, on `local` and over the real sshd: the same N rows in every step.
+
+The README's own flow: `invoke extract --samples 10`, then `invoke train`, then `invoke pipeline
+--samples 10`; all three read the same ten rows (the manifest says which), and a later run with
+more samples extends the extraction instead of redoing it. One training epoch keeps it quick.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import Cli
+from tests.support.repo import REPO
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+
+def _one_epoch_runs(tmp_path: Path) -> dict[str, str]:
+    runs = tmp_path / "my-runs"
+    runs.mkdir()
+    config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
+    config["train"]["epochs"] = 1
+    (runs / "tiny.yaml").write_text(yaml.safe_dump(config))
+    return {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(tmp_path / "fetched")}
+
+
+def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_extend_the_work(
+        cli: Cli, tmp_path: Path, host_name: str) -> None:
+    env = _one_epoch_runs(tmp_path)
+    run_dir = tmp_path / ("local-workdir" if host_name == "local" else "loop-workdir") / "runs" / "tiny"
+
+    def manifest() -> dict:
+        return json.loads((run_dir / "manifest.json").read_text())["steps"]
+
+    extracted = cli("extract", "--host", host_name, "--samples", "10", "--json", timeout=600, **env)
+    assert extracted.exit_code == 0, extracted.stderr[-3000:]
+    assert extracted.json()["counts"]["samples"] == 10
+    prepared = manifest()["prepare"]["counts"]
+    assert prepared["rows"] == 10 and len(prepared["source_lines"]) == 10  # which rows: lines of the data
+    assert sorted(path.name for path in (run_dir / "hidden_states").glob("hs_*.safetensors")) == sorted(
+        f"hs_{index}.safetensors" for index in range(10))
+
+    trained = cli("train", "--host", host_name, "--skip-doctor", "--json", timeout=900, **env)
+    assert trained.exit_code == 0, trained.stderr[-3000:]
+    assert trained.json()["status"] == "done"
+    assert manifest()["train"]["inputs"]["samples"] == 10
+
+    ten = cli("pipeline", "--host", host_name, "--samples", "10", "--skip-doctor", "--json", timeout=900, **env)
+    assert ten.exit_code == 0, ten.stderr[-3000:]
+    summary = ten.json()
+    assert summary["samples"] == 10
+    for step in ("prepare", "extract", "validate", "train"):
+        assert summary["steps"][step]["status"] in ("skipped: unchanged", "done"), summary["steps"]
+    assert summary["steps"]["extract"]["status"] == "skipped: unchanged"
+    assert (tmp_path / "fetched" / host_name / "tiny" / "checkpoint" / "model.safetensors").is_file()
+
+    first_file = run_dir / "hidden_states" / "hs_0.safetensors"
+    written_at = first_file.stat().st_mtime_ns
+    more = cli("pipeline", "--host", host_name, "--samples", "20", "--skip-doctor", "--no-fetch", "--json",
+               timeout=900, **env)
+    assert more.exit_code == 0, more.stderr[-3000:]
+    assert more.json()["samples"] == 20
+    steps = manifest()
+    assert steps["extract"]["counts"]["samples"] == 20 and steps["extract"]["counts"]["written"] == 10
+    assert steps["prepare"]["counts"]["source_lines"][:10] == prepared["source_lines"]
+    assert steps["train"]["inputs"]["samples"] == 20
+    assert first_file.stat().st_mtime_ns == written_at  # rows 0..9 were kept, not redone
