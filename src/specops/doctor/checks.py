@@ -10,6 +10,7 @@ from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
 from specops.doctor._flags import check_flags
 from specops.doctor._model import check_model
+from specops.doctor._parallel import check_parallel
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor.settings import RunSettings
@@ -48,7 +49,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
-    timed("model", lambda: model_items)
+    timed("model", lambda: model_items + check_parallel(settings))
     layer_ids = facts.get("layer_ids")
 
     def resources() -> list[Item]:
