@@ -2,6 +2,8 @@
 
     step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
     step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
+                  [--processes P]
+    step extract-shard --run R --shard I              one process's batches of a several-process hf extract
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
     step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
@@ -31,9 +33,16 @@ def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import extraction
 
-    options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port)
+    options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
+                                 processes=args.processes)
     report = extraction.extract(open_run(args.run), args.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_extract_shard(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline import extraction
+
+    return 0, {"ok": True, "run": args.run, **extraction.extract_shard(open_run(args.run), args.shard)}
 
 
 def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -84,7 +93,15 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--stop-server", action="store_true",
                          help="vllm: stop the vllm-server job afterwards (default: keep it for the next extract)")
     extract.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
+    extract.add_argument("--processes", type=positive_int,
+                         help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on CPU)")
     extract.set_defaults(handler=step_extract)
+
+    shard = steps.add_parser("extract-shard", help="one process's batches of a several-process hf extract "
+                                                   "(started by step extract)")
+    shard.add_argument("--run", required=True)
+    shard.add_argument("--shard", type=int, required=True)
+    shard.set_defaults(handler=step_extract_shard)
 
     validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
     validate.add_argument("--run", required=True)

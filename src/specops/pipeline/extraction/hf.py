@@ -212,8 +212,12 @@ def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_t
             "batch_tokens": batch_tokens, "window": WINDOW_ROWS, "backend": "hf"}
 
 
-def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> dict[str, Any]:
-    """Run (or resume, or skip) the extract step for the first `samples` prepared rows."""
+def extract(run: Run, samples: int | None, batch_tokens: int | None = None,
+            processes: int | None = None) -> dict[str, Any]:
+    """Run (or resume, or skip) the extract step for the first `samples` prepared rows.
+
+    processes: how many processes share the work, one per GPU (default: every GPU on a GPU host,
+    one on the CPU); the files are the same bytes whatever the count (hf_shards)."""
     import datasets
 
     prepare_hash, lengths = prepared_rows(run)
@@ -229,9 +233,15 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     todo, folder = set(rows), plan.folder
     batches = [batch for batch in plan_batches(lengths, batch_tokens) if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
-    if todo:
+    processes = min(processes or _gpu_processes(device), max(len(batches), 1))
+    if todo and processes > 1:
+        from specops.pipeline.extraction.hf_shards import run_shards
+
+        run_shards(run, batches, todo, plan.layer_ids, plan.hidden, processes, device.type == "cuda", progress)
+        atomic.fsync_dir(folder)
+    elif todo:
         dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-        _run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress)
+        run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress)
     else:
         progress.start()
     progress.report(force=True, state="done")
@@ -241,11 +251,21 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     record = plan.manifest.finish("extract", started, counts)
     return {"step": "extract", "status": "done", "inputs_hash": plan.inputs_hash, "counts": counts,
             "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
-            "progress": progress.document("done"), "output": str(folder)}
+            "progress": progress.document("done"), "output": str(folder), "processes": processes}
 
 
-def _run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
-                 dtype: Any, layer_ids: list[int], hidden: int, progress: Progress) -> None:
+def _gpu_processes(device: Any) -> int:
+    """One process per visible GPU on a GPU host, one on the CPU."""
+    if device.type != "cuda":
+        return 1
+    import torch
+
+    return max(torch.cuda.device_count(), 1)
+
+
+def run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
+                dtype: Any, layer_ids: list[int], hidden: int, progress: Progress) -> None:
+    """Run `batches` in this process, writing the files of the rows in `todo`."""
     model = load_target(run, device, dtype)
     writer = BackgroundWriter(threads=2 if device.type == "cuda" else 1, depth=2)
     extractor = Extractor(model, layer_ids, hidden, device, dtype, writer)
