@@ -7,6 +7,7 @@
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
     step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
+                  [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID]
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
@@ -61,11 +62,20 @@ def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_train(args: argparse.Namespace) -> tuple[int, dict]:
     from specops.pipeline.run import Run
-    from specops.pipeline.training import train_step
+    from specops.pipeline.training import Nodes, train_step
 
     if args.epochs is not None and args.epochs < 1:
         raise BadInput(f"--epochs: must be at least 1, got {args.epochs}")
-    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run)
+    nodes = None
+    if args.nnodes is not None:
+        if args.node_rank is None or not args.rdzv_endpoint or not args.rdzv_id:
+            raise BadInput("--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it")
+        nodes = Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
+        if nodes.problems():
+            raise BadInput(nodes.problems()[0])
+    elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id:
+        raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id: only with --nnodes")
+    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run, nodes)
 
 
 def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
@@ -121,6 +131,10 @@ def register(subparsers: Any) -> None:
     train.add_argument("--epochs", type=int, default=None, help="override train.epochs")
     train.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
     train.add_argument("--dry-run", action="store_true", help="print the command, do not train")
+    train.add_argument("--nnodes", type=int, help="one node of a torchrun group over this many hosts")
+    train.add_argument("--node-rank", type=int, help="this host's node rank (0 hosts the rendezvous)")
+    train.add_argument("--rdzv-endpoint", help="HOST0:PORT of the c10d rendezvous, reachable from every node")
+    train.add_argument("--rdzv-id", help="the group launch's id (the same on every node)")
     train.set_defaults(handler=step_train)
 
     metrics = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
