@@ -176,22 +176,37 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
 
 
 @task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
-            "json": "one JSON document on stdout"})
+            "json": "one JSON document on stdout",
+            "hosts": "stop the named job on several hosts at once (a training across hosts: --job train)",
+            "all_hosts": "on every inventory host"})
 @reports_errors
-def stop(c, host=None, job=None, run=None, json=False):
+def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=False):
     """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped."""
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
     from remote.jobs import job_call
 
     if not job:
         raise BadInput("stop: --job ID|NAME is required")
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_hosts)
+    args = ["stop", job, *(["--run", run] if run else [])]
+    if several is not None:
+        run_across(f"stop {job}", several, inventory, lambda chosen, conn: (0, job_call(conn, chosen, args)),
+                   stopped_summary, json=json)
+        return
     with host_connection(host) as (chosen, conn):
-        document = job_call(conn, chosen, ["stop", job, *(["--run", run] if run else [])])
+        document = job_call(conn, chosen, args)
     if json:
         emit_json(document)
         return
+    print(stopped_summary(document))
+
+
+def stopped_summary(document: dict) -> str:
     record = document["job"]
     what = "had already ended" if document.get("already_ended") else f"stopped ({document.get('signal')})"
-    print(f"job {record['id']} {what}; state {record['state']}")
+    return f"job {record['id']} {what}; state {record['state']}"
 
 
 TASKS = [run, status, logs, stop]
