@@ -84,7 +84,7 @@ def backend_for(run: Run, asked: str | None = None) -> Backend:
 
 def extract_shard(run: Run, shard: int) -> dict[str, Any]:
     """One process's share of a several-process hf extraction (started by the extract step)."""
-    from specops.pipeline.extraction.hf_shards import extract_shard as run_shard
+    from specops.pipeline.extraction.hf import extract_shard as run_shard
 
     return run_shard(run, shard)
 

@@ -15,6 +15,7 @@ else on the CPU; finished batches go to background writer threads through a boun
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -284,3 +285,31 @@ def run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int]
         writer.close()
         extractor.capture.remove()
     atomic.fsync_dir(folder)
+
+
+def extract_shard(run: Run, shard: int) -> dict[str, Any]:
+    """One process's part: its batches of the cut the parent wrote, on this process's device."""
+    import datasets
+
+    from specops.pipeline.extraction.hf_shards import SHARDS_FILE, shard_progress_file
+
+    try:
+        plan = json.loads((run.paths.run_dir / SHARDS_FILE).read_text())
+    except (OSError, ValueError):
+        raise BadInput(f"{run.paths.run_dir / SHARDS_FILE}: no shard plan (the extract step writes it)") from None
+    if not 0 <= shard < len(plan["shards"]):
+        raise BadInput(f"--shard: {shard} is not one of the plan's {len(plan['shards'])} shards")
+    batches, todo = plan["shards"][shard], set(plan["todo"])
+    device, dtype = choose_device(run.config.dtype)
+    lengths = {index: 0 for batch in batches for index in batch}
+    dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
+    for index in lengths:
+        lengths[index] = int(dataset[index]["seq_len"])
+    mine = [index for index in lengths if index in todo]
+    progress = Progress(shard_progress_file(run, shard), len(mine), sum(lengths[index] for index in mine))
+    if batches:
+        run_batches(run, dataset, batches, todo, run.paths.hidden_states, device, dtype, plan["layer_ids"],
+                    plan["hidden"], progress)
+    progress.report(force=True, state="done")
+    return {"shard": shard, "batches": len(batches), "written": progress.done_samples,
+            "tokens": progress.done_tokens, "device": device.type}

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops import atomic
-from specops.errors import BadInput, CheckFailed
+from specops.errors import CheckFailed
 from specops.parallel import row_ranges
 
 if TYPE_CHECKING:
-    from specops.pipeline.extraction.hf import Progress
     from specops.pipeline.run import Run
 
 SHARDS_FILE = "extract-shards.json"
@@ -40,8 +39,9 @@ def shard_progress_file(run: Run, shard: int) -> Path:
 
 
 def run_shards(run: Run, batches: list[list[int]], todo: set[int], layer_ids: list[int], hidden: int,
-               processes: int, on_gpu: bool, progress: Progress) -> list[dict[str, Any]]:
-    """Write the cut, run one process per shard, fold their progress into `progress`; each shard's report."""
+               processes: int, on_gpu: bool, progress: Any) -> list[dict[str, Any]]:
+    """Write the cut, run one process per shard, fold their progress into `progress` (hf.Progress); each
+    shard's report. The shards are `step extract-shard` processes (hf.extract_shard)."""
     shards = split_batches(batches, processes)
     plan = {"shards": shards, "todo": sorted(todo), "layer_ids": layer_ids, "hidden": hidden}
     atomic.write_json(run.paths.run_dir / SHARDS_FILE, plan)
@@ -79,7 +79,7 @@ def run_shards(run: Run, batches: list[list[int]], todo: set[int], layer_ids: li
             child.wait()
 
 
-def _fold_progress(run: Run, shards: int, progress: Progress) -> None:
+def _fold_progress(run: Run, shards: int, progress: Any) -> None:
     done = tokens = written = 0
     for index in range(shards):
         try:
@@ -92,32 +92,3 @@ def _fold_progress(run: Run, shards: int, progress: Progress) -> None:
     progress.done_samples, progress.done_tokens = done, tokens
     progress.written_bytes = max(progress.written_bytes, written)
     progress.report()
-
-
-def extract_shard(run: Run, shard: int) -> dict[str, Any]:
-    """One process's part: its batches of the cut the parent wrote, on this process's device."""
-    import datasets
-
-    from specops.pipeline.extraction.hf import Progress, run_batches
-    from specops.pipeline.target import choose_device
-
-    try:
-        plan = json.loads((run.paths.run_dir / SHARDS_FILE).read_text())
-    except (OSError, ValueError):
-        raise BadInput(f"{run.paths.run_dir / SHARDS_FILE}: no shard plan (the extract step writes it)") from None
-    if not 0 <= shard < len(plan["shards"]):
-        raise BadInput(f"--shard: {shard} is not one of the plan's {len(plan['shards'])} shards")
-    batches, todo = plan["shards"][shard], set(plan["todo"])
-    device, dtype = choose_device(run.config.dtype)
-    lengths = {index: 0 for batch in batches for index in batch}
-    dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-    for index in lengths:
-        lengths[index] = int(dataset[index]["seq_len"])
-    mine = [index for index in lengths if index in todo]
-    progress = Progress(shard_progress_file(run, shard), len(mine), sum(lengths[index] for index in mine))
-    if batches:
-        run_batches(run, dataset, batches, todo, run.paths.hidden_states, device, dtype, plan["layer_ids"],
-                    plan["hidden"], progress)
-    progress.report(force=True, state="done")
-    return {"shard": shard, "batches": len(batches), "written": progress.done_samples,
-            "tokens": progress.done_tokens, "device": device.type}
