@@ -52,10 +52,13 @@ def patched_vllm() -> dict:
 
 
 def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
+    from tests.support.runs import from_source_conversations
+
     text = (REPO / "runs" / "tiny.yaml").read_text()
     text = text.replace("backend: hf", f"backend: {backend}").replace("port: 8000", f"port: {port}")
     assert f"backend: {backend}" in text and f"port: {port}" in text
     (workdir / "runs" / f"{name}.yaml").write_text(text)
+    from_source_conversations(workdir / "runs" / f"{name}.yaml")
 
 
 @pytest.fixture(scope="module")

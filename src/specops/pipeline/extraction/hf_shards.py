@@ -39,11 +39,12 @@ def shard_progress_file(run: Run, shard: int) -> Path:
 
 
 def run_shards(run: Run, batches: list[list[int]], todo: set[int], layer_ids: list[int], hidden: int,
-               processes: int, on_gpu: bool, progress: Any) -> list[dict[str, Any]]:
+               processes: int, on_gpu: bool, progress: Any, batch_tokens: int) -> list[dict[str, Any]]:
     """Write the cut, run one process per shard, fold their progress into `progress` (hf.Progress); each
     shard's report. The shards are `step extract-shard` processes (hf.extract_shard)."""
     shards = split_batches(batches, processes)
-    plan = {"shards": shards, "todo": sorted(todo), "layer_ids": layer_ids, "hidden": hidden}
+    plan = {"shards": shards, "todo": sorted(todo), "layer_ids": layer_ids, "hidden": hidden,
+            "batch_tokens": batch_tokens}
     atomic.write_json(run.paths.run_dir / SHARDS_FILE, plan)
     children: list[subprocess.Popen[bytes]] = []
     for index in range(len(shards)):
