@@ -4,6 +4,10 @@ c10d rendezvous and train the tiny draft as one torchrun group over gloo on the 
 The two "hosts" are two workdirs on this machine (their own run folders and save paths) reaching the
 rendezvous on loopback; speculators 0.9.0 comes from the wheel, patched by the CPU patch set (which
 gives it a gloo process group without an accelerator).
+
+What happens when a node dies is the control side's business, tested through SSH in
+test_train_group.py: torchrun alone does not end the survivor reliably (measured here: once 20 s
+after its peer's SIGKILL, once still waiting after 300 s, at its exit barrier / rendezvous).
 """
 
 from __future__ import annotations
@@ -63,47 +67,3 @@ def test_two_nodes_train_the_tiny_draft_as_one_gloo_group(nodes: list[TinyHost])
     report = nodes[saved[0]].agent("step", "metrics", "--run", "group")
     assert report["epochs"] and report["epochs"][0]["train"]["loss"] > 0
     assert report["checkpoints"]["newest_epoch"] == 0
-
-
-def test_a_node_dying_mid_training_ends_the_group_and_a_relaunch_resumes_on_both(nodes: list[TinyHost]) -> None:
-    import os
-    import shutil
-    import signal
-    import time
-
-    run_dirs = [node.add_run("resume", epochs=6) for node in nodes]  # long enough to die in the middle
-    for node in nodes:
-        node.agent("step", "vocab", "--run", "resume")
-    group = launch_group(nodes, "resume", "resume-1")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not any(
-            (run_dir / "checkpoints" / "0" / "training_state.json").exists() for run_dir in run_dirs):
-        time.sleep(0.1)
-    saver = next(index for index, run_dir in enumerate(run_dirs)
-                 if (run_dir / "checkpoints" / "0" / "training_state.json").exists())
-    dying = 1 - saver
-    os.killpg(group[dying].pid, signal.SIGKILL)  # the other host's agent, torchrun and trainer at once
-    killed_at = time.monotonic()
-    group[dying].wait()
-    # the survivor's gloo peer is gone: its trainer fails, torchrun (--max-restarts=0) gives up
-    assert group[saver].wait(timeout=300) != 0
-    print(f"survivor ended {time.monotonic() - killed_at:.1f} s after its peer died")
-    time.sleep(1)  # the checkpoint on disk is final: nothing of the group runs any more
-
-    # the gather: every node resumes from the same checkpoints (shared storage does this by itself)
-    source = run_dirs[saver] / "checkpoints"
-    target = run_dirs[dying] / "checkpoints"
-    for entry in source.iterdir():
-        if entry.is_dir() and not entry.is_symlink() and entry.name.isdigit() and is_complete(entry):
-            shutil.rmtree(target / entry.name, ignore_errors=True)
-            shutil.copytree(entry, target / entry.name)
-    relaunched = launch_group(nodes, "resume", "resume-2")
-    codes = [process.wait(timeout=600) for process in relaunched]
-    logs = [(run_dir / "checkpoints" / "train.log").read_text() for run_dir in run_dirs]
-    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
-    seconds = [log.split("### specops launch")[2] for log in logs]
-    assert not any("Starting fresh" in second for second in seconds)
-    # speculators logs on global rank 0 only: one host's log says where the group resumed from
-    assert sum("Resuming" in second for second in seconds) == 1
-    finished = [index for index, run_dir in enumerate(run_dirs) if is_complete(run_dir / "checkpoints" / "5")]
-    assert finished  # the relaunch trained to the end (epoch 5) on whichever host was rank 0
