@@ -76,6 +76,16 @@ def test_the_run_names_its_parallel_sizes_and_a_left_out_one_fills_the_host(run,
     assert _flag(argv, "--tensor-parallel-size") == "2" and "--data-parallel-size" not in argv  # 1: vLLM's default
 
 
+def test_the_generating_server_gets_the_same_parallel_sizes(run, tmp_path):
+    from specops.pipeline.vllm.generation import build_generate_command
+
+    argv, _ = build_generate_command(run, 8, 8000, Path("/p/bin/python"), "0.25.1")
+    assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--data-parallel-size") == "4"
+    run.config.vllm.tensor_parallel, run.config.vllm.data_parallel = 1, 8
+    argv, _ = build_generate_command(run, 8, 8000, Path("/p/bin/python"), "0.25.1")
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--data-parallel-size") == "8"
+
+
 def _own_group(argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
