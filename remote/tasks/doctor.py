@@ -11,14 +11,24 @@ from remote.tasks.shared import doctor_call, render_findings
 
 
 @task(help={"host": "inventory host", "run": "also check this run's flags, model config and resources",
-            "json": "one JSON document on stdout"})
+            "json": "one JSON document on stdout",
+            "hosts": "several inventory hosts, comma-separated: in parallel, one row each",
+            "all_": "every inventory host, in parallel, one row each"})
 @reports_errors
-def doctor(c, host=None, run=None, json=False):
+def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
     """Catch API drift and missing capabilities in seconds, before any model load.
 
     Without --run it judges the installed stack alone; launches always check their run."""
     from remote import render
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
 
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_)
+    if several is not None:
+        run_across(f"doctor — {f'run {run}' if run else 'installed stack'}", several, inventory,
+                   lambda chosen, conn: doctor_call(conn, chosen, run), findings_summary, json=json)
+        return
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
         code, document = doctor_call(conn, chosen, run)
@@ -39,6 +49,21 @@ def doctor(c, host=None, run=None, json=False):
         render.console().print(render.status_text(False, document.get("error", "doctor failed")))
     if code != 0:
         raise SystemExit(code)
+
+
+def findings_summary(document: dict) -> str:
+    """One line of a host's doctor findings: counts by result, then the first errors by name."""
+    findings = document.get("findings")
+    if findings is None:
+        return str(document.get("error", "doctor failed"))
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding["result"]] = counts.get(finding["result"], 0) + 1
+    line = ", ".join(f"{count} {result}" for result, count in sorted(counts.items()))
+    errors = [finding["check"] for finding in findings if finding["result"] == "error"]
+    if errors:
+        line += f"; errors: {', '.join(errors[:4])}{' ...' if len(errors) > 4 else ''}"
+    return line
 
 
 TASKS = [doctor]

@@ -44,26 +44,30 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
             raise SystemExit(1)
 
 
-@task(help={"host": "inventory host", "json": "one JSON document on stdout", "all": "every job, not only the newest"})
+@task(help={"host": "inventory host", "json": "one JSON document on stdout", "all": "every job, not only the newest",
+            "hosts": "several inventory hosts, comma-separated: in parallel, one row each",
+            "all_hosts": "every inventory host, in parallel, one row each"})
 @reports_errors
-def status(c, host=None, json=False, all=False):
+def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     """Jobs on the host with state, age, exit code and last log line; GPU use if it has GPUs."""
     from remote import render
-    from remote.agent import agent_call
-    from remote.jobs import job_call
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
     from remote.tasks.shared import render_epochs
     from specops.protocol import ACTIVE_STATES, JobState
 
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_hosts)
+
+    def exchange(chosen, conn):
+        return 0, status_document(conn, chosen, all)
+
+    if several is not None:
+        run_across("status", several, inventory, exchange, jobs_summary, json=json, totals=total_eta)
+        return
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
-        document = job_call(conn, chosen, ["list", *(["--all"] if all else [])])
-        train_jobs = [job for job in document["jobs"] if job["name"] in ("train", "pipeline") and job.get("run")]
-        if train_jobs:
-            # the newest training's per-epoch table: one more round trip, only when there is one
-            newest = max(train_jobs, key=lambda job: job.get("created") or "")
-            metrics = agent_call(conn, chosen, ["step", "metrics", "--run", newest["run"], "--no-plot"])
-            if metrics.ok:
-                document["metrics"] = metrics.document.get("epochs")
+        document = status_document(conn, chosen, all)
         trips = conn.round_trips
     document = {**document, "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
@@ -93,6 +97,51 @@ def status(c, host=None, json=False, all=False):
     for gpu in document.get("gpus") or []:
         out.print(f"GPU {gpu['index']} {gpu['name']}: {gpu['utilization_pct']}% util, "
                   f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB")
+
+
+def status_document(conn, host, all_jobs: bool) -> dict:
+    """A host's jobs, and the newest training's per-epoch table when there is one (one more round trip)."""
+    from remote.agent import agent_call
+    from remote.jobs import job_call
+
+    document = job_call(conn, host, ["list", *(["--all"] if all_jobs else [])])
+    train_jobs = [job for job in document["jobs"] if job["name"] in ("train", "pipeline") and job.get("run")]
+    if train_jobs:
+        newest = max(train_jobs, key=lambda job: job.get("created") or "")
+        metrics = agent_call(conn, host, ["step", "metrics", "--run", newest["run"], "--no-plot"])
+        if metrics.ok:
+            document["metrics"] = metrics.document.get("epochs")
+    return document
+
+
+def jobs_summary(document: dict) -> str:
+    """One line of a host's jobs: counts by state, then each active job with its progress and ETA."""
+    from specops.protocol import ACTIVE_STATES
+
+    jobs = document.get("jobs") or []
+    if not jobs:
+        return "no jobs"
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    parts = [", ".join(f"{number} {state}" for state, number in sorted(counts.items()))]
+    for job in jobs:
+        if job["state"] not in ACTIVE_STATES:
+            continue
+        progress = job.get("progress") or {}
+        detail = (f" {progress.get('done')}/{progress.get('total')}, ETA {progress.get('eta_s')} s"
+                  if progress else "")
+        parts.append(f"{job['id']} {job['state']}{detail}")
+    return "; ".join(parts)
+
+
+def total_eta(rows) -> dict:
+    """The group's ETA: the slowest host's active job decides when the whole run's step is done."""
+    from specops.protocol import ACTIVE_STATES
+
+    etas = [job["progress"]["eta_s"] for row in rows for job in row.document.get("jobs") or []
+            if job["state"] in ACTIVE_STATES and (job.get("progress") or {}).get("eta_s") is not None]
+    return {"total_eta_s": max(etas) if etas else None}
 
 
 def _age(seconds: float | None) -> str:
@@ -130,22 +179,37 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
 
 
 @task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
-            "json": "one JSON document on stdout"})
+            "json": "one JSON document on stdout",
+            "hosts": "stop the named job on several hosts at once (a training across hosts: --job train)",
+            "all_hosts": "on every inventory host"})
 @reports_errors
-def stop(c, host=None, job=None, run=None, json=False):
+def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=False):
     """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped."""
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
     from remote.jobs import job_call
 
     if not job:
         raise BadInput("stop: --job ID|NAME is required")
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_hosts)
+    args = ["stop", job, *(["--run", run] if run else [])]
+    if several is not None:
+        run_across(f"stop {job}", several, inventory, lambda chosen, conn: (0, job_call(conn, chosen, args)),
+                   stopped_summary, json=json)
+        return
     with host_connection(host) as (chosen, conn):
-        document = job_call(conn, chosen, ["stop", job, *(["--run", run] if run else [])])
+        document = job_call(conn, chosen, args)
     if json:
         emit_json(document)
         return
+    print(stopped_summary(document))
+
+
+def stopped_summary(document: dict) -> str:
     record = document["job"]
     what = "had already ended" if document.get("already_ended") else f"stopped ({document.get('signal')})"
-    print(f"job {record['id']} {what}; state {record['state']}")
+    return f"job {record['id']} {what}; state {record['state']}"
 
 
 TASKS = [run, status, logs, stop]

@@ -16,6 +16,7 @@ from remote.errors import BadInput
 from remote.session import emit_json, host_connection, reports_errors
 
 ACTIONS = ("apply", "verify", "status", "revert", "new")
+MANY_HOST_ACTIONS = ("verify", "status")  # the read-only ones; a change is made one host at a time
 
 
 def _let_the_action_be_missing() -> None:
@@ -52,14 +53,18 @@ _let_the_action_be_missing()
           "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
           "id_": "new: id of the new patch", "reason": "new: one line saying why",
           "from_finding": "new: propose the patch for this doctor finding id (see `invoke doctor --json`)",
-          "verbose": "verify: also list what the static checks could not resolve (--json always has it)"},
+          "verbose": "verify: also list what the static checks could not resolve (--json always has it)",
+          "hosts": "verify/status: several inventory hosts, comma-separated, in parallel, one row each",
+          "all_": "verify/status: every inventory host, in parallel, one row each"},
 )
 @reports_errors
 def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
-          edited=None, id_=None, reason=None, from_finding=None, verbose=False):
+          edited=None, id_=None, reason=None, from_finding=None, verbose=False, hosts=None, all_=False):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
     from remote.agent import agent_call
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
 
     if not action:
         raise BadInput(f"patch: which action? one of: {', '.join(ACTIONS)} (e.g. invoke patch verify)")
@@ -81,6 +86,19 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         edited_path = Path(edited)
         if not edited_path.is_file():
             raise BadInput(f"patch new: --edited: no such file {edited}")
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_)
+    if several is not None:
+        if action not in MANY_HOST_ACTIONS:
+            raise BadInput(f"patch {action}: one host at a time (--host); --hosts/--all read only "
+                           f"({' and '.join(MANY_HOST_ACTIONS)})")
+
+        def exchange(chosen, conn):
+            result = agent_call(conn, chosen, args, env_role=env, timeout=300)
+            return result.exit_code, result.document
+
+        run_across(f"patch {action}", several, inventory, exchange, sets_summary, json=json)
+        return
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
         if action == "new" and from_finding:
@@ -123,6 +141,17 @@ def _checkout_names(document: dict, host_workdir: str) -> dict:
     here = f"{patches_dir()}/"
     text = json_module.dumps(document)
     return json_module.loads(text.replace(json_module.dumps(host_copy)[1:-1], json_module.dumps(here)[1:-1]))
+
+
+def sets_summary(doc: dict) -> str:
+    """One line of a host's patch verify/status: each set's result, then the failed checks."""
+    if "sets" not in doc:
+        return str(doc.get("error", "patch failed"))
+    parts = [f"{entry.get('name')}: {entry.get('result') or entry.get('state') or '-'}" for entry in doc["sets"]]
+    failed = [f"{check.get('patch')} {check.get('check')}" for check in doc.get("checks", []) if not check.get("ok")]
+    if failed:
+        parts.append(f"failed: {', '.join(failed[:4])}{' ...' if len(failed) > 4 else ''}")
+    return "; ".join(parts) or "no patch sets"
 
 
 def _write_new_patch(document: dict) -> None:

@@ -163,10 +163,17 @@ def vocab(c, host=None, run=None, detach=False, json=False):
 
 @task(help={**STEP_HELP, "epochs": "train this many epochs in all (continues a previous run)",
             "gpus": "GPUs to train on (default: all the host has)", "fresh": "start over in a new folder",
-            "skip_doctor": "do not run the doctor first (recorded in the job record)"})
+            "skip_doctor": "do not run the doctor first (recorded in the job record)",
+            "hosts": "train across these inventory hosts (comma-separated): one torchrun node each, c10d "
+                     "rendezvous at the first; one failing or silent host stops them all",
+            "port": "with --hosts: the rendezvous port on the first host (default 29400)"})
 @reports_errors
-def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, json=False):
+def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, json=False,
+          hosts=None, port=None):
     """Step 4: train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
+    if hosts:
+        train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port)
+        return
     args = ["step", "train", "--run", "{run}"]
     if positive(epochs, "--epochs"):
         args += ["--epochs", str(epochs)]
@@ -179,6 +186,44 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
                               skip_doctor=skip_doctor, env_role="train")
     if result and not json:
         render_epochs(result.get("metrics") or [])
+
+
+def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port) -> None:
+    """`train --hosts a,b`: sync checkpoints, launch one node job per host together, watch them as one."""
+    from remote.fleet import chosen_hosts
+    from remote.group import RDZV_PORT, Group
+    from remote.inventory import load_inventory
+
+    inventory = load_inventory()
+    members = chosen_hosts(inventory, host, hosts, False) or []
+    if len(members) < 2:
+        raise BadInput("--hosts: a training across hosts needs at least two")
+    if gpus is not None or detach:
+        raise BadInput("--hosts: --gpus and --detach are per host; each node trains on all its GPUs, followed")
+    run_name = run or members[0].run
+    started = time.perf_counter()
+    with Group(members, inventory) as group:
+        if not skip_doctor:
+            for session in group.sessions.values():
+                preflight(session.conn, session.host, run_name, False)
+        group.stop_stale(run_name)
+        synced = group.sync_checkpoints(run_name)
+        if synced.get("copied_to"):
+            print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
+                  f"{', '.join(synced['copied_to'])}", file=sys.stderr)
+        rdzv_id = group.launch(run_name, positive(port, "--port") or RDZV_PORT, epochs=positive(epochs, "--epochs"),
+                               fresh=fresh)
+        print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
+              file=sys.stderr)
+        outcome = group.watch()
+    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "synced": synced, **outcome.as_dict(),
+                "elapsed_s": round(time.perf_counter() - started, 3)}
+    if json:
+        emit_json(document)
+    if not outcome.ok:
+        raise AgentError(f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
+                         f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    print(f"specops: train across {', '.join(m.name for m in members)}: succeeded", file=sys.stderr)
 
 
 @task(help={**STEP_HELP, "checkpoint": "best | last | an epoch number (default: the run's evaluate.checkpoint)",

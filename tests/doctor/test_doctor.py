@@ -204,3 +204,28 @@ def test_run_checks_without_a_run_are_bad_input(capsys: pytest.CaptureFixture[st
     code = main(["doctor", "--checks", checks])
     document = json.loads(capsys.readouterr().out)
     assert code == 2 and "checks a run's settings; give --run NAME or --run-json" in document["error"]
+
+
+def test_parallel_sizes_that_the_targets_heads_cannot_split_over_are_an_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = model_folder(tmp_path / "tiny", {**TINY, "num_attention_heads": 2, "num_key_value_heads": 2})
+    code, document = doctor(capsys, "--checks", "model",
+                            run={"model_path": str(model), "gpus": 8, "tensor_parallel": 8, "data_parallel": 1})
+    assert code == 1
+    errors = items(document, "parallel", "error")
+    # (2 KV heads replicate 4 times over 8 ranks: vLLM allows that; the query heads cannot split)
+    assert [f["why"] for f in errors] == ["2 attention heads do not split over tensor parallel 8"]
+    assert all(f["where"] == "vllm: tensor_parallel 8 x data_parallel 1" and f["fix"] for f in errors)
+
+
+def test_parallel_sizes_beyond_the_hosts_gpus_are_an_error_and_fitting_ones_ok(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = model_folder(tmp_path / "tiny", {**TINY, "num_attention_heads": 2, "num_key_value_heads": 2})
+    _, document = doctor(capsys, "--checks", "model",
+                         run={"model_path": str(model), "gpus": 4, "tensor_parallel": 2, "data_parallel": 4})
+    assert [f["why"] for f in items(document, "parallel", "error")] == [
+        "tensor 2 x data 4 = 8 GPUs, the host has 4"]
+    _, document = doctor(capsys, "--checks", "model",
+                         run={"model_path": str(model), "gpus": 8, "tensor_parallel": 2, "data_parallel": 4})
+    assert [f["result"] for f in items(document, "parallel")] == ["ok"]
+    assert "fits 8 GPU(s) and the target's 2 heads, 2 KV heads" in items(document, "parallel")[0]["why"]

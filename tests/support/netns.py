@@ -155,14 +155,20 @@ class NetnsHost:
         _run("ip", "netns", "del", self.namespace)
 
 
-def create_netns_host(root: Path) -> NetnsHost:
-    """Namespace, veth pair, addresses, and a running sshd on the namespace's address."""
+def create_netns_host(root: Path, tag: str = "", *, routed: bool = False) -> NetnsHost:
+    """Namespace, veth pair, addresses, and a running sshd on the namespace's address.
+
+    tag      a short suffix ([a-z0-9], up to 3) telling this process's hosts apart, for tests of several
+    routed   give the namespace a default route through the root namespace (which forwards), so
+             hosts in different namespaces reach each other: a torchrun group across them"""
     if os.geteuid() != 0:
         raise NetnsUnavailable("network namespaces need root")
     for tool in ("ip", "nft"):
         if not shutil.which(tool):
             raise NetnsUnavailable(f"{tool} is not installed")
-    tag = f"{os.getpid() % 100000}"
+    if tag and (len(tag) > 3 or not tag.isalnum()):
+        raise ValueError(f"tag {tag!r}: up to 3 letters or digits")
+    tag = f"{os.getpid() % 100000}{tag}"
     subnet = _free_subnet()
     outer_address, inner_address = (str(address) for address in subnet.hosts())
     host = NetnsHost(namespace=f"specops-t{tag}", outer_link=f"spo{tag}", outer_address=outer_address,
@@ -178,6 +184,9 @@ def create_netns_host(root: Path) -> NetnsHost:
         _must("inner address", _run("ip", "addr", "add", f"{inner_address}/30", "dev", inner_link, namespace=ns))
         _must("inner link up", _run("ip", "link", "set", inner_link, "up", namespace=ns))
         _must("loopback up", _run("ip", "link", "set", "lo", "up", namespace=ns))
+        if routed:
+            _must("default route", _run("ip", "route", "add", "default", "via", outer_address, namespace=ns))
+            _must("forwarding", _run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
         # nftables must work in the namespace before any test relies on it: try a partition once.
         host.partition()
         host.heal()

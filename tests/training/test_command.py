@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,33 @@ def test_several_gpus_go_through_torchrun_and_the_module_entry_point() -> None:
     command = build_train_command(PLAN, gpus=8)
     assert command[:5] == ["torchrun", "--standalone", "--nproc_per_node=8", "-m", "speculators.train"]
     assert flag(command, "--on-missing") == ["raise"]
+
+
+def test_one_node_of_several_hosts_goes_through_torchrun_with_a_c10d_rendezvous_at_node_0() -> None:
+    from specops.pipeline.training import Nodes
+
+    command = build_train_command(PLAN, gpus=8, nodes=Nodes(2, 1, "gpu1.example:29500", "tiny-20261201"))
+    assert command[:9] == ["torchrun", "--nnodes=2", "--node-rank=1", "--nproc_per_node=8", "--rdzv-backend=c10d",
+                           "--rdzv-endpoint=gpu1.example:29500", "--rdzv-id=tiny-20261201", "--max-restarts=0",
+                           "-m"]
+    assert command[9] == "speculators.train" and flag(command, "--on-missing") == ["raise"]
+    # a CPU host is one process, over gloo (the CPU patch set's distributed-gloo-cpu)
+    cpu = build_train_command(PLAN, gpus=0, nodes=Nodes(2, 0, "10.0.0.1:29500", "r1"))
+    assert "--nproc_per_node=1" in cpu and flag(cpu, "--loss-implementation") == ["eager"]
+
+
+@pytest.mark.parametrize(("nodes", "message"), [
+    ((1, 0, "h:1", "r"), "--nnodes: a training over hosts needs at least 2, got 1"),
+    ((2, 2, "h:1", "r"), "--node-rank: 2 is not in 0..1"),
+    ((2, 0, "h", "r"), "--rdzv-endpoint: 'h' is not HOST:PORT"),
+    ((2, 0, "h:99999", "r"), "--rdzv-endpoint: 'h:99999' is not HOST:PORT"),
+    ((2, 0, "h:1", "a b"), "--rdzv-id: 'a b' is not a simple id"),
+])
+def test_a_bad_node_placement_is_bad_input(nodes: tuple, message: str) -> None:
+    from specops.pipeline.training import Nodes
+
+    with pytest.raises(BadInput, match=re.escape(message)):
+        build_train_command(PLAN, gpus=0, nodes=Nodes(*nodes))
 
 
 def test_cpu_command_uses_eager_loss_sdpa_and_no_loader_workers() -> None:

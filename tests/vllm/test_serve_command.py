@@ -55,8 +55,35 @@ def test_gpu_host_gets_tensor_parallel_and_no_eager_and_old_vllm_no_scale_out(ru
 
     run.config.trust_remote_code = True
     argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.25.1")
-    assert _flag(argv, "--tensor-parallel-size") == "8" and _flag(argv, "--dtype") == "bfloat16"
+    # the tiny target has 2 attention heads: vLLM refuses tensor parallel 8 for it (2 % 8), so the 8 GPUs
+    # are 4 data-parallel replicas of tensor parallel 2 (the largest size its heads split over)
+    assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--data-parallel-size") == "4"
+    assert _flag(argv, "--dtype") == "bfloat16"
     assert "--enforce-eager" not in argv and "--enable-scale-out" not in argv and "--trust-remote-code" in argv
+
+
+def test_the_run_names_its_parallel_sizes_and_a_left_out_one_fills_the_host(run, tmp_path):
+    from specops.pipeline.vllm import build_serve_command
+
+    run.config.vllm.tensor_parallel = 1
+    argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0")
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--data-parallel-size") == "8"
+    run.config.vllm.data_parallel = 2
+    argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0")
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--data-parallel-size") == "2"
+    run.config.vllm.tensor_parallel, run.config.vllm.data_parallel = 2, 1
+    argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0")
+    assert _flag(argv, "--tensor-parallel-size") == "2" and "--data-parallel-size" not in argv  # 1: vLLM's default
+
+
+def test_the_generating_server_gets_the_same_parallel_sizes(run, tmp_path):
+    from specops.pipeline.vllm.generation import build_generate_command
+
+    argv, _ = build_generate_command(run, 8, 8000, Path("/p/bin/python"), "0.25.1")
+    assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--data-parallel-size") == "4"
+    run.config.vllm.tensor_parallel, run.config.vllm.data_parallel = 1, 8
+    argv, _ = build_generate_command(run, 8, 8000, Path("/p/bin/python"), "0.25.1")
+    assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--data-parallel-size") == "8"
 
 
 def _own_group(argv: list[str]) -> subprocess.Popen:

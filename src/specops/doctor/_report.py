@@ -11,7 +11,7 @@ RESULTS = ("ok", "warn", "error", "unknown")
 
 @dataclass(frozen=True)
 class Item:
-    check: str  # "api", "flags", "capability", "model", "resources"
+    check: str  # "api", "flags", "capability", "model", "parallel", "resources"
     result: str  # one of RESULTS
     where: str  # file:line, flag, path or package the finding is about
     why: str

@@ -15,6 +15,7 @@ from specops.doctor._flags import check_flags
 from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
 from specops.doctor._model_rules import model_rule_items
+from specops.doctor._parallel import check_parallel
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._serving import check_serving
@@ -61,7 +62,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
         timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
-    timed("model", lambda: model_items + cached_items(
+    timed("model", lambda: model_items + check_parallel(settings) + cached_items(
         "model", [versions, architecture, facts.get("remote_tokenizer"), settings.trust_remote_code], index,
         lambda: model_rule_items(index, versions, facts, settings.trust_remote_code), cache_hits))
     if probe is not None:

@@ -30,6 +30,10 @@ class RunSettings:
     prepare_flags: list[str] = field(default_factory=list)
     generate_flags: list[str] = field(default_factory=list)
     train_flags: list[str] = field(default_factory=list)
+    gpus: int | None = None              # the host's GPUs (what the parallel sizes must fit)
+    tensor_parallel: int | None = None   # vLLM's sizes the run will serve with (None: not a vLLM run)
+    data_parallel: int | None = None
+    expert_parallel: bool = False        # --enable-expert-parallel among the serve args
 
 
 def _positive(value: Any) -> bool:
@@ -52,6 +56,10 @@ _RULES: dict[str, tuple[Any, str]] = {
     "samples": (_positive, "a positive integer"),
     "max_seq_len": (_positive, "a positive integer"),
     "backend": (lambda v: v in BACKENDS, "'vllm' or 'hf'"),
+    "gpus": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
+    "tensor_parallel": (_positive, "a positive integer"),
+    "data_parallel": (_positive, "a positive integer"),
+    "expert_parallel": (lambda v: isinstance(v, bool), "true or false"),
     **{key: (_strings, "a list of strings") for key in ("serve_flags", "prepare_flags", "generate_flags",
                                                          "train_flags")},
 }

@@ -23,6 +23,7 @@ def run_settings(name: str) -> RunSettings:
 def settings_for(run: Run, gpus: int) -> RunSettings:
     has_model = (run.model_path / "config.json").exists()
     backend = run.backend(gpus)
+    sizes = run.parallel_sizes(gpus) if backend == "vllm" else None
     return RunSettings(
         model_path=str(run.model_path),
         trust_remote_code=run.config.trust_remote_code,
@@ -35,6 +36,10 @@ def settings_for(run: Run, gpus: int) -> RunSettings:
         staging_dir=str(run.paths.run_dir / "vllm-staging"),
         serve_flags=_serve_flags(run, gpus) if backend == "vllm" and has_model else [],
         train_flags=_train_flags(run, gpus) if has_model else [],
+        gpus=gpus,
+        tensor_parallel=sizes.tensor if sizes else None,
+        data_parallel=sizes.data if sizes else None,
+        expert_parallel="--enable-expert-parallel" in run.config.vllm.serve_args,
     )
 
 

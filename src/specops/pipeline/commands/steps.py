@@ -4,9 +4,12 @@
                                                      the target answers the prompts (speculators' rows)
     step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
     step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
+                  [--processes P]
+    step extract-shard --run R --shard I              one process's batches of a several-process hf extract
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
     step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
+                  [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID]
     step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
                                                      acceptance on held-out prompts, trained vs untrained
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
@@ -44,9 +47,16 @@ def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import extraction
 
-    options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port)
+    options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
+                                 processes=args.processes)
     report = extraction.extract(_regenerated_first(open_run(args.run)), args.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_extract_shard(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline import extraction
+
+    return 0, {"ok": True, "run": args.run, **extraction.extract_shard(open_run(args.run), args.shard)}
 
 
 def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -65,11 +75,20 @@ def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_train(args: argparse.Namespace) -> tuple[int, dict]:
     from specops.pipeline.run import Run
-    from specops.pipeline.training import train_step
+    from specops.pipeline.training import Nodes, train_step
 
     if args.epochs is not None and args.epochs < 1:
         raise BadInput(f"--epochs: must be at least 1, got {args.epochs}")
-    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run)
+    nodes = None
+    if args.nnodes is not None:
+        if args.node_rank is None or not args.rdzv_endpoint or not args.rdzv_id:
+            raise BadInput("--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it")
+        nodes = Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
+        if nodes.problems():
+            raise BadInput(nodes.problems()[0])
+    elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id:
+        raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id: only with --nnodes")
+    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run, nodes)
 
 
 def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
@@ -119,7 +138,15 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--stop-server", action="store_true",
                          help="vllm: stop the vllm-server job afterwards (default: keep it for the next extract)")
     extract.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
+    extract.add_argument("--processes", type=positive_int,
+                         help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on CPU)")
     extract.set_defaults(handler=step_extract)
+
+    shard = steps.add_parser("extract-shard", help="one process's batches of a several-process hf extract "
+                                                   "(started by step extract)")
+    shard.add_argument("--run", required=True)
+    shard.add_argument("--shard", type=int, required=True)
+    shard.set_defaults(handler=step_extract_shard)
 
     validate = steps.add_parser("validate", help="check hidden-state files and their fidelity")
     validate.add_argument("--run", required=True)
@@ -139,6 +166,10 @@ def register(subparsers: Any) -> None:
     train.add_argument("--epochs", type=int, default=None, help="override train.epochs")
     train.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
     train.add_argument("--dry-run", action="store_true", help="print the command, do not train")
+    train.add_argument("--nnodes", type=int, help="one node of a torchrun group over this many hosts")
+    train.add_argument("--node-rank", type=int, help="this host's node rank (0 hosts the rendezvous)")
+    train.add_argument("--rdzv-endpoint", help="HOST0:PORT of the c10d rendezvous, reachable from every node")
+    train.add_argument("--rdzv-id", help="the group launch's id (the same on every node)")
     train.set_defaults(handler=step_train)
 
     evaluate = steps.add_parser("evaluate", help="acceptance of the draft as the target's EAGLE-3 speculator, "

@@ -34,6 +34,7 @@ class Options:
     """What a caller may ask of a backend beyond the rows; a backend refuses what it cannot honour."""
 
     batch_tokens: int | None = None  # hf: padded tokens per forward batch
+    processes: int | None = None  # hf: processes sharing the batches (default: one per GPU, 1 on CPU)
     stop_server: bool = False  # vllm: stop the server job afterwards
     port: int | None = None  # vllm: the server's port (default: the run's vllm.port)
 
@@ -54,13 +55,16 @@ class HfBackend:
             raise BadInput(f"--stop-server/--port: only for the vllm backend (run {run.paths.name} extracts with hf)")
         from specops.pipeline.extraction.hf import extract
 
-        return extract(run, samples, options.batch_tokens)
+        return extract(run, samples, options.batch_tokens, options.processes)
 
 
 class VllmBackend:
     name = "vllm"
 
     def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+        if options.processes:
+            raise BadInput(f"--processes: only for the hf backend (run {run.paths.name} extracts with vllm, "
+                           "whose data_parallel replicas share the work)")
         from specops.pipeline.extraction.vllm import extract_with_server
 
         return extract_with_server(run, samples, stop_server=options.stop_server, port=options.port)
@@ -76,6 +80,13 @@ def backend_for(run: Run, asked: str | None = None) -> Backend:
     if name == "vllm":
         return VllmBackend()
     raise BadInput(f"--backend: {name!r} is not one of {', '.join(BACKENDS)}")
+
+
+def extract_shard(run: Run, shard: int) -> dict[str, Any]:
+    """One process's share of a several-process hf extraction (started by the extract step)."""
+    from specops.pipeline.extraction.hf import extract_shard as run_shard
+
+    return run_shard(run, shard)
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -109,6 +120,7 @@ __all__ = [
     "VllmBackend",
     "backend_for",
     "extract",
+    "extract_shard",
     "file_for",
     "index_of",
     "plan_extraction",

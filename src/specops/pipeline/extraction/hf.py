@@ -15,6 +15,7 @@ else on the CPU; finished batches go to background writer threads through a boun
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -224,8 +225,12 @@ def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_t
             "batch_tokens": batch_tokens, "window": WINDOW_ROWS, "backend": "hf"}
 
 
-def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> dict[str, Any]:
-    """Run (or resume, or skip) the extract step for the first `samples` prepared rows."""
+def extract(run: Run, samples: int | None, batch_tokens: int | None = None,
+            processes: int | None = None) -> dict[str, Any]:
+    """Run (or resume, or skip) the extract step for the first `samples` prepared rows.
+
+    processes: how many processes share the work, one per GPU (default: every GPU on a GPU host,
+    one on the CPU); the files are the same bytes whatever the count (hf_shards)."""
     import datasets
 
     prepare_hash, lengths = prepared_rows(run, samples)
@@ -241,10 +246,17 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     todo, folder = set(rows), plan.folder
     batches = [batch for batch in plan_batches(lengths, batch_tokens) if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
-    if todo:
+    processes = min(processes or _gpu_processes(device), max(len(batches), 1))
+    if todo and processes > 1:
+        from specops.pipeline.extraction.hf_shards import run_shards
+
+        run_shards(run, batches, todo, plan.layer_ids, plan.hidden, processes, device.type == "cuda", progress,
+                   batch_tokens)
+        atomic.fsync_dir(folder)
+    elif todo:
         dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-        _run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress,
-                     batch_tokens)
+        run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress,
+                    batch_tokens)
     else:
         progress.start()
     progress.report(force=True, state="done")
@@ -254,11 +266,21 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None) -> d
     record = plan.manifest.finish("extract", started, counts)
     return {"step": "extract", "status": "done", "inputs_hash": plan.inputs_hash, "counts": counts,
             "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
-            "progress": progress.document("done"), "output": str(folder)}
+            "progress": progress.document("done"), "output": str(folder), "processes": processes}
 
 
-def _run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
-                 dtype: Any, layer_ids: list[int], hidden: int, progress: Progress, batch_tokens: int) -> None:
+def _gpu_processes(device: Any) -> int:
+    """One process per visible GPU on a GPU host, one on the CPU."""
+    if device.type != "cuda":
+        return 1
+    import torch
+
+    return max(torch.cuda.device_count(), 1)
+
+
+def run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
+                dtype: Any, layer_ids: list[int], hidden: int, progress: Progress, batch_tokens: int) -> None:
+    """Run `batches` in this process, writing the files of the rows in `todo`."""
     model = load_target(run, device, dtype)
     writer = BackgroundWriter(threads=2 if device.type == "cuda" else 1, depth=2)
     extractor = Extractor(model, layer_ids, hidden, device, dtype, writer, batch_tokens)
@@ -277,3 +299,31 @@ def _run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int
         writer.close()
         extractor.capture.remove()
     atomic.fsync_dir(folder)
+
+
+def extract_shard(run: Run, shard: int) -> dict[str, Any]:
+    """One process's part: its batches of the cut the parent wrote, on this process's device."""
+    import datasets
+
+    from specops.pipeline.extraction.hf_shards import SHARDS_FILE, shard_progress_file
+
+    try:
+        plan = json.loads((run.paths.run_dir / SHARDS_FILE).read_text())
+    except (OSError, ValueError):
+        raise BadInput(f"{run.paths.run_dir / SHARDS_FILE}: no shard plan (the extract step writes it)") from None
+    if not 0 <= shard < len(plan["shards"]):
+        raise BadInput(f"--shard: {shard} is not one of the plan's {len(plan['shards'])} shards")
+    batches, todo = plan["shards"][shard], set(plan["todo"])
+    device, dtype = choose_device(run.config.dtype)
+    lengths = {index: 0 for batch in batches for index in batch}
+    dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
+    for index in lengths:
+        lengths[index] = int(dataset[index]["seq_len"])
+    mine = [index for index in lengths if index in todo]
+    progress = Progress(shard_progress_file(run, shard), len(mine), sum(lengths[index] for index in mine))
+    if batches:
+        run_batches(run, dataset, batches, todo, run.paths.hidden_states, device, dtype, plan["layer_ids"],
+                    plan["hidden"], progress, plan["batch_tokens"])
+    progress.report(force=True, state="done")
+    return {"shard": shard, "batches": len(batches), "written": progress.done_samples,
+            "tokens": progress.done_tokens, "device": device.type}

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from specops.errors import BadInput
+from specops.parallel import ModelShape, ParallelSizes, resolve_sizes
 from specops.paths import workdir
 
 
@@ -46,6 +47,10 @@ class TrainSettings(_Strict):
 class VllmSettings(_Strict):
     serve_args: list[str] = Field(default_factory=list)
     port: int = Field(8000, gt=0, lt=65536)
+    # vLLM's own parallelism (--tensor-parallel-size / --data-parallel-size); left out, they are derived
+    # from the host's GPUs and the model's size (specops.parallel.default_sizes)
+    tensor_parallel: int | None = Field(None, gt=0)
+    data_parallel: int | None = Field(None, gt=0)
 
 
 class RegenerateSettings(_Strict):
@@ -256,6 +261,14 @@ class Run:
         if ids[-1] != layers:
             raise BadInput(f"{self.label}: layer_ids: the last id must be the final layer {layers}")
         return ids
+
+    def parallel_sizes(self, host_gpus: int, gpu_memory_bytes: int | None = None) -> ParallelSizes:
+        """vLLM's tensor x data parallel sizes for this run on a host with `host_gpus` GPUs."""
+        shape = ModelShape()
+        if (self.model_path / "config.json").exists():
+            shape = ModelShape.from_config(read_model_config(self.model_path), self.model_path)
+        return resolve_sizes(self.config.vllm.tensor_parallel, self.config.vllm.data_parallel, host_gpus, shape,
+                             gpu_memory_bytes)
 
     def backend(self, gpu_count: int) -> str:
         if self.config.backend is not None:

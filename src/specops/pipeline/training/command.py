@@ -66,8 +66,42 @@ def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_
     return ids
 
 
-def build_train_command(plan: TrainPlan, gpus: int) -> list[str]:
-    """argv of the training run: `speculators train ...`, or torchrun over `gpus` GPUs when gpus > 1."""
+@dataclass(frozen=True)
+class Nodes:
+    """This host's place in a training over several hosts: torchrun's c10d rendezvous at node 0."""
+
+    count: int  # --nnodes
+    rank: int  # --node-rank (c10d assigns ranks itself; node 0 is the one hosting the rendezvous)
+    endpoint: str  # HOST0:PORT, reachable from every node
+    run_id: str  # --rdzv-id: one id per launch of the group, so a stale node never joins a new group
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.count < 2:
+            found.append(f"--nnodes: a training over hosts needs at least 2, got {self.count}")
+        if not 0 <= self.rank < self.count:
+            found.append(f"--node-rank: {self.rank} is not in 0..{self.count - 1}")
+        host, _, port = self.endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            found.append(f"--rdzv-endpoint: {self.endpoint!r} is not HOST:PORT")
+        if not self.run_id or not self.run_id.replace("-", "").replace("_", "").isalnum():
+            found.append(f"--rdzv-id: {self.run_id!r} is not a simple id (letters, digits, - and _)")
+        return found
+
+
+def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
+    """torchrun's own arguments: one process per GPU (one on a CPU host), standalone or one of `nodes`."""
+    per_node = f"--nproc_per_node={max(gpus, 1)}"
+    if nodes is None:
+        return ["torchrun", "--standalone", per_node]
+    return ["torchrun", f"--nnodes={nodes.count}", f"--node-rank={nodes.rank}", per_node,
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={nodes.endpoint}", f"--rdzv-id={nodes.run_id}",
+            "--max-restarts=0"]  # a lost node ends the group; the control side relaunches it whole
+
+
+def build_train_command(plan: TrainPlan, gpus: int, nodes: Nodes | None = None) -> list[str]:
+    """argv of the training run: `speculators train ...`, or torchrun over `gpus` GPUs when gpus > 1,
+    or torchrun as one node of several (`nodes`) whatever the GPU count (gloo on a CPU host)."""
     if plan.loss_implementation not in LOSS_IMPLEMENTATIONS:
         raise BadInput(f"train.loss_implementation: {plan.loss_implementation!r} is not one of "
                        f"{', '.join(LOSS_IMPLEMENTATIONS)}")
@@ -82,8 +116,10 @@ def build_train_command(plan: TrainPlan, gpus: int) -> list[str]:
         raise BadInput(f"train.loader_workers: {plan.loader_workers!r} is not a whole number >= 0")
     if (plan.d2t_path is None) != (plan.t2d_path is None):
         raise BadInput("d2t and t2d paths go together: give both or neither")
-    if gpus > 1:
-        launcher = ["torchrun", "--standalone", f"--nproc_per_node={gpus}", "-m", "speculators.train"]
+    if nodes is not None and nodes.problems():
+        raise BadInput(nodes.problems()[0])
+    if gpus > 1 or nodes is not None:
+        launcher = [*torchrun_launcher(gpus, nodes), "-m", "speculators.train"]
     else:
         launcher = ["speculators", "train"]
     args = [

@@ -141,10 +141,12 @@ def trained_rows(plan: train.TrainPlan) -> int:
     return rows
 
 
-def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool) -> tuple[int, dict]:
+def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
+               nodes: train.Nodes | None = None) -> tuple[int, dict]:
+    """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts."""
     gpus = gpu_count() if gpus is None else gpus
     plan = train_plan(run, epochs)
-    command = train.build_train_command(plan, gpus)
+    command = train.build_train_command(plan, gpus, nodes)
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
     if dry_run:
         return 0, {**document, "status": "dry run"}
@@ -153,6 +155,8 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         if needed is not None and not needed.exists():
             raise BadInput(f"{needed}: missing; run the {step} step first")
     inputs = _train_inputs(run, plan, gpus)
+    if nodes is not None:  # the group's shape is an input; the rendezvous id of one launch is not
+        inputs["nodes"] = nodes.count
     inputs_hash = _hash(inputs)
     manifest = _manifest(run)
     record = manifest.record("train") or {}

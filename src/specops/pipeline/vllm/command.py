@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specops.parallel import ParallelSizes
 from specops.pipeline.run import Run
 from specops.pipeline.target import dtype_name
 
@@ -81,13 +82,31 @@ def kv_transfer_config(staging: Path) -> dict[str, Any]:
             "kv_connector_extra_config": {"shared_storage_path": str(staging)}}
 
 
+def parallel_args(sizes: ParallelSizes) -> list[str]:
+    """vLLM's own parallelism flags: tensor parallel always (1 on a CPU host), data parallel when > 1."""
+    args = ["--tensor-parallel-size", str(sizes.tensor)]
+    if sizes.data > 1:
+        args += ["--data-parallel-size", str(sizes.data)]
+    return args
+
+
+def gpu_memory_bytes() -> int | None:
+    """The smallest GPU's total memory (a replica must fit on every GPU), None without nvidia-smi."""
+    from specops import gpus
+
+    reading = gpus.read()
+    totals = [row["memory_total_mib"] for row in reading.gpus if row.get("memory_total_mib")]
+    return min(totals) * 1024 * 1024 if totals else None
+
+
 def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.PathLike[str], *,
                         serve_python: str | os.PathLike[str] | None = None,
                         vllm_version: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The `vllm serve` argv and the environment additions for the run's extraction server.
 
     run          the loaded run (model, trust_remote_code, dtype, layer ids, vllm.serve_args, ...)
-    host_gpus    GPUs of the host: tensor-parallel size (0 = a CPU host: --enforce-eager, TP 1)
+    host_gpus    GPUs of the host: the run's tensor x data parallel sizes default to fill them
+                 (0 = a CPU host: --enforce-eager, 1 x 1)
     port         the port to serve on, bound to 127.0.0.1 only (clients run on the host)
     workdir      the host's workdir: TMPDIR and VLLM_CACHE_ROOT point inside it
     serve_python the serve env's interpreter (inventory `envs.serve`); its `vllm` script runs the
@@ -110,7 +129,7 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
             "--dtype", serve_dtype(run, host_gpus),
             "--speculative_config", json.dumps(speculative_config(run.layer_ids()), separators=(",", ":")),
             "--kv_transfer_config", json.dumps(kv_transfer_config(staging), separators=(",", ":")),
-            "--tensor-parallel-size", str(max(host_gpus, 1))]
+            *parallel_args(run.parallel_sizes(host_gpus, gpu_memory_bytes()))]
     if run.config.trust_remote_code:
         argv.append("--trust-remote-code")
     if needs_scale_out(version):

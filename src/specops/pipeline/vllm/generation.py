@@ -49,11 +49,12 @@ def per_request_metrics_supported(python: Path) -> bool:
 def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, version: str | None,
                            speculative: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
     """`vllm serve` argv and env additions for a generating server (no hidden-state extraction)."""
-    from specops.pipeline.vllm.command import needs_scale_out, serve_dtype
+    from specops.pipeline.vllm.command import gpu_memory_bytes, needs_scale_out, parallel_args, serve_dtype
     from specops.pipeline.vllm.job import CPU_KVCACHE_GIB
 
+    # the run's vllm tensor x data parallel sizes, as for the extraction server
     argv = [str(python.parent / "vllm"), "serve", str(run.model_path), "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", serve_dtype(run, host_gpus), "--tensor-parallel-size", str(max(host_gpus, 1))]
+            "--dtype", serve_dtype(run, host_gpus), *parallel_args(run.parallel_sizes(host_gpus, gpu_memory_bytes()))]
     if speculative is not None:
         argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
         if per_request_metrics_supported(python):

@@ -70,8 +70,14 @@ def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, versi
     return {"model": str(run.model_path), "model_digest": model_digest(run.model_path),
             "layer_ids": run.layer_ids(), "dtype": serve_dtype(run, host_gpus),
             "trust_remote_code": bool(run.config.trust_remote_code), "serve_args": list(run.config.vllm.serve_args),
-            "vllm_version": version, "port": port, "tensor_parallel": max(host_gpus, 1),
+            "vllm_version": version, "port": port,
+            "tensor_parallel": _flag_value(argv, "--tensor-parallel-size"),
+            "data_parallel": _flag_value(argv, "--data-parallel-size") or "1",
             "staging": str(staging_dir(run)), "vllm_program": argv[0]}
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
 def signature_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:

@@ -1,0 +1,221 @@
+"""A training over several hosts as one group: one torchrun node job per host, started together,
+watched together, stopped together.
+
+Each host runs `python -m specops step train --nnodes N --node-rank I --rdzv-endpoint HOST0:PORT
+--rdzv-id ID` as its own job under tmux (speculators' trainer under torchrun's c10d rendezvous; no
+scheduler of ours). The control side keeps one connection per host and asks every host for its
+job's state each poll, in parallel. The first host whose job ended other than succeeded, or that
+does not answer within its channel timeout (dead or cut off), ends the group: every other host's
+job is stopped at once and the report names that host and why. torchrun alone would not do this:
+a survivor of a silent partition waits in its collectives (gloo: 30 minutes) and at its exit barrier.
+
+Before a launch, every host gets the group's newest complete checkpoint (`sync_checkpoints`): c10d
+assigns ranks itself and only global rank 0 saves, so the saver of one launch may be rank 1 the
+next time, and every rank must resume from the same state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from remote.errors import AgentError, SpecopsError
+
+if TYPE_CHECKING:
+    from remote.inventory import Host, Inventory
+    from remote.session import HostSession
+
+RDZV_PORT = 29400
+POLL_S = 1.0
+
+
+def rendezvous_endpoint(host: Host, port: int) -> str:
+    """HOST0:PORT as the other hosts reach it: the inventory address of the first host."""
+    return f"{'127.0.0.1' if host.is_local else host.address}:{port}"
+
+
+def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,
+                   fresh: bool) -> list[str]:
+    args = ["step", "train", "--run", run, "--nnodes", str(count), "--node-rank", str(rank),
+            "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    if epochs is not None:
+        args += ["--epochs", str(epochs)]
+    if fresh:
+        args.append("--fresh")
+    return args
+
+
+@dataclass
+class GroupOutcome:
+    ok: bool
+    states: dict[str, str | None]
+    jobs: dict[str, str]
+    failed_host: str | None = None
+    why: str | None = None
+    stopped: list[str] = field(default_factory=list)
+    detected_after_s: float | None = None  # from the failure being seen to every other job stopped
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "states": self.states, "jobs": self.jobs, "failed_host": self.failed_host,
+                "why": self.why, "stopped": self.stopped, "stop_took_s": self.detected_after_s}
+
+
+class Group:
+    """The hosts of one training, each with its one session (connection) for the whole task."""
+
+    def __init__(self, hosts: list[Host], inventory: Inventory) -> None:
+        from remote.session import HostSession
+
+        self.hosts = hosts
+        self.sessions: dict[str, HostSession] = {host.name: HostSession(host, inventory) for host in hosts}
+        self.jobs: dict[str, str] = {}
+
+    def __enter__(self) -> Group:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for session in self.sessions.values():
+            session.close()
+
+    def each(self, work: Callable[[HostSession], Any]) -> dict[str, Any]:
+        """`work(session)` on every host in parallel: its value, or the SpecopsError it raised."""
+        def guarded(session: HostSession) -> Any:
+            try:
+                return work(session)
+            except SpecopsError as exc:
+                session.reconnect()  # a dead connection is not reused; the next call opens a fresh one
+                return exc
+
+        with ThreadPoolExecutor(max_workers=len(self.hosts)) as pool:
+            futures = {name: pool.submit(guarded, session) for name, session in self.sessions.items()}
+            return {name: future.result() for name, future in futures.items()}
+
+    def sync_checkpoints(self, run: str) -> dict[str, Any]:
+        """Give every host the newest complete checkpoint any of them holds; what was copied where."""
+        from remote.agent import agent_call
+
+        def state(session: HostSession) -> dict[str, Any]:
+            result = agent_call(session.conn, session.host, ["step", "metrics", "--run", run, "--no-plot"])
+            if not result.ok:
+                raise AgentError(f"{session.host.name}: {result.document.get('error')}")
+            return result.document["checkpoints"]
+
+        states = self.each(state)
+        failures = {name: value for name, value in states.items() if isinstance(value, Exception)}
+        if failures:
+            raise AgentError(f"checkpoint sync: {next(iter(failures.values()))}")
+        newest = {name: value.get("newest_epoch") for name, value in states.items()}
+        known = [epoch for epoch in newest.values() if epoch is not None]
+        if not known:
+            return {"epoch": None, "copied_to": []}
+        epoch = max(known)
+        source = next(name for name, value in newest.items() if value == epoch)
+        behind = [name for name, value in newest.items() if value != epoch]
+        archive = self._tar_out(source, states[source]["folder"], str(epoch))
+        for name in behind:
+            self._tar_in(name, states[name]["folder"], archive)
+        return {"epoch": epoch, "source": source, "copied_to": behind, "bytes": len(archive)}
+
+    def _tar_out(self, name: str, folder: str, entry: str) -> bytes:
+        session = self.sessions[name]
+        result = session.conn.run(["tar", "-C", folder, "-cf", "-", entry], timeout=600)
+        if result.exit_code != 0:
+            raise AgentError(f"{name}: tar of {folder}/{entry}: {result.stderr.decode(errors='replace')[-300:]}")
+        return result.stdout
+
+    def _tar_in(self, name: str, folder: str, archive: bytes) -> None:
+        session = self.sessions[name]
+        # unpack beside, then rename into place: a cut transfer never leaves a half checkpoint
+        script = ('set -e; mkdir -p "$1"; tmp=$(mktemp -d "$1/.incoming-XXXXXX"); tar -C "$tmp" -xf -; '
+                  'for entry in "$tmp"/*; do rm -rf "$1/$(basename "$entry")"; mv "$entry" "$1/"; done; '
+                  'rmdir "$tmp"')
+        result = session.conn.run(["sh", "-c", script, "sync", folder], stdin=archive, timeout=600)
+        if result.exit_code != 0:
+            raise AgentError(f"{name}: unpacking the checkpoint into {folder}: "
+                             f"{result.stderr.decode(errors='replace')[-300:]}")
+
+    def stop_stale(self, run: str) -> list[str]:
+        """Stop a train job of this run still running anywhere (a survivor of a partition, say)."""
+        from remote.jobs import job_call
+        from specops.protocol import ACTIVE_STATES
+
+        def stop(session: HostSession) -> bool:
+            listed = job_call(session.conn, session.host, ["list", "--all"])["jobs"]
+            active = [job for job in listed if job["name"] == "train" and job.get("run") == run
+                      and job["state"] in ACTIVE_STATES]
+            for job in active:
+                job_call(session.conn, session.host, ["stop", job["id"], "--grace", "5"])
+            return bool(active)
+
+        results = self.each(stop)
+        failed = {name: value for name, value in results.items() if isinstance(value, Exception)}
+        if failed:
+            raise AgentError(f"before the launch: {next(iter(failed.values()))}")
+        return sorted(name for name, value in results.items() if value is True)
+
+    def launch(self, run: str, port: int, *, epochs: int | None, fresh: bool) -> str:
+        """One node job per host, all launched at once; the rendezvous id of this launch."""
+        from remote.launch import agent_step_command, launch
+
+        rdzv_id = f"{run}-{time.strftime('%Y%m%d-%H%M%S')}"
+        endpoint = rendezvous_endpoint(self.hosts[0], port)
+        ranks = {host.name: rank for rank, host in enumerate(self.hosts)}
+
+        def start(session: HostSession) -> str:
+            args = node_step_args(run, ranks[session.host.name], len(self.hosts), endpoint, rdzv_id,
+                                  epochs=epochs, fresh=fresh)
+            job = launch(session.conn, session.host, "train", agent_step_command(session.host, args), run=run,
+                         meta={"group": rdzv_id, "hosts": [host.name for host in self.hosts]})
+            return job["id"]
+
+        started = self.each(start)
+        self.jobs = {name: value for name, value in started.items() if isinstance(value, str)}
+        failed = {name: value for name, value in started.items() if not isinstance(value, str)}
+        if failed:
+            self.stop_all()
+            raise AgentError(f"group launch: {next(iter(failed.values()))}; the other hosts' jobs were stopped")
+        return rdzv_id
+
+    def states(self) -> dict[str, Any]:
+        from remote.jobs import job_call
+
+        def show(session: HostSession) -> str:
+            return job_call(session.conn, session.host, ["show", self.jobs[session.host.name]])["job"]["state"]
+
+        return self.each(show)
+
+    def stop_all(self, but: str | None = None) -> list[str]:
+        """Stop every host's job of this group (except `but`'s); the hosts where one was stopped."""
+        from remote.jobs import job_call
+
+        def stop(session: HostSession) -> bool:
+            name = session.host.name
+            if name == but or name not in self.jobs:
+                return False
+            document = job_call(session.conn, session.host, ["stop", self.jobs[name], "--grace", "5"])
+            return not document.get("already_ended")
+
+        return sorted(name for name, value in self.each(stop).items() if value is True)
+
+    def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None) -> GroupOutcome:
+        """Until every job succeeded, or one host's job failed or the host went silent: then stop the rest."""
+        from specops.protocol import ACTIVE_STATES, JobState
+
+        while True:
+            states = self.states()
+            if on_poll:
+                on_poll(states)
+            shown = {name: (None if isinstance(value, Exception) else value) for name, value in states.items()}
+            for name, value in states.items():
+                if isinstance(value, Exception) or (value not in ACTIVE_STATES and value != JobState.SUCCEEDED):
+                    seen = time.monotonic()
+                    why = str(value) if isinstance(value, Exception) else f"its train job {value}"
+                    stopped = self.stop_all(but=name)
+                    return GroupOutcome(False, shown, self.jobs, name, why, stopped,
+                                        round(time.monotonic() - seen, 2))
+            if all(value == JobState.SUCCEEDED for value in states.values()):
+                return GroupOutcome(True, shown, self.jobs)
+            time.sleep(POLL_S)
