@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from remote import journal
 from remote.errors import AgentError
@@ -61,10 +61,12 @@ def _last_json_line(text: str) -> dict[str, Any] | None:
 
 
 def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None = None, quiet: bool = False,
-           lines: int | None = None) -> LaunchOutcome:
-    """Stream a job's log to stderr until it ends (or Ctrl-C); remember its final JSON line.
+           lines: int | None = None, stream: TextIO | None = None) -> LaunchOutcome:
+    """Stream a job's log until it ends (or Ctrl-C); remember its final JSON line.
 
-    On the session's connection; `record` (the launch's answer) spares asking the host for it.
+    The log's lines go to `stream` (stderr by default: a step's --json owns stdout); specops' own
+    notices always go to stderr. On the session's connection; `record` (the launch's answer)
+    spares asking the host for it.
     """
     host = session.host
     tail = {"text": ""}
@@ -72,8 +74,9 @@ def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None =
     def on_text(text: str) -> None:
         tail["text"] = (tail["text"] + text)[-65536:]
         if not quiet:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            out = stream or sys.stderr
+            out.write(text)
+            out.flush()
 
     def on_notice(message: str) -> None:
         sys.stderr.write(f"specops: {message}\n")

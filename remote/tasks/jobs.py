@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 
@@ -9,6 +10,7 @@ from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, host_session, reports_errors
+from remote.tasks.shared import positive
 
 
 def _command_after_double_dash() -> list[str]:
@@ -37,7 +39,7 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
         if detach:
             print(job["id"])
             return
-        outcome = follow(session, job["id"], record=job)
+        outcome = follow(session, job["id"], record=job, stream=sys.stdout)  # log lines: stdout
     if not outcome.detached:
         print(f"job {job['id']}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
         if outcome.state != "succeeded":
@@ -102,13 +104,20 @@ def _age(seconds: float | None) -> str:
 
 
 @task(help={"host": "inventory host", "job": "job id, or a name for the newest job of it (default: newest)",
-            "follow": "stream until the job ends; Ctrl-C stops following only", "lines": "lines of tail to show"})
+            "follow": "stream until the job ends; Ctrl-C stops following only", "lines": "lines of tail to show",
+            "json": "one JSON document on stdout: the lines, the job's state and the log's byte offset"})
 @reports_errors
-def logs(c, host=None, job=None, follow_=False, lines=40):
-    """Print the tail of a job's log (the newest job's by default); --follow streams it."""
+def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
+    """Print the tail of a job's log (the newest job's by default); --follow streams it.
+
+    The log's lines go to stdout (so `invoke logs --follow | grep x` works); specops' own notices to stderr.
+    """
     from remote.jobs import follow_log, job_call
     from remote.launch import follow
 
+    lines = positive(lines, "--lines")
+    collected: list[str] = []
+    show = collected.append if json else lambda text: (sys.stdout.write(text), sys.stdout.flush())
     with host_session(host) as session:  # one connection: find the job, then tail or follow it
         chosen = session.host
         job_id = job
@@ -117,13 +126,21 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
             if not jobs:
                 raise BadInput(f"logs: no jobs on {chosen.name}")
             job_id = max(jobs, key=lambda item: item.get("created") or "")["id"]
-        if not follow_:
-            follow_log(chosen, job_id, None, lambda text: sys.stdout.write(text), lines=lines, follow=False,
-                       session=session)
-            return
-        outcome = follow(session, job_id, lines=lines)
-    if not outcome.detached:
-        print(f"job {job_id}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
+        if follow_:
+            sink = io.StringIO() if json else sys.stdout
+            outcome = follow(session, job_id, lines=lines, stream=sink)
+            state, exit_code, detached = outcome.state, outcome.exit_code, outcome.detached
+            text = sink.getvalue() if json else ""
+        else:
+            tailed = follow_log(chosen, job_id, None, show, lines=lines, follow=False, session=session)
+            state, exit_code, detached, text = tailed.state, tailed.exit_code, False, "".join(collected)
+            job_id = tailed.job_id
+    if json:
+        emit_json({"ok": True, "host": chosen.name, "job": job_id, "state": state, "exit_code": exit_code,
+                   "lines": text.splitlines(), "followed": bool(follow_)})
+        return
+    if follow_ and not detached:
+        print(f"job {job_id}: {state} (exit code {exit_code})", file=sys.stderr)
 
 
 @task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
