@@ -18,6 +18,7 @@ from remote.agent import agent_call
 from remote.errors import AgentError, BadInput, SpecopsError
 from remote.files import swap_folder
 from remote.inventory import REPO_ROOT, Host
+from remote.names import inside, safe_name
 from remote.ssh import Connection
 
 
@@ -34,18 +35,18 @@ def _sha256(path: Path) -> str:
 
 
 def fetch_run(conn: Connection, host: Host, run: str, *, with_training_state: bool = False) -> dict[str, Any]:
+    destination = inside(fetched_root(), safe_name(host.name, "host"), safe_name(run, "--run"), what="fetch folder")
     args = ["fetch-list", "--run", run] + (["--with-training-state"] if with_training_state else [])
     result = agent_call(conn, host, args)
     if not result.ok:
         error = result.document.get("error", "fetch-list failed")
         raise (BadInput if result.exit_code == 2 else AgentError)(f"{host.name}: {error}")
     listing = result.document
-    destination = fetched_root() / host.name / run
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run}.incoming-", dir=destination.parent))
     try:
         for entry in listing["files"]:
-            local = staging / entry["name"]
+            local = inside(staging, entry["name"], what=f"{host.name}: fetched file")  # named by the host
             local.parent.mkdir(parents=True, exist_ok=True)
             conn.download(entry["path"], local)  # the task's connection: SFTP over SSH, a copy on `local`
             if local.stat().st_size != entry["size"] or _sha256(local) != entry["sha256"]:

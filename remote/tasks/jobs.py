@@ -25,7 +25,11 @@ def _command_after_double_dash() -> list[str]:
 def run(c, host=None, name="run", run=None, detach=False, json=False):
     """Launch any command as a job under tmux on the host: invoke run --host H -- CMD ARGS..."""
     from remote.launch import follow, launch
+    from remote.names import safe_name
 
+    safe_name(name, "--name")  # a job's name and run become file names on the host: checked before connecting
+    if run is not None:
+        safe_name(run, "--run")
     command = _command_after_double_dash()
     if not command:
         raise BadInput("run: give the command after --, e.g. invoke run --host gpu1 -- nvidia-smi")
@@ -143,22 +147,47 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
         print(f"job {job_id}: {state} (exit code {exit_code})", file=sys.stderr)
 
 
-@task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
-            "json": "one JSON document on stdout"})
+@task(help={"host": "inventory host",
+            "job": "job id or name (newest of that name); default: the one running job of the run",
+            "run": "the run (default: the host's run)", "json": "one JSON document on stdout"})
 @reports_errors
 def stop(c, host=None, job=None, run=None, json=False):
-    """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped."""
-    from remote.jobs import job_call
+    """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped.
 
-    if not job:
-        raise BadInput("stop: --job ID|NAME is required")
+    Without --job: the run's running job when there is exactly one; with several, they are listed (exit 2).
+    """
+    from remote.jobs import job_call
+    from remote.names import safe_name
+    from specops.protocol import ACTIVE_STATES
+
+    if job is not None:
+        safe_name(job, "--job")
+    if run is not None:
+        safe_name(run, "--run")
     with host_connection(host) as (chosen, conn):
+        chosen_note = None
+        if job is None:
+            run_name = run or chosen.run
+            running = [entry for entry in job_call(conn, chosen, ["list"])["jobs"]
+                       if entry["state"] in ACTIVE_STATES and entry.get("run") == run_name]
+            if not running:
+                raise BadInput(f"stop: no job of run {run_name} is running on {chosen.name}; name one with --job")
+            if len(running) > 1:
+                listed = ", ".join(f"{entry['id']} ({entry['name']})" for entry in running)
+                raise BadInput(f"stop: {len(running)} jobs of run {run_name} are running on {chosen.name}: "
+                               f"{listed}; choose one with --job")
+            job = running[0]["id"]
+            chosen_note = f"the one running job of run {run_name}"
         document = job_call(conn, chosen, ["stop", job, *(["--run", run] if run else [])])
+    if chosen_note:
+        document["chosen"] = chosen_note
     if json:
         emit_json(document)
         return
     record = document["job"]
     what = "had already ended" if document.get("already_ended") else f"stopped ({document.get('signal')})"
+    if chosen_note:
+        print(f"stopping {record['id']}: {chosen_note}", file=sys.stderr)
     print(f"job {record['id']} {what}; state {record['state']}")
 
 

@@ -36,9 +36,10 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     the serve env for extract.
     """
     from remote.launch import agent_step_command, follow, launch
+    from remote.names import safe_name
 
     host, conn = session.host, session.conn
-    run_name = run or host.run
+    run_name = safe_name(run or host.run, "--run")  # checked here, before the doctor or a launch
     args = [arg.replace("{run}", run_name) for arg in step_args]
     meta: dict[str, Any] = {}
     if doctor:
