@@ -89,13 +89,21 @@ def status(c, host=None, json=False, all=False):
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
         view.add_row(job["id"], job.get("run") or "-", render.status_text(ok, state), _age(job.get("age_s")),
-                     "-" if job.get("exit_code") is None else str(job["exit_code"]), detail)
+                     _exit_text(job), detail)
     out.print(view)
     if document.get("metrics"):
         render_epochs(document["metrics"])
     for gpu in document.get("gpus") or []:
         out.print(f"GPU {gpu['index']} {gpu['name']}: {gpu['utilization_pct']}% util, "
                   f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB")
+
+
+def _exit_text(job: dict) -> str:
+    """The exit status and, when a signal ended the job, its name: "137 (SIGKILL)"."""
+    code, signal = job.get("exit_code"), job.get("signal")
+    if code is None:
+        return signal or "-"
+    return f"{code} ({signal})" if signal else str(code)
 
 
 def _age(seconds: float | None) -> str:
