@@ -218,8 +218,10 @@ def render_summary(summary: dict[str, Any]) -> None:
             "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout"})
 @reports_errors
 def fetch(c, host=None, run=None, with_training_state=False, json=False):
-    """Bring the best checkpoint, metrics, plot and logs home to fetched/<host>/<run>/, hash-verified."""
-    from remote import render
+    """Bring the newest finished checkpoint, metrics, plot and logs home to fetched/<host>/<run>/, hash-verified.
+
+    Safe while training runs: the host snapshots the files first (the log up to a recorded offset).
+    """
     from remote.fetch import fetch_run
 
     with host_session(host) as session:
@@ -228,8 +230,20 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False):
     if json:
         emit_json(document)
         return
-    print(f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
-          f"of epoch {document['best_epoch']} to {document['destination']}")
+    print(fetched_text(document))
+
+
+def fetched_text(document: dict[str, Any]) -> str:
+    """What a fetch brought: which epoch (the newest finished checkpoint), how much, and how far the log went."""
+    from remote import render
+
+    best = document.get("best_epoch")
+    best_text = "" if best is None or best == document["epoch"] else f"; the best so far is epoch {best}"
+    log = (document.get("logs") or {}).get("train.log")
+    log_text = f"; train.log up to byte {log['offset']}" if log else ""
+    return (f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
+            f"of epoch {document['epoch']} (the newest finished checkpoint, {document['checkpoint']}{best_text})"
+            f"{log_text} to {document['destination']}")
 
 
 TASKS = [prepare, extract, validate, vocab, train, pipeline, fetch]
