@@ -78,8 +78,15 @@ def _signature(files: list[Path], link: Path) -> tuple[Any, ...]:
     return (tuple(stats), link.is_symlink() and (str(link.readlink()), link.lstat().st_mtime_ns))
 
 
-def _copy_checkpoint(folder: Path, link: Path, into: Path, with_training_state: bool) -> None:
+def _copy_newest_finished(checkpoints: Path, into: Path, with_training_state: bool) -> tuple[int, str]:
+    """Copy the newest finished checkpoint into `into`; (epoch, link). A checkpoint that changed while
+    it was copied (the trainer rewrote it) is chosen again, from scratch."""
     for _attempt in range(_ATTEMPTS):
+        finished = finished_checkpoints(checkpoints)
+        if not finished:
+            raise BadInput(f"{checkpoints}: no finished checkpoint yet: train first")
+        epoch, link_name, folder = finished[-1]
+        link = checkpoints / link_name
         files = sorted(path for path in folder.iterdir() if path.is_file()
                        and (with_training_state or path.name not in TRAINING_STATE))
         before = _signature(files, link)
@@ -89,11 +96,11 @@ def _copy_checkpoint(folder: Path, link: Path, into: Path, with_training_state: 
             shutil.copyfile(path, into / path.name)
         try:
             if _signature(files, link) == before:
-                return
+                return epoch, link_name
         except FileNotFoundError:  # the trainer replaced a file while we copied it
             pass
         time.sleep(0.5)
-    raise CheckFailed(f"{folder}: the checkpoint kept changing during {_ATTEMPTS} copies; fetch again")
+    raise CheckFailed(f"{checkpoints}: the newest checkpoint kept changing during {_ATTEMPTS} copies; fetch again")
 
 
 def copy_log_prefix(log: Path, into: Path) -> dict[str, int]:
@@ -121,17 +128,15 @@ def _entry(path: Path, local_name: str) -> dict[str, Any]:
 def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
     run = Run(run_name)
     checkpoints = run.paths.checkpoints
-    finished = finished_checkpoints(checkpoints)
-    if not finished:
+    if not finished_checkpoints(checkpoints):  # before anything is written
         raise BadInput(f"{checkpoints}: no finished checkpoint yet for run {run_name}: train first")
-    epoch, link_name, folder = finished[-1]
     root = run.paths.run_dir / SNAPSHOTS
     _clear_stale(root)
     snapshot_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     snapshot = root / snapshot_id
     snapshot.mkdir(parents=True)
     try:
-        _copy_checkpoint(folder, checkpoints / link_name, snapshot / "checkpoint", with_training_state)
+        epoch, link_name = _copy_newest_finished(checkpoints, snapshot / "checkpoint", with_training_state)
         logs: dict[str, dict[str, int]] = {}
         log = checkpoints / train.LOG_FILE
         if log.is_file():
