@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from remote.errors import BadInput
+from specops.protocol import name_problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO_ROOT / "inventory.yaml"
@@ -126,6 +127,9 @@ def load_inventory(path: Path | None = None) -> Inventory:
     base = path.resolve().parent
     prepared: dict[str, object] = {}
     for name, settings in hosts.items():
+        problem = name_problem(name)  # a host's name becomes logs/<host>/ and fetched/<host>/
+        if problem is not None:
+            raise BadInput(f"{path}: hosts: host name {problem}")
         if not isinstance(settings, dict):
             raise BadInput(f"{path}: hosts.{name}: must be a mapping of settings")
         if "name" in settings:
@@ -153,6 +157,9 @@ def load_inventory(path: Path | None = None) -> Inventory:
         raise BadInput(f"{path}: default: names no host ({inventory.default!r}; hosts: "
                        f"{', '.join(sorted(inventory.hosts))})")
     for host in inventory.hosts.values():
+        problem = name_problem(host.run)
+        if problem is not None:
+            raise BadInput(f"{path}: hosts.{host.name}.run: {problem}")
         if host.jump and "@" not in host.jump and host.jump not in inventory.hosts:
             raise BadInput(f"{path}: hosts.{host.name}.jump: names no inventory host ({host.jump!r}); "
                            "use another host's name or user@host[:port]")

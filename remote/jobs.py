@@ -20,6 +20,7 @@ from remote import journal
 from remote.agent import agent_call, agent_stream
 from remote.errors import AgentError, BadInput, ConnectError
 from remote.inventory import Host, Inventory
+from remote.names import inside, safe_name
 from remote.session import HostSession
 from specops.protocol import ACTIVE_STATES
 
@@ -60,7 +61,9 @@ def logs_root() -> Path:
 
 
 def mirror_path(host: Host, job_id: str) -> Path:
-    return logs_root() / host.name / f"{job_id}.log"
+    """logs/<host>/<job>.log; the job id comes from the host, so it is checked like a name."""
+    return inside(logs_root(), safe_name(host.name, "host"), f"{safe_name(job_id, 'job id')}.log",
+                  what="log mirror")
 
 
 class LogMirror:

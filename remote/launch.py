@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from remote import journal
 from remote.errors import AgentError
@@ -61,26 +61,28 @@ def _last_json_line(text: str) -> dict[str, Any] | None:
 
 
 def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None = None, quiet: bool = False,
-           lines: int | None = None, raw: bool = False) -> LaunchOutcome:
-    """Stream a job's log to stderr until it ends (or Ctrl-C), as remote.step_view shows it; remember
-    its final JSON line.
+           lines: int | None = None, raw: bool = False, stream: TextIO | None = None) -> LaunchOutcome:
+    """Stream a job's log until it ends (or Ctrl-C), as remote.step_view shows it; remember its final
+    JSON line.
 
-    On the session's connection; `record` (the launch's answer) spares asking the host for it.
-    `raw`: the log exactly as it is (`invoke logs --follow`), no step view.
+    The log's lines go to `stream` (stderr by default: a step's --json owns stdout); specops' own
+    notices always go to stderr. On the session's connection; `record` (the launch's answer) spares
+    asking the host for it. `raw`: the log exactly as it is (`invoke logs --follow`), no step view.
     """
     from remote.step_view import StepView
 
     host = session.host
     tail = {"text": ""}
-    view = StepView(sys.stderr)  # the log less the step's JSON result; the trainer as progress bars
+    view = StepView(stream or sys.stderr)  # the log less the step's JSON result; the trainer as progress bars
 
     def on_text(text: str) -> None:
         tail["text"] = (tail["text"] + text)[-65536:]
         if quiet:
             return
+        out = stream or sys.stderr
         if raw:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            out.write(text)
+            out.flush()
         else:
             view.feed(text)
 

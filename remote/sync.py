@@ -95,10 +95,12 @@ def _staging() -> Path:
 
 
 def _parse_itemized(output: str, report: SyncReport) -> None:
+    """Files whose content moved ('<' sent, '>' received, 'c' created, 'h' linked). A '.' line only
+    touched attributes (the agent's install by `check` leaves other mtimes): the content was equal."""
     for line in output.splitlines():
         if line.startswith("*deleting"):
             report.deleted.append(line.split(None, 1)[1])
-        elif len(line) > 12 and line[0] in "<>ch." and line[1] == "f":
+        elif len(line) > 12 and line[0] in "<>ch" and line[1] == "f":
             name = line[12:].strip() if line[11] == " " else line.split(None, 1)[1]
             if not name.startswith("state/"):
                 report.changed.append(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 
@@ -9,6 +10,7 @@ from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, host_session, reports_errors
+from remote.tasks.shared import positive
 
 
 def _command_after_double_dash() -> list[str]:
@@ -23,7 +25,11 @@ def _command_after_double_dash() -> list[str]:
 def run(c, host=None, name="run", run=None, detach=False, json=False):
     """Launch any command as a job under tmux on the host: invoke run --host H -- CMD ARGS..."""
     from remote.launch import follow, launch
+    from remote.names import safe_name
 
+    safe_name(name, "--name")  # a job's name and run become file names on the host: checked before connecting
+    if run is not None:
+        safe_name(run, "--run")
     command = _command_after_double_dash()
     if not command:
         raise BadInput("run: give the command after --, e.g. invoke run --host gpu1 -- nvidia-smi")
@@ -37,7 +43,7 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
         if detach:
             print(job["id"])
             return
-        outcome = follow(session, job["id"], record=job)
+        outcome = follow(session, job["id"], record=job, stream=sys.stdout)  # log lines: stdout
     if not outcome.detached:
         print(f"job {job['id']}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
         if outcome.state != "succeeded":
@@ -90,7 +96,7 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
         view.add_row(job["id"], job.get("run") or "-", render.status_text(ok, state), _age(job.get("age_s")),
-                     "-" if job.get("exit_code") is None else str(job["exit_code"]), detail)
+                     _exit_text(job), detail)
     out.print(view)
     if document.get("metrics"):
         render_epochs(document["metrics"])
@@ -144,6 +150,14 @@ def total_eta(rows) -> dict:
     return {"total_eta_s": max(etas) if etas else None}
 
 
+def _exit_text(job: dict) -> str:
+    """The exit status and, when a signal ended the job, its name: "137 (SIGKILL)"."""
+    code, signal = job.get("exit_code"), job.get("signal")
+    if code is None:
+        return signal or "-"
+    return f"{code} ({signal})" if signal else str(code)
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -154,13 +168,20 @@ def _age(seconds: float | None) -> str:
 
 
 @task(help={"host": "inventory host", "job": "job id, or a name for the newest job of it (default: newest)",
-            "follow": "stream until the job ends; Ctrl-C stops following only", "lines": "lines of tail to show"})
+            "follow": "stream until the job ends; Ctrl-C stops following only", "lines": "lines of tail to show",
+            "json": "one JSON document on stdout: the lines, the job's state and the log's byte offset"})
 @reports_errors
-def logs(c, host=None, job=None, follow_=False, lines=40):
-    """Print the tail of a job's log (the newest job's by default); --follow streams it."""
+def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
+    """Print the tail of a job's log (the newest job's by default); --follow streams it.
+
+    The log's lines go to stdout (so `invoke logs --follow | grep x` works); specops' own notices to stderr.
+    """
     from remote.jobs import follow_log, job_call
     from remote.launch import follow
 
+    lines = positive(lines, "--lines")
+    collected: list[str] = []
+    show = collected.append if json else lambda text: (sys.stdout.write(text), sys.stdout.flush())
     with host_session(host) as session:  # one connection: find the job, then tail or follow it
         chosen = session.host
         job_id = job
@@ -169,37 +190,70 @@ def logs(c, host=None, job=None, follow_=False, lines=40):
             if not jobs:
                 raise BadInput(f"logs: no jobs on {chosen.name}")
             job_id = max(jobs, key=lambda item: item.get("created") or "")["id"]
-        if not follow_:
-            follow_log(chosen, job_id, None, lambda text: sys.stdout.write(text), lines=lines, follow=False,
-                       session=session)
-            return
-        outcome = follow(session, job_id, lines=lines, raw=True)
-    if not outcome.detached:
-        print(f"job {job_id}: {outcome.state} (exit code {outcome.exit_code})", file=sys.stderr)
+        if follow_:
+            sink = io.StringIO() if json else sys.stdout
+            outcome = follow(session, job_id, lines=lines, stream=sink, raw=True)
+            state, exit_code, detached = outcome.state, outcome.exit_code, outcome.detached
+            text = sink.getvalue() if json else ""
+        else:
+            tailed = follow_log(chosen, job_id, None, show, lines=lines, follow=False, session=session)
+            state, exit_code, detached, text = tailed.state, tailed.exit_code, False, "".join(collected)
+            job_id = tailed.job_id
+    if json:
+        emit_json({"ok": True, "host": chosen.name, "job": job_id, "state": state, "exit_code": exit_code,
+                   "lines": text.splitlines(), "followed": bool(follow_)})
+        return
+    if follow_ and not detached:
+        print(f"job {job_id}: {state} (exit code {exit_code})", file=sys.stderr)
 
 
-@task(help={"host": "inventory host", "job": "job id or name (newest of that name)", "run": "run of a named job",
-            "json": "one JSON document on stdout",
+@task(help={"host": "inventory host",
+            "job": "job id or name (newest of that name); default: the one running job of the run",
+            "run": "the run (default: the host's run)", "json": "one JSON document on stdout",
             "hosts": "stop the named job on several hosts at once (a training across hosts: --job train)",
             "all_hosts": "on every inventory host"})
 @reports_errors
 def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=False):
-    """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped."""
+    """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped.
+
+    Without --job: the run's running job when there is exactly one; with several, they are listed (exit 2).
+    """
     from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
     from remote.jobs import job_call
+    from remote.names import safe_name
+    from specops.protocol import ACTIVE_STATES
 
-    if not job:
-        raise BadInput("stop: --job ID|NAME is required")
+    if job is not None:
+        safe_name(job, "--job")
+    if run is not None:
+        safe_name(run, "--run")
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_hosts)
-    args = ["stop", job, *(["--run", run] if run else [])]
     if several is not None:
+        if not job:
+            raise BadInput("stop --hosts: name the job with --job (e.g. --job train)")
+        args = ["stop", job, *(["--run", run] if run else [])]
         run_across(f"stop {job}", several, inventory, lambda chosen, conn: (0, job_call(conn, chosen, args)),
                    stopped_summary, json=json)
         return
     with host_connection(host) as (chosen, conn):
-        document = job_call(conn, chosen, args)
+        chosen_note = None
+        if job is None:
+            run_name = run or chosen.run
+            running = [entry for entry in job_call(conn, chosen, ["list"])["jobs"]
+                       if entry["state"] in ACTIVE_STATES and entry.get("run") == run_name]
+            if not running:
+                raise BadInput(f"stop: no job of run {run_name} is running on {chosen.name}; name one with --job")
+            if len(running) > 1:
+                listed = ", ".join(f"{entry['id']} ({entry['name']})" for entry in running)
+                raise BadInput(f"stop: {len(running)} jobs of run {run_name} are running on {chosen.name}: "
+                               f"{listed}; choose one with --job")
+            job = running[0]["id"]
+            chosen_note = f"the one running job of run {run_name}"
+        document = job_call(conn, chosen, ["stop", job, *(["--run", run] if run else [])])
+    if chosen_note:
+        document["chosen"] = chosen_note
     if json:
         emit_json(document)
         return
@@ -209,6 +263,8 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
 def stopped_summary(document: dict) -> str:
     record = document["job"]
     what = "had already ended" if document.get("already_ended") else f"stopped ({document.get('signal')})"
+    if document.get("chosen"):
+        print(f"stopping {record['id']}: {document['chosen']}", file=sys.stderr)
     return f"job {record['id']} {what}; state {record['state']}"
 
 

@@ -65,6 +65,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
     from remote.agent import agent_call
     from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
+    from remote.names import safe_name
 
     if not action:
         raise BadInput(f"patch: which action? one of: {', '.join(ACTIONS)} (e.g. invoke patch verify)")
@@ -72,7 +73,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         raise BadInput(f"patch: unknown action {action!r} (one of: {', '.join(ACTIONS)})")
     args = ["patch", action]
     for name in set_ or []:
-        args += ["--set", name]
+        args += ["--set", safe_name(name, "--set")]  # a set's name is a folder under patches/
     if dry_run:
         args.append("--dry-run")
     if deep:
@@ -83,6 +84,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
     elif action == "new":
         if not (module and edited and id_ and reason and set_ and len(set_) == 1):
             raise BadInput("patch new: needs --module, --edited, --id, --reason and one --set")
+        safe_name(id_, "--id")  # the id names the patch file, here and on the host
         edited_path = Path(edited)
         if not edited_path.is_file():
             raise BadInput(f"patch new: --edited: no such file {edited}")
@@ -157,12 +159,14 @@ def sets_summary(doc: dict) -> str:
 def _write_new_patch(document: dict) -> None:
     """The agent composes the patch file against the host's installed file; it lands in this checkout."""
     from remote.inventory import REPO_ROOT
+    from remote.names import inside
 
     relative = document.get("patch_file_relative")
     text = document.get("patch_text")
     if not relative or text is None:
         return
-    target = Path(os.environ.get("SPECOPS_PATCHES_DIR") or REPO_ROOT / "patches") / relative
+    target = inside(Path(os.environ.get("SPECOPS_PATCHES_DIR") or REPO_ROOT / "patches"), relative,
+                    what="new patch file")  # named by the host
     if target.exists():
         raise BadInput(f"{target}: already exists; choose another --id")
     target.parent.mkdir(parents=True, exist_ok=True)

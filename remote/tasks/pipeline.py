@@ -36,9 +36,10 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     the serve env for extract.
     """
     from remote.launch import agent_step_command, follow, launch
+    from remote.names import safe_name
 
     host, conn = session.host, session.conn
-    run_name = run or host.run
+    run_name = safe_name(run or host.run, "--run")  # checked here, before the doctor or a launch
     args = [arg.replace("{run}", run_name) for arg in step_args]
     check_run(conn, host, run_name)  # bad config: exit 2 before any job, record or output exists
     meta: dict[str, Any] = {}
@@ -352,8 +353,11 @@ def render_summary(summary: dict[str, Any]) -> None:
             "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout"})
 @reports_errors
 def fetch(c, host=None, run=None, with_training_state=False, json=False):
-    """Bring the best checkpoint, metrics, plots, evaluation and logs home to fetched/<host>/<run>/, hash-verified."""
-    from remote import render
+    """Bring the newest finished checkpoint, metrics, plots, evaluation and logs home to fetched/<host>/<run>/,
+    hash-verified.
+
+    Safe while training runs: the host snapshots the files first (the log up to a recorded offset).
+    """
     from remote.fetch import fetch_run
 
     with host_session(host) as session:
@@ -362,8 +366,20 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False):
     if json:
         emit_json(document)
         return
-    print(f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
-          f"of epoch {document['best_epoch']} to {document['destination']}")
+    print(fetched_text(document))
+
+
+def fetched_text(document: dict[str, Any]) -> str:
+    """What a fetch brought: which epoch (the newest finished checkpoint), how much, and how far the log went."""
+    from remote import render
+
+    best = document.get("best_epoch")
+    best_text = "" if best is None or best == document["epoch"] else f"; the best so far is epoch {best}"
+    log = (document.get("logs") or {}).get("train.log")
+    log_text = f"; train.log up to byte {log['offset']}" if log else ""
+    return (f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
+            f"of epoch {document['epoch']} (the newest finished checkpoint, {document['checkpoint']}{best_text})"
+            f"{log_text} to {document['destination']}")
 
 
 TASKS = [regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch]

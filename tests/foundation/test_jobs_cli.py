@@ -28,7 +28,7 @@ def test_run_follows_the_job_and_arguments_arrive_literally(cli: Cli, host_name:
     script = "import json, sys; print(json.dumps(sys.argv[1:]))"
     result = cli("run", "--host", host_name, "--", "python3", "-c", script, *TRICKY)
     assert result.exit_code == 0, result.stderr
-    assert json.dumps(TRICKY) in result.stderr
+    assert json.dumps(TRICKY) in result.stdout  # the job's log line: stdout; specops' own words: stderr
     assert "succeeded (exit code 0)" in result.stderr
 
 

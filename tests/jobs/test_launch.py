@@ -76,8 +76,8 @@ TRICKY = ["with space", "it's", 'say "hi"', "$HOME", "$(touch pwned)", "a;touch 
           "back\\slash", "*", "", "-n", "--", "multi\nline"]
 
 
-def test_names_and_arguments_with_shell_characters_arrive_literally(agent: Agent) -> None:
-    name = "odd name; $(touch pwned) `x` 'q'"
+def test_arguments_with_shell_characters_arrive_literally(agent: Agent) -> None:
+    name = "odd.name_1-x"  # every character a safe name may have (issue 12: names become file names)
     job = agent.launch(name, python_job("import json, sys; print(json.dumps(sys.argv[1:]))", *TRICKY),
                        "--env", "ODD=$HOME;`x`")
     done = agent.wait_for_state(job["id"])
@@ -85,6 +85,13 @@ def test_names_and_arguments_with_shell_characters_arrive_literally(agent: Agent
     assert json.loads(Path(done["log"]).read_text()) == TRICKY
     assert done["name"] == name and agent.show(name)["id"] == job["id"]
     assert not list(agent.workdir.rglob("pwned"))
+
+
+def test_a_name_with_shell_characters_is_refused_and_nothing_runs(agent: Agent) -> None:
+    name = "odd name; $(touch pwned) `x` 'q'"
+    code, document = agent.call("launch", "--name", name, "--", "sh", "-c", "touch pwned")
+    assert code == 2 and "safe name" in document["error"]
+    assert agent.records_on_disk() == [] and not list(agent.workdir.rglob("pwned"))
 
 
 def test_the_environment_is_the_launching_agents_not_the_tmux_servers(agent: Agent) -> None:

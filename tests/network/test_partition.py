@@ -120,8 +120,8 @@ def test_a_quiet_agent_call_on_a_whole_network_is_not_a_dead_connection(tmp_path
     assert call.returncode == 0, stderr
 
 
-class StderrReader:
-    """Collects a process's stderr lines as they come, from a thread."""
+class OutputReader:
+    """Collects the lines of a process's output pipe as they come, from a thread."""
 
     def __init__(self, stream) -> None:
         self.lines: list[str] = []
@@ -154,8 +154,10 @@ def test_following_a_log_survives_a_partition_and_prints_every_line_once(
     launched = cli("run", "--host", HOST, "--name", "counter", "--json", "--", PYTHON, "-c", COUNTER, str(gate))
     assert launched.exit_code == 0, launched.stderr
     job = launched.json()["job"]
-    follower = cli.popen("logs", "--host", HOST, "--job", job["id"], "--follow", "--lines", "1000000")
-    reader = StderrReader(follower.stderr)
+    # the log's lines (stdout) and specops' notices (stderr) in one pipe, in the order they were written
+    follower = cli.popen("logs", "--host", HOST, "--job", job["id"], "--follow", "--lines", "1000000",
+                         merge_streams=True)
+    reader = OutputReader(follower.stdout)
     try:
         wait_until(lambda: reader.first("line 20\n") is not None, what="the follower to print line 20")
         network.partition()

@@ -48,6 +48,7 @@ class Cli:
                               text=True, timeout=timeout)
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
-    def popen(self, *args: str, **extra_env: str) -> subprocess.Popen:
+    def popen(self, *args: str, merge_streams: bool = False, **extra_env: str) -> subprocess.Popen:
+        """`merge_streams`: stderr into the stdout pipe, in the order written (read it from `.stdout`)."""
         return subprocess.Popen([str(INVOKE), *args], cwd=REPO, env=self.env(**extra_env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_streams else subprocess.PIPE)

@@ -150,10 +150,15 @@ def test_a_replayed_step_replaces_the_earlier_record() -> None:
     assert metrics.parse_log(replay).steps[-1].train["loss"] == 0.9
 
 
-def test_loss_plot_is_a_png(tmp_path: Path) -> None:
-    written = plot.plot_loss([(0, 2.0), (1, 1.5), (2, 1.2)], tmp_path / "loss.png")
-    assert written is not None and written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot.plot_loss([], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+def test_loss_plot_is_a_png_with_validation_loss_epoch_marks_legend_and_units(tmp_path: Path) -> None:
+    drawn = plot.plot_loss(metrics.parse_log(RICH_LOG), tmp_path / "loss.png", run="tiny")
+    assert drawn is not None and Path(drawn["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn["series"] == [plot.TRAIN_SERIES, plot.VAL_SERIES]
+    assert drawn["validation_points"] == [(1, 1.35)]  # epoch 0's validation, at its last step
+    assert drawn["epoch_marks"] == [{"epoch": 0, "step": 0}, {"epoch": 1, "step": 2}]
+    assert "step" in drawn["x_label"] and "nats" in drawn["y_label"] and "tiny" in drawn["title"]
+    empty = metrics.parse_log("")
+    assert plot.plot_loss(empty, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
 
 
 @pytest.mark.wheels

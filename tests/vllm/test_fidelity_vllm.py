@@ -94,6 +94,17 @@ def test_step_validate_auto_finds_the_run_server_and_agrees(served):
           f"over {sum(s['positions'] for s in detail['samples'])} positions")
 
 
+def test_validation_requests_never_leave_a_staged_file_behind(served):
+    """The connector writes a request's hidden states after the response returns; validation waits
+    for each write (the connector's lock) and removes the file: five passes, nothing left, ever."""
+    before = staged(served.workdir)
+    for attempt in range(5):
+        code, document, stderr = agent(served.workdir, "step", "validate", "--run", "tiny", "--fidelity-samples", "4")
+        assert code == 0, f"{json.dumps(document)[:3000]}\n{stderr[-2000:]}"
+        assert document["checks"]["fidelity"]["detail"]["reference"] == "vllm"
+        assert staged(served.workdir) == before, f"pass {attempt}: {staged(served.workdir) - before}"
+
+
 def test_hf_extracted_files_agree_with_the_server(served):
     from specops.pipeline.validation import check_fidelity, fidelity_indices
 

@@ -21,7 +21,7 @@ from specops.flags import json_object
 from specops.jobs import liveness, logtail, records, stopping, wrapper
 from specops.jobs.launching import AlreadyRunning, launch
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JobRecord
+from specops.protocol import ACTIVE_STATES, JobRecord, name_problem
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
@@ -55,8 +55,10 @@ def _command(remainder: list[str]) -> list[str]:
 
 
 def _name(text: str, flag: str = "--name") -> str:
-    if not text.strip() or any(ord(char) < 32 for char in text):
-        raise BadInput(f"job launch {flag} {text!r}: must be non-empty, without control characters")
+    """Job and run names become file, folder and tmux session names: one safe pattern (protocol)."""
+    problem = name_problem(text)
+    if problem is not None:
+        raise BadInput(f"job launch {flag}: {problem}")
     return text
 
 

@@ -9,6 +9,7 @@ Offsets count bytes of the log; a chunk's bytes are `data.encode("utf-8", "surro
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ MAX_CHUNK = 1 << 20  # a "line" longer than this goes out in pieces rather than 
 _BACKWARD_BLOCK = 1 << 16
 _LAST_LINE_WINDOW = 1 << 16
 _LAST_LINE_CHARS = 500
+_LAST_LINE_SCAN = 1 << 22  # bytes read backwards at most for a human line
 
 
 def log_size(path: Path) -> int:
@@ -69,17 +71,42 @@ def offset_of_last_lines(path: Path, count: int) -> int:
 
 
 def last_line(path: Path) -> str | None:
-    """The last non-blank line of the log, partial or not, for a status table."""
+    """The last non-blank line a person would read, partial or not, for a status table.
+
+    A step ends its log with its JSON result, often kilobytes on one line: that line, and any
+    other JSON document on a line of its own, is skipped rather than shown as a fragment. The
+    log is read backwards a block at a time; a line cut by the block's start is never shown.
+    """
     size = log_size(path)
     if size == 0:
         return None
     with path.open("rb") as handle:
-        handle.seek(max(0, size - _LAST_LINE_WINDOW))
-        tail = handle.read().decode(errors="replace")
-    for line in reversed(tail.replace("\r", "\n").split("\n")):
-        if line.strip():
-            return line.strip()[-_LAST_LINE_CHARS:]
+        end = size
+        carry = b""  # the start of the line cut by the previous block's start
+        while end > 0:
+            start = max(0, end - _LAST_LINE_WINDOW)
+            handle.seek(start)
+            block = handle.read(end - start) + carry
+            pieces = block.replace(b"\r", b"\n").split(b"\n")
+            carry, whole = (b"", pieces) if start == 0 else (pieces[0], pieces[1:])
+            for raw in reversed(whole):
+                line = raw.decode(errors="replace").strip()
+                if line and not _is_json_document(line):
+                    return line[-_LAST_LINE_CHARS:]
+            end = start
+            if size - end >= _LAST_LINE_SCAN:
+                break
     return None
+
+
+def _is_json_document(line: str) -> bool:
+    if (line[0], line[-1]) not in (("{", "}"), ("[", "]")):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def stream(path: Path, offset: int, *, follow: bool, current_state: Callable[[], dict[str, Any]],

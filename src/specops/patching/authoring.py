@@ -18,6 +18,7 @@ from specops.errors import BadInput
 from specops.patching.rewrite import apply_patches
 from specops.patching.selection import Environment
 from specops.patching.spec import SET_FILE, load_patch, load_set
+from specops.protocol import name_problem
 
 Hunk = tuple[int, int, int, int]  # old[i1:i2] -> new[j1:j2], in lines
 
@@ -89,6 +90,9 @@ def handle(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, 
             raise BadInput(f"patch new: {flag} is required")
     if not args.sets or len(args.sets) != 1:
         raise BadInput("patch new: give exactly one --set NAME")
+    problem = name_problem(args.sets[0])  # the set's name is a folder under patches/
+    if problem is not None:
+        raise BadInput(f"patch new --set: {problem}")
     folder = patches_dir / args.sets[0]
     if not (folder / SET_FILE).is_file():
         raise BadInput(f"{folder / SET_FILE}: missing; create the set's {SET_FILE} first (see patches/README.md)")

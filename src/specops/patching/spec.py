@@ -15,6 +15,7 @@ from typing import Any
 
 from specops.errors import BadInput
 from specops.patching.specifiers import InvalidVersion, SpecifierSet
+from specops.protocol import name_problem
 
 SET_FILE = "set.toml"
 HOSTS = ("any", "cpu", "gpu")
@@ -166,6 +167,10 @@ def load_set(folder: Path) -> PatchSet:
 
 def load_sets(patches_dir: Path, names: list[str] | None = None) -> list[PatchSet]:
     """Named sets (in the order given) or every set under patches_dir (sorted by name)."""
+    for name in names or []:
+        problem = name_problem(name)  # a set's name is a folder under patches/
+        if problem is not None:
+            raise BadInput(f"--set: {problem}")
     if not patches_dir.is_dir():
         raise BadInput(f"{patches_dir}: patches directory does not exist")
     available = sorted(p.name for p in patches_dir.iterdir() if (p / SET_FILE).is_file())

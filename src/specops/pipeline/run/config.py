@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specops.errors import BadInput
 from specops.parallel import ModelShape, ParallelSizes, resolve_sizes
 from specops.paths import workdir
+from specops.protocol import name_problem
 
 
 class _Strict(BaseModel):
@@ -221,8 +222,10 @@ class RunPaths:
 
 
 def check_run_name(name: str) -> str:
-    if not name or "/" in name or name.startswith(".") or not name.replace("-", "").replace("_", "").isalnum():
-        raise BadInput(f"--run: {name!r} is not a run name (letters, digits, - and _)")
+    """A run's name becomes runs/<name>.yaml and runs/<name>/: the one safe pattern (protocol)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise BadInput(f"--run: {problem}")
     return name
 
 

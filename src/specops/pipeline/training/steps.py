@@ -189,16 +189,21 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     return 0, document
 
 
-def metrics_report(run: Run, draw_plot: bool = True) -> dict[str, Any]:
-    """The per-epoch table; with draw_plot also (re)draws loss.png (matplotlib: not for `status`)."""
+def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = None,
+                   plot_path: Path | None = None) -> dict[str, Any]:
+    """The per-epoch table; with draw_plot also (re)draws loss.png (matplotlib: not for `status`).
+
+    `log_path` and `plot_path` default to the run's train.log and loss.png; `fetch` passes its
+    snapshot's copies, so the table and the plot match the log it brings home.
+    """
     checkpoints: Path = run.paths.checkpoints
-    log = metrics.read_log(checkpoints / train.LOG_FILE)
-    png = None
+    log_file = log_path or checkpoints / train.LOG_FILE
+    log = metrics.read_log(log_file)
+    png = plot_path or checkpoints / plot.PLOT_FILE
+    drawn: dict[str, Any] | None = None
     if draw_plot:
-        png = plot.plot_loss(metrics.loss_per_step(log), checkpoints / plot.PLOT_FILE, title=run.paths.name)
-    elif (checkpoints / plot.PLOT_FILE).is_file():
-        png = checkpoints / plot.PLOT_FILE
+        drawn = plot.plot_loss(log, png, run=run.paths.name)
     state = train.checkpoint_state(checkpoints)
-    return {"step": "metrics", "run": run.paths.name, "log": str(checkpoints / train.LOG_FILE),
+    return {"step": "metrics", "run": run.paths.name, "log": str(log_file),
             "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
-            "checkpoints": state.as_dict(), "plot": str(png) if png else None}
+            "checkpoints": state.as_dict(), "plot": str(png) if png.is_file() else None, "plot_contents": drawn}

@@ -18,6 +18,7 @@ know) raises Unsupported; the caller reports fidelity as "unknown" with the reas
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -221,6 +222,33 @@ def served_models(endpoint: str, timeout_s: float = 10.0) -> list[str]:
     return models
 
 
+def wait_for_staged_write(path: Path, timeout_s: float) -> bool:
+    """Wait until the connector's writer releases `<path>.lock` (LOCK_EX while it writes); False on timeout.
+
+    No lock file: the connector runs without locks, so wait for the file itself to appear.
+    """
+    import fcntl
+
+    deadline = time.monotonic() + timeout_s
+    lock = Path(f"{path}.lock")
+    while not lock.exists():
+        if path.exists() or time.monotonic() > deadline:
+            return path.exists()
+        time.sleep(0.02)
+    with lock.open("rb") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+
+
+STAGED_WRITE_WAIT_S = 60.0  # a staged write of one prompt's hidden states takes well under a second
+
+
 class VllmReference:
     """Next-token choices from the vLLM server's prompt_logprobs (top-1 per prompt position)."""
 
@@ -235,11 +263,29 @@ class VllmReference:
         # the request id: ours are not wanted, and a long prompt's file is large.
         self.staging = staging
 
-    def _discard_staged(self, request_id: Any) -> None:
-        if self.staging is None or not isinstance(request_id, str) or not request_id:
+    def _discard_staged(self, document: Any) -> None:
+        """Remove the hidden-state file the server's connector stages for our own request.
+
+        The connector writes it AFTER the response returns, on a writer thread, holding an
+        exclusive flock on `<file>.lock` from before the response until the write is done (its own
+        client, load_hidden_states, waits the same way). So: wait for that lock, then remove both.
+        The response names the file (kv_transfer_params.hidden_states_path).
+        """
+        if self.staging is None or not isinstance(document, dict):
             return
-        for path in Path(self.staging).glob(f"{request_id}*"):
+        staged = (document.get("kv_transfer_params") or {}).get("hidden_states_path")
+        if isinstance(staged, str) and staged:
+            path = Path(staged)
+            if path.parent.resolve() != Path(self.staging).resolve():
+                return  # not in the run's staging folder: not ours to remove
+            wait_for_staged_write(path, min(self.timeout_s, STAGED_WRITE_WAIT_S))
             path.unlink(missing_ok=True)
+            Path(f"{path}.lock").unlink(missing_ok=True)
+            return
+        request_id = document.get("id")  # a connector that does not say where: the file is named after the id
+        if isinstance(request_id, str) and request_id:
+            for leftover in Path(self.staging).glob(f"{request_id}*"):
+                leftover.unlink(missing_ok=True)
 
     def prompt_logprobs(self, token_ids: list[int]) -> list[Any]:
         body = {"model": self.model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
@@ -254,7 +300,7 @@ class VllmReference:
             raise Unsupported(f"{self.endpoint}/completions: HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise Unsupported(f"{self.endpoint}/completions: no answer ({exc})") from None
-        self._discard_staged(document.get("id") if isinstance(document, dict) else None)
+        self._discard_staged(document)
         try:
             entries = document["choices"][0]["prompt_logprobs"]
         except (KeyError, IndexError, TypeError):
