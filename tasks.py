@@ -11,9 +11,9 @@ from invoke import Collection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from remote.tasks import core, doctor, jobs, patch, pipeline, sync
+from remote.tasks import compat, core, doctor, jobs, patch, pipeline, sync
 
 ns = Collection()
-for group in (core, sync, jobs, patch, doctor, pipeline):
+for group in (core, sync, jobs, patch, doctor, compat, pipeline):
     for task_object in group.TASKS:
         ns.add_task(task_object)

@@ -79,7 +79,10 @@ def status(c, host=None, json=False, all=False):
         if job.get("note"):
             detail = f"{job['note'][:100]}\n{detail}"
         progress = job.get("progress")
-        if progress and state in ACTIVE_STATES:
+        if progress and state in ACTIVE_STATES and progress.get("step") == "evaluate":
+            detail = (f"evaluating {progress.get('draft')} ({progress.get('done')}/{progress.get('total')} drafts, "
+                      f"{progress.get('prompts')} prompts, {progress.get('backend')})\n{detail}")
+        elif progress and state in ACTIVE_STATES:
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
         view.add_row(job["id"], job.get("run") or "-", render.status_text(ok, state), _age(job.get("age_s")),

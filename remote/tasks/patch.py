@@ -27,11 +27,12 @@ ACTIONS = ("apply", "verify", "status", "revert", "new")
           "deep": "verify: also import each target in a subprocess and bind calls with inspect",
           "env": "which of the host's envs to patch (default: the default env)",
           "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
-          "id_": "new: id of the new patch", "reason": "new: one line saying why"},
+          "id_": "new: id of the new patch", "reason": "new: one line saying why",
+          "from_finding": "new: propose the patch for this doctor finding id (see `invoke doctor --json`)"},
 )
 @reports_errors
 def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False, env=None, module=None,
-          edited=None, id_=None, reason=None):
+          edited=None, id_=None, reason=None, from_finding=None):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
     from remote.agent import agent_call
@@ -45,7 +46,10 @@ def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False
         args.append("--dry-run")
     if deep:
         args.append("--deep")
-    if action == "new":
+    if action == "new" and from_finding:
+        if not (set_ and len(set_) == 1) or module or edited:
+            raise BadInput("patch new --from-finding: needs one --set (and no --module/--edited)")
+    elif action == "new":
         if not (module and edited and id_ and reason and set_ and len(set_) == 1):
             raise BadInput("patch new: needs --module, --edited, --id, --reason and one --set")
         edited_path = Path(edited)
@@ -53,7 +57,11 @@ def patch(c, action, host=None, set_=None, json=False, dry_run=False, deep=False
             raise BadInput(f"patch new: --edited: no such file {edited}")
     started = time.perf_counter()
     with host_connection(host) as (chosen, conn):
-        if action == "new":
+        if action == "new" and from_finding:
+            args += ["--from-finding", from_finding]
+            args += ["--id", id_] if id_ else []
+            args += ["--reason", reason] if reason else []
+        elif action == "new":
             # The edited copy travels to the host, where the installed file it is compared with lives.
             remote_copy = f"{chosen.workdir.rstrip('/')}/tmp/patch-new-{id_}.py"
             upload = conn.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "upload", remote_copy],
@@ -114,7 +122,12 @@ def _render(action: str, doc: dict) -> None:
     elif action == "status":
         for line in doc.get("lines", []):
             out.print(line)
+    elif action == "new" and doc.get("proposed_diff") and not doc.get("ok"):
+        out.print(doc["proposed_diff"], markup=False, highlight=False)
+        out.print(render.status_text(False, doc.get("error", "the proposed patch does not bind")))
     elif action == "new":
+        if doc.get("proposed_diff"):
+            out.print(doc["proposed_diff"], markup=False, highlight=False)
         out.print(f"wrote {doc.get('written_here')} ({doc.get('replacements')} replacement(s), replayed against "
                   f"the host's {doc.get('file')}); review it and commit it with its set")
     else:

@@ -1,4 +1,4 @@
-"""Tasks of the pipeline: prepare, extract, validate, vocab, train, pipeline, fetch.
+"""Tasks of the pipeline: regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch.
 
 Each step runs as a job under tmux on the host (it survives disconnects) and is followed by
 default; --detach returns at once. extract, train and pipeline run the doctor first and refuse
@@ -63,6 +63,31 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
         raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
     return result
+
+
+@task(help={**STEP_HELP, "backend": "hf | vllm (default: the run's regenerate.backend, else its backend)",
+            "stop_server": "vllm: stop the vllm-server job afterwards",
+            "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
+@reports_errors
+def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, json=False):
+    """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
+    args = ["step", "regenerate", "--run", "{run}"]
+    if backend:
+        if backend not in ("hf", "vllm"):
+            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
+        args += ["--backend", backend]
+    if stop_server:
+        args.append("--stop-server")
+    if positive(port, "--port"):
+        args += ["--port", str(port)]
+    with host_session(host) as session:
+        result = run_step_job(session, run, "regenerate", args, detach=detach, json=json,
+                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+    if result and not json:
+        counts = result.get("counts") or {}
+        print(f"regenerated {counts.get('rows')} answers for {counts.get('conversations')} conversations "
+              f"({counts.get('failed')} failed, {counts.get('empty')} empty, {counts.get('held_out')} held out): "
+              f"{result.get('output')}")
 
 
 @task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
@@ -152,13 +177,76 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         render_epochs(result.get("metrics") or [])
 
 
+@task(help={**STEP_HELP, "checkpoint": "best | last | an epoch number (default: the run's evaluate.checkpoint)",
+            "all_epochs": "score every epoch's checkpoint", "prompts": "the first N held-out prompts",
+            "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)"})
+@reports_errors
+def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
+             json=False):
+    """After step 4: the draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
+    args = ["step", "evaluate", "--run", "{run}"]
+    if checkpoint is not None:
+        if not (str(checkpoint) in ("best", "last") or str(checkpoint).isdigit()):
+            raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {checkpoint!r}")
+        args += ["--checkpoint", str(checkpoint)]
+    if all_epochs:
+        args.append("--all-epochs")
+    if positive(prompts, "--prompts"):
+        args += ["--prompts", str(prompts)]
+    if backend:
+        if backend not in ("hf", "vllm"):
+            raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
+        args += ["--backend", backend]
+    with host_session(host) as session:
+        result = run_step_job(session, run, "evaluate", args, detach=detach, json=json, env_role="train",
+                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+    if result and not json:
+        render_evaluation(result)
+
+
+def render_evaluation(evaluation: dict[str, Any] | None) -> None:
+    """The acceptance table: the trained draft (each epoch with --all-epochs), the untrained one, the previous."""
+    if not evaluation or not evaluation.get("report"):
+        return
+    from remote import render
+
+    trained = evaluation["report"]
+    k = len(trained.get("per_position_acceptance") or [])
+    columns = ["draft", "mean acceptance length", "accepted / drafted", *[f"pos {p}" for p in range(k)], "speedup"]
+    view = render.table(f"acceptance on {trained['prompts']} held-out prompts ({trained['backend']}, k={k})", columns)
+    rows = [(f"trained (epoch {row['checkpoint']})", row) for row in evaluation.get("epochs") or []] \
+        or [(f"trained ({trained['checkpoint']})", trained)]
+    if evaluation.get("untrained"):
+        rows.append(("untrained", evaluation["untrained"]))
+    if evaluation.get("previous"):
+        rows.append((f"previous ({evaluation['previous'].get('checkpoint')})", evaluation["previous"]))
+    for label, row in rows:
+        positions = [f"{value:.3f}" for value in row.get("per_position_acceptance") or []]
+        view.add_row(label, f"{row['mean_acceptance_length']:.3f}",
+                     f"{row.get('num_accepted_tokens')} / {row.get('num_draft_tokens')}",
+                     *(positions + ["-"] * (k - len(positions))),
+                     "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x")
+    render.console().print(view)
+
+
+def _acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not evaluation or not evaluation.get("report"):
+        return []
+    trained, untrained = evaluation["report"], evaluation.get("untrained") or {}
+    return [("mean acceptance length", f"{trained['mean_acceptance_length']:.3f} trained vs "
+             f"{number_text(untrained.get('mean_acceptance_length'))} untrained "
+             f"({trained['prompts']} held-out prompts, {trained['backend']})")]
+
+
 @task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host"})
 @reports_errors
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
              no_fetch=False, detach=False, json=False):
-    """doctor → patches → prepare → extract → validate → vocab → train, then fetch; unchanged steps skip."""
+    """doctor → patches → regenerate → prepare → extract → validate → vocab → train → evaluate, then fetch.
+
+    Unchanged steps skip; regenerate and evaluate run when the run config enables them."""
     from remote.fetch import fetch_run
 
     started = time.perf_counter()
@@ -188,6 +276,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
         emit_json(summary)
         return
     render_epochs(result.get("epochs") or [])
+    render_evaluation(result.get("evaluation"))
     render_summary(summary)
 
 
@@ -204,6 +293,7 @@ def render_summary(summary: dict[str, Any]) -> None:
         ("hidden-state bytes", render.human_bytes(summary.get("hidden_state_bytes"))),
         ("fidelity", number_text(summary.get("fidelity"))),
         ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
+        *_acceptance_rows(summary.get("evaluation")),
         ("checkpoints on host", str(summary.get("checkpoints"))),
         ("fetched to", str(summary.get("fetched") or "-")),
         ("elapsed", f"{summary['elapsed_s']} s"),
@@ -217,7 +307,7 @@ def render_summary(summary: dict[str, Any]) -> None:
             "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout"})
 @reports_errors
 def fetch(c, host=None, run=None, with_training_state=False, json=False):
-    """Bring the best checkpoint, metrics, plot and logs home to fetched/<host>/<run>/, hash-verified."""
+    """Bring the best checkpoint, metrics, plots, evaluation and logs home to fetched/<host>/<run>/, hash-verified."""
     from remote import render
     from remote.fetch import fetch_run
 
@@ -231,4 +321,4 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False):
           f"of epoch {document['best_epoch']} to {document['destination']}")
 
 
-TASKS = [prepare, extract, validate, vocab, train, pipeline, fetch]
+TASKS = [regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch]

@@ -1,3 +1,22 @@
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 from tests.analysis.sites import site_030, site_0401
 
 __all__ = ["site_030", "site_0401"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def analysis_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The doctor's analysis cache lives in this session's temp folder, never in the user's home."""
+    folder = tmp_path_factory.mktemp("analysis-cache")
+    before = os.environ.get("SPECOPS_ANALYSIS_CACHE")
+    os.environ["SPECOPS_ANALYSIS_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("SPECOPS_ANALYSIS_CACHE", None)
+    else:
+        os.environ["SPECOPS_ANALYSIS_CACHE"] = before

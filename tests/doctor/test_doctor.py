@@ -43,8 +43,13 @@ def test_speculators_030_with_vllm_016_fails_on_each_real_break(
     assert code == 1 and document["ok"] is False
     assert document["versions"]["speculators"] == "0.3.0" and document["versions"]["vllm"] == "0.16.0"
     errors = {f["where"].rsplit("/", 1)[-1]: f for f in items(document, "api", "error")}
+    # the three module-level call breaks, the rename inside the function bound onto LlamaModel, and
+    # the engine-loop step (sample_tokens) the generator's hand-driven loop at line 253 never makes
     assert set(errors) == {"vllm_hidden_states_generator.py:136", "vllm_hidden_states_generator.py:148",
-                           "vllm_hidden_states_generator.py:194"}
+                           "vllm_hidden_states_generator.py:194", "custom_worker.py:30",
+                           "vllm_hidden_states_generator.py:253"}
+    assert "no attribute 'get_input_embeddings'" in errors["custom_worker.py:30"]["why"]
+    assert "never calls sample_tokens" in errors["vllm_hidden_states_generator.py:253"]["why"]
     assert "unexpected keyword 'kv_cache_specs'" in errors["vllm_hidden_states_generator.py:136"]["why"]
     assert "'block_size'" in errors["vllm_hidden_states_generator.py:148"]["why"]
     assert "'is_encoder_decoder'" in errors["vllm_hidden_states_generator.py:194"]["why"]
@@ -175,9 +180,11 @@ RUN_ROWS = {"flags", "model", "resources"}
 @pytest.mark.wheels
 def test_without_a_run_the_doctor_judges_the_installed_stack_alone(
         capsys: pytest.CaptureFixture[str], site_0401: Path) -> None:
-    code, document = doctor(capsys, "--site", str(site_0401))
+    # --no-import: the import probe judges this machine's pydantic 2.14, under which `import speculators`
+    # 0.4.0.1 really fails (its own test shows that finding); here only the static verdict of the pair counts.
+    code, document = doctor(capsys, "--site", str(site_0401), "--no-import")
     assert code == 0 and document["ok"] is True and document["scope"] == "stack"
-    assert {f["check"] for f in document["findings"]} <= {"api", "capability"}
+    assert {f["check"] for f in document["findings"]} <= {"api", "capability", "serving"}
     assert not RUN_ROWS & set(document["timing_s"])
     assert not any("layer_ids" in f["where"] or f["where"].startswith("speculators train")
                    for f in document["findings"])

@@ -1,7 +1,8 @@
 """The pipeline through the real `invoke` tasks, on `local` and over the real sshd, on the tiny model.
 
 These are the user's flows: `invoke extract --samples 10`, `invoke validate`, `invoke pipeline` twice
-(the second skips every step), a changed draft vocabulary re-running only vocab and train, a killed
+(the first ends with the draft's acceptance on held-out prompts, the second skips every step), a
+changed draft vocabulary re-running only vocab and train, a killed
 training resuming, and `invoke fetch` bringing home a checkpoint that speculators loads.
 """
 
@@ -75,19 +76,26 @@ def test_pipeline_runs_then_skips_every_step_and_fetches_a_loadable_checkpoint(
     summary = first.json()
     assert summary["ok"] is True
     assert {name: info["status"] for name, info in summary["steps"].items()} == {
-        "doctor": "ok (checked before launch)", "patches": "ok", "prepare": "done", "extract": "done",
-        "validate": "done", "vocab": "done", "train": "done"}
+        "doctor": "ok (checked before launch)", "patches": "ok", "regenerate": "done", "prepare": "done",
+        "extract": "done", "validate": "done", "vocab": "done", "train": "done", "evaluate": "done"}
     assert summary["samples"] == 200 and summary["fidelity"] >= 0.98
     assert summary["loss_last"] < summary["loss_first"]
+    # the run ends with the draft's acceptance on held-out prompts, trained against untrained
+    trained, untrained = summary["evaluation"]["report"], summary["evaluation"]["untrained"]
+    assert trained["prompts"] == 20 and trained["backend"] == "hf"
+    assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
     checkpoint = fetched / host_name / "tiny" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "config.json").is_file()
     assert (fetched / host_name / "tiny" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (fetched / host_name / "tiny" / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fetched_evaluation = json.loads((fetched / host_name / "tiny" / "evaluation.json").read_text())
+    assert fetched_evaluation["report"] == trained
     assert not (checkpoint / "optimizer_state_dict.pt").exists()
 
     second = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
     assert second.exit_code == 0, second.stderr[-4000:]
     statuses = {name: info["status"] for name, info in second.json()["steps"].items()}
-    for step in ("prepare", "extract", "validate", "vocab", "train"):
+    for step in ("regenerate", "prepare", "extract", "validate", "vocab", "train", "evaluate"):
         assert statuses[step] == "skipped: unchanged", statuses
 
     if host_name == "local":
@@ -132,7 +140,8 @@ def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_train
     config_file.write_text(yaml.safe_dump(config))
     changed = pipeline()
     statuses = {name: info["status"] for name, info in changed["steps"].items()}
-    assert statuses["prepare"] == statuses["extract"] == statuses["validate"] == "skipped: unchanged"
+    assert statuses["regenerate"] == statuses["prepare"] == statuses["extract"] == statuses["validate"] \
+        == "skipped: unchanged"
     assert statuses["vocab"] == "done" and statuses["train"] == "done"
     assert changed["coverage"][0]["draft_vocab"] == 128
 

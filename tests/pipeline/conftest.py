@@ -19,11 +19,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # the in-process parts too
 
 @pytest.fixture(scope="session")
 def tiny_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workdir holding runs/ (a copy of the repo's) and the generated tiny model and data."""
+    """A workdir holding runs/ (a copy of the repo's, on the source conversations) and the tiny model and data."""
     from specops.pipeline.data import tiny
+    from tests.support.runs import from_source_conversations
 
     root = tmp_path_factory.mktemp("tiny-workdir")
     shutil.copytree(REPO / "runs", root / "runs")
+    from_source_conversations(root / "runs" / "tiny.yaml")
     tiny.generate(root)
     return root
 

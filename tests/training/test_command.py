@@ -143,3 +143,31 @@ def test_patch_set_replacements_match_the_pristine_wheel(name: str, tmp_path: Pa
             assert source.count(replacement.old) == replacement.count, (patch.id, replacement.old)
             source = source.replace(replacement.old, replacement.new)
         compile(source, patch.module, "exec")  # the patched module still parses
+
+
+def test_optimizer_log_freq_and_loader_workers_reach_speculators() -> None:
+    plan = TrainPlan(**{**PLAN.__dict__, "optimizer": "adamw", "log_freq": 10, "loader_workers": 6})
+    for gpus in (1, 2):
+        command = build_train_command(plan, gpus=gpus)
+        assert flag(command, "--optimizer") == ["adamw"]
+        assert flag(command, "--log-freq") == ["10"]
+        assert flag(command, "--num-workers") == ["6"]
+    # an explicit worker count wins on a CPU host too, and is the only --num-workers given
+    command = build_train_command(plan, gpus=0)
+    assert flag(command, "--num-workers") == ["6"] and command.count("--num-workers") == 1
+
+
+def test_unset_optimizer_log_freq_and_workers_leave_speculators_defaults() -> None:
+    command = build_train_command(PLAN, gpus=1)
+    assert "--optimizer" not in command and "--log-freq" not in command and "--num-workers" not in command
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("optimizer", "sgd", "train.optimizer: 'sgd' is not one of adamw, muon"),
+    ("log_freq", 0, "train.log_freq: 0 is not a whole number > 0"),
+    ("loader_workers", -1, "train.loader_workers: -1 is not a whole number >= 0"),
+])
+def test_bad_optimizer_log_freq_or_workers_are_bad_input(field: str, value: object, message: str) -> None:
+    with pytest.raises(BadInput) as raised:
+        build_train_command(TrainPlan(**{**PLAN.__dict__, field: value}), gpus=1)
+    assert str(raised.value) == message

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specops.analysis._index import DefTarget, ModuleIndex, Target, Unresolved, top_level
+from specops.analysis._index import DefTarget, ModuleIndex, Target, Unresolved, package_files, top_level
 from specops.analysis._scope import (
     Binding,
     DefBinding,
@@ -101,7 +101,12 @@ class _File:
         return text if len(text) <= CODE_WIDTH else text[: CODE_WIDTH - 1] + "…"
 
     def walk(self) -> Iterator[tuple[ast.AST, _Site]]:
-        yield from self._visit(self.tree, _Site((), False, False))
+        # check_calls and check_imports walk the same files: the walk (and its function_locals) once
+        walks = self.index.__dict__.setdefault("_walks", {})
+        key = (self.path, id(self.tree))
+        if key not in walks:
+            walks[key] = list(self._visit(self.tree, _Site((), False, False)))
+        yield from walks[key]
 
     def _visit(self, node: ast.AST, site: _Site) -> Iterator[tuple[ast.AST, _Site]]:
         yield node, site
@@ -276,7 +281,8 @@ def _call_finding(checked: _File, node: ast.Call, spelled: str, target: Target, 
 
     if isinstance(target, Unresolved):
         if target.missing:
-            return finding("error", target.qualname, f"no such callee: {target.reason}")
+            went = _where_it_went(reader, target.qualname, node)
+            return finding("error", target.qualname, f"no such callee: {target.reason}{went}")
         return finding("unknown", target.qualname, f"could not resolve {spelled}: {target.reason}")
     signature = reader.of(target)
     if isinstance(signature, Unknown):
@@ -284,6 +290,22 @@ def _call_finding(checked: _File, node: ast.Call, spelled: str, target: Target, 
     status, reasons = bind(signature, node)
     detail = "; ".join([*reasons, signature.describe()])
     return finding(status, signature.qualname, detail)
+
+
+def _where_it_went(reader: SignatureReader, qualname: str, call: ast.Call | None) -> str:
+    """"; moved to X (line N)" when the missing name is defined elsewhere in its package."""
+    from specops.analysis._moved import where_it_went
+
+    def accepts(target: DefTarget) -> bool:
+        if call is None:
+            return True
+        signature = reader.of(target)
+        return not isinstance(signature, Signature) or bind(signature, call)[0] != "error"
+
+    if reader.index.module_file(top_level(qualname)) is None:
+        return ""
+    clause = where_it_went(reader.index, qualname, accepts)
+    return f"; {clause}" if clause else ""
 
 
 def _reader(index: ModuleIndex) -> SignatureReader:
@@ -345,21 +367,12 @@ def _import_results(checked: _File, node: ast.Import | ast.ImportFrom) -> list[t
         target = index.name_in_module(source, alias.name)
         if isinstance(target, Unresolved):
             status = "error" if target.missing else "unknown"
-            results.append((qualname, status, target.reason))
+            went = _where_it_went(_reader(index), qualname, None) if target.missing else ""
+            results.append((qualname, status, f"{target.reason}{went}"))
         else:
             where = target.qualname if isinstance(target, DefTarget) else f"module {target.qualname}"
             results.append((qualname, "ok", where))
     return results
-
-
-def package_files(package: str, index: ModuleIndex) -> list[Path]:
-    files: list[Path] = []
-    for folder in index.package_dirs(package):
-        files.extend(sorted(p for p in folder.rglob("*.py") if all(part.isidentifier() for part in
-                                                                    p.relative_to(folder).with_suffix("").parts)))
-    if not files and (file := index.module_file(package)) is not None and file.suffix == ".py":
-        files.append(file)
-    return files
 
 
 def check_package(package: str, index: ModuleIndex, *, into: set[str]) -> list[Finding]:

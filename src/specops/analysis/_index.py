@@ -429,3 +429,13 @@ def top_level(qualname: str) -> str:
 
 
 __all__ = ["DefTarget", "ModuleIndex", "ModuleTarget", "Target", "Unresolved", "top_level"]
+
+
+def package_files(package: str, index: ModuleIndex) -> list[Path]:
+    files: list[Path] = []
+    for folder in index.package_dirs(package):
+        files.extend(sorted(p for p in folder.rglob("*.py") if all(part.isidentifier() for part in
+                                                                    p.relative_to(folder).with_suffix("").parts)))
+    if not files and (file := index.module_file(package)) is not None and file.suffix == ".py":
+        files.append(file)
+    return files

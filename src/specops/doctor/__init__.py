@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from specops.doctor._contract import PIPELINE
 from specops.doctor.checks import CHECKS, run_doctor
 from specops.doctor.settings import RunSettings, parse_run_json
 from specops.errors import BadInput
@@ -18,7 +19,7 @@ from specops.errors import BadInput
 RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
-__all__ = ["CHECKS", "RUN_CHECKS", "STACK_CHECKS", "RunSettings", "diagnose", "parse_run_json", "site_path"]
+__all__ = ["CHECKS", "PIPELINE", "RUN_CHECKS", "STACK_CHECKS", "RunSettings", "diagnose", "parse_run_json", "site_path"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,

@@ -46,18 +46,16 @@ def check_model(settings: RunSettings, server: bool, speculators: str | None) ->
     if "text_config" in config:
         items.append(Item("model", "ok", where, "multimodal wrapper: layers, hidden size and vocab read from "
                           "text_config"))
-        if not server:
-            items.append(Item("model", "warn", where, f"speculators {speculators} captures from model.model; "
-                              "a wrapper keeps the language model at model.language_model.model",
-                              "patch custom_worker for the wrapper or use speculators ≥0.5"))
+        # how the installed worker reaches a wrapper's decoder is read from its source (_model_rules)
     layers, hidden, vocab = (text.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size"))
     facts = {"architecture": (config.get("architectures") or [None])[0], "layers": layers, "hidden": hidden,
-             "vocab": vocab}
+             "vocab": vocab, "model_type": text.get("model_type")}
     if not isinstance(layers, int):
         items.append(Item("model", "error", where, "no num_hidden_layers", "check the model's config.json"))
         return items, facts
     items.append(_layer_item(settings, layers, server, where))
     items.extend(_tokenizer_items(model, settings, server, speculators))
+    facts["remote_tokenizer"] = remote_tokenizer(model)
     if settings.draft_vocab_size is not None and isinstance(vocab, int):
         fits = settings.draft_vocab_size <= vocab
         items.append(Item("model", "ok" if fits else "error", "draft_vocab_size",
@@ -82,6 +80,11 @@ def _layer_item(settings: RunSettings, layers: int, server: bool, where: str) ->
     return Item("model", "ok", "layer_ids", f"{settings.layer_ids} in range; {convention}")
 
 
+def remote_tokenizer(model: Path) -> bool:
+    auto_map = (read_json(model / "tokenizer_config.json") or {}).get("auto_map") or {}
+    return "AutoTokenizer" in auto_map if isinstance(auto_map, dict) else bool(auto_map)
+
+
 def _tokenizer_items(model: Path, settings: RunSettings, server: bool, speculators: str | None) -> list[Item]:
     items = []
     tokenizer_config = read_json(model / "tokenizer_config.json") or {}
@@ -91,12 +94,9 @@ def _tokenizer_items(model: Path, settings: RunSettings, server: bool, speculato
     if remote and not settings.trust_remote_code:
         items.append(Item("model", "error", where, "the tokenizer is remote code (auto_map) and the run does "
                           "not set trust_remote_code", "set trust_remote_code: true"))
-    elif remote and not server:
-        items.append(Item("model", "error", where, f"speculators {speculators} loads the tokenizer without "
-                          "trust_remote_code (vllm_hidden_states_generator.py:84)",
-                          "patch the generator to pass trust_remote_code or use speculators ≥0.5"))
     else:
-        items.append(Item("model", "ok", where, "tokenizer needs remote code and it is trusted" if remote
+        # whether the installed code passes trust_remote_code where it loads it: _model_rules, from source
+        items.append(Item("model", "ok", where, "tokenizer needs remote code and the run trusts it" if remote
                           else "tokenizer needs no remote code"))
     has_template = "chat_template" in tokenizer_config or any(
         (model / name).exists() for name in ("chat_template.jinja", "chat_template.json"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass
 
@@ -16,8 +17,13 @@ class Item:
     why: str
     fix: str = ""
 
+    @property
+    def id(self) -> str:
+        """Stable while the installed files are: `patch new --from-finding ID` names a finding by it."""
+        return f"{self.check}-{hashlib.sha1(f'{self.where}|{self.why}'.encode()).hexdigest()[:10]}"
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"id": self.id, **asdict(self)}
 
 
 def version_tuple(version: str | None) -> tuple[int, ...]:

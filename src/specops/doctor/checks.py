@@ -6,17 +6,23 @@ import sys
 import time
 
 from specops.analysis import ModuleIndex
+from specops.doctor import _import_probe
+from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
+from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
+from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
+from specops.doctor._model_rules import model_rule_items
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
+from specops.doctor._serving import check_serving
 from specops.doctor.settings import RunSettings
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
-CHECKS = ("api", "flags", "capability", "model", "resources")
+CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources")
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
@@ -40,7 +46,13 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
 
     server = server_pipeline(versions)
     model_items, facts = check_model(settings, server, versions.get("speculators"))
-    timed("api", lambda: check_api_contract(index, versions) + check_pipeline_contract(index, versions))
+    cache_hits: dict[str, bool] = {}
+    # the import probe runs in a child while the static checks run here
+    probe = start_probe(index, path, cache_hits) if "import" in checks else None
+    architecture = facts.get("architecture")
+    timed("api", lambda: cached_items("api", [versions, architecture], index, lambda: (
+        check_api_contract(index, versions) + check_pipeline_contract(index, versions)
+        + check_instances(index, versions, architecture) + check_engine_loops(index, versions)), cache_hits))
     timed("flags", lambda: check_flags(index, {
         "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
         "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
@@ -48,7 +60,12 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
-    timed("model", lambda: model_items)
+        timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
+    timed("model", lambda: model_items + cached_items(
+        "model", [versions, architecture, facts.get("remote_tokenizer"), settings.trust_remote_code], index,
+        lambda: model_rule_items(index, versions, facts, settings.trust_remote_code), cache_hits))
+    if probe is not None:
+        timed("import", lambda: _import_probe.items(probe[0], versions, probe[1]))
     layer_ids = facts.get("layer_ids")
 
     def resources() -> list[Item]:
@@ -64,5 +81,6 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         "findings": [item.to_dict() for item in items],
         "versions": versions,
         "timing_s": {**timings, "total": round(time.perf_counter() - started, 3)},
+        "cache": cache_hits,
     }
 

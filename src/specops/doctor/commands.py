@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOf
     parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
     parser.add_argument("--checks", default=None,
                         help=f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)")
+    parser.add_argument("--no-import", action="store_true",
+                        help="skip the import probe (a child python importing the run's packages, no GPU)")
     parser.set_defaults(handler=lambda args: handle(args, settings_of_run))
 
 
@@ -31,6 +33,11 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         if not Path(site).is_dir():
             raise BadInput(f"--site {site}: not a directory")
     checks = None if args.checks is None else [name.strip() for name in args.checks.split(",") if name.strip()]
+    if args.no_import:
+        from specops.doctor import CHECKS, RUN_CHECKS
+
+        default = CHECKS if (args.run or args.run_json is not None) else tuple(c for c in CHECKS if c not in RUN_CHECKS)
+        checks = [name for name in (checks if checks is not None else default) if name != "import"]
     if args.run and args.run_json:
         raise BadInput("doctor: give --run or --run-json, not both")
     run = None

@@ -65,12 +65,24 @@ def specops_note(log: Path) -> str | None:
 
 
 def step_progress(record: JobRecord) -> dict[str, Any] | None:
-    """An extraction's progress file (samples/s, tokens/s, ETA), when the job is one."""
-    if record.get("name") != "extract" or not record.get("run"):
+    """An extraction's progress file (samples/s, tokens/s, ETA), when the job is one; an evaluation's
+    (drafts scored of those to score) while an evaluate or pipeline job is evaluating."""
+    if not record.get("run"):
         return None
     import json
 
     from specops import paths
+
+    if record.get("name") in ("evaluate", "pipeline"):
+        evaluation = paths.workdir() / "runs" / record["run"] / "evaluation" / "progress.json"
+        try:
+            document = json.loads(evaluation.read_text())
+        except (OSError, ValueError):
+            document = None
+        if document and document.get("state") == "running":
+            return document
+    if record.get("name") != "extract":
+        return None
 
     progress = paths.workdir() / "runs" / record["run"] / "hidden_states" / "progress.json"
     try:

@@ -81,6 +81,8 @@ def render(patch_id: str, reason: str, module: str, pairs: list[tuple[str, str]]
 
 
 def handle(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, Any]]:
+    if getattr(args, "from_finding", None):
+        return handle_from_finding(args, patches_dir)
     for flag, value in (("--module", args.module), ("--edited", args.edited), ("--id", args.patch_id),
                         ("--reason", args.reason)):
         if not value:
@@ -121,3 +123,61 @@ def handle(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, 
     return 0, {"ok": True, "action": "new", "written": str(target), "set": args.sets[0], "id": args.patch_id,
                "module": args.module, "file": str(installed), "replacements": len(pairs),
                "patch_file_relative": f"{args.sets[0]}/{target.name}", "patch_text": text}
+
+
+def _target_set(args: argparse.Namespace, patches_dir: Path, patch_id: str) -> tuple[Path, Path]:
+    if not args.sets or len(args.sets) != 1:
+        raise BadInput("patch new: give exactly one --set NAME")
+    folder = patches_dir / args.sets[0]
+    if not (folder / SET_FILE).is_file():
+        raise BadInput(f"{folder / SET_FILE}: missing; create the set's {SET_FILE} first (see patches/README.md)")
+    patch_set = load_set(folder) if any(p.name != SET_FILE for p in folder.glob("*.toml")) else None
+    if patch_set and any(p.id == patch_id for p in patch_set.patches):
+        raise BadInput(f"--id {patch_id}: set {args.sets[0]} already has a patch with this id")
+    numbers = [int(m.group(1)) for p in folder.glob("*.toml") if (m := re.match(r"(\d+)-", p.name))]
+    return folder, folder / f"{max(numbers, default=0) + 1:02d}-{patch_id}.toml"
+
+
+def handle_from_finding(args: argparse.Namespace, patches_dir: Path) -> tuple[int, dict[str, Any]]:
+    """`patch new --from-finding ID --set NAME`: the doctor's finding, re-found by id on this host,
+    turned into a patch that is replayed (dry run) and bound before it is written."""
+    import sys
+    import tempfile
+
+    from specops.doctor import diagnose
+    from specops.patching import from_finding
+
+    if not args.sets or len(args.sets) != 1:
+        raise BadInput("patch new: give exactly one --set NAME")
+    document = diagnose(list(sys.path), None, ("api",))
+    finding = from_finding.find(document, args.from_finding)
+    proposal = from_finding.propose(finding)
+    patch_id = args.patch_id or proposal.patch_id
+    folder, target = _target_set(args, patches_dir, patch_id)
+    reason = args.reason or proposal.reason
+    text = render(patch_id, reason, proposal.module, replacements(proposal.before, proposal.after))
+    with tempfile.TemporaryDirectory() as scratch:  # read back under the strict rules before it lands
+        trial = Path(scratch) / target.name
+        trial.write_text(text)
+        written = load_patch(trial)
+    result, misfits = apply_patches(proposal.before, [written], str(proposal.file))
+    if misfits or result != proposal.after:
+        raise BadInput(f"--from-finding {args.from_finding}: the proposed edit does not replay as unique "
+                       f"replacements ({'; '.join(m.detail for m in misfits) or 'result differs'})")
+    broken = from_finding.still_broken(proposal)
+    summary = {"action": "new", "finding": finding, "module": proposal.module, "file": str(proposal.file),
+               "proposed_diff": _diff(proposal)}
+    if broken:
+        return 1, {"ok": False, **summary, "error": f"the proposed patch does not bind: {'; '.join(broken)}"}
+    atomic.write_text(target, text)
+    return 0, {"ok": True, **summary, "written": str(target), "set": folder.name, "id": patch_id,
+               "replacements": text.count("[[replace]]"), "bound": True,
+               "placeholders": (proposal.after.count("specops: placeholder")
+                                - proposal.before.count("specops: placeholder")),
+               "patch_file_relative": f"{folder.name}/{target.name}", "patch_text": text}
+
+
+def _diff(proposal: Any) -> str:
+    return "".join(difflib.unified_diff(proposal.before.splitlines(keepends=True),
+                                        proposal.after.splitlines(keepends=True),
+                                        f"a/{proposal.module}", f"b/{proposal.module}", n=1))

@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--edited", type=Path, help="new: an edited copy of the installed file")
     parser.add_argument("--id", dest="patch_id", help="new: id of the new patch")
     parser.add_argument("--reason", help="new: one line saying why the patch is needed")
+    parser.add_argument("--from-finding", metavar="ID",
+                        help="new: propose the patch for this doctor finding (its id in `doctor --json`)")
     parser.set_defaults(handler=handle)
 
 

@@ -1,4 +1,5 @@
-"""The pipeline: a run's steps on this host (prepare -> extract -> validate -> vocab -> train -> metrics).
+"""The pipeline: a run's steps on this host (regenerate -> prepare -> extract -> validate -> vocab -> train
+-> evaluate -> metrics).
 
 This is the face other packages import; each function loads its room only when called (the agent
 imports a command's modules on every call, and the rooms pull in pydantic, torch or datasets).
@@ -13,6 +14,8 @@ Rooms, one job each (a room imports another only through that room's face):
   vllm/        the extraction server's command, readiness gate and job
   validation/  file checks and fidelity
   training/    vocab, the train command and checkpoints, the steps, metrics, plot
+  regenerate/  the target answers the prompts: speculators' regenerate-responses (vllm) or transformers (hf)
+  evaluation/  held-out prompts; the draft's acceptance as the target's EAGLE-3 speculator (vLLM or a replay)
   fetch.py     what `invoke fetch` brings home
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from specops.errors import BadInput, CheckFailed
 
-STEPS = ("doctor", "patches", "prepare", "extract", "validate", "vocab", "train", "metrics")
+STEPS = ("doctor", "patches", "regenerate", "prepare", "extract", "validate", "vocab", "train", "evaluate", "metrics")
 
 
 def say(message: str) -> None:
@@ -93,11 +93,15 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
             results["patches"] = {"status": "skipped: --skip-patches"}
         else:
             step("patches", _patches)
+        if run.config.regenerate.enabled:
+            step("regenerate", lambda: _regenerate(run, chosen_backend.name))
         prepared = step("prepare", lambda: _prepare(run, samples))
         extracted = step("extract", lambda: chosen_backend.extract(run, samples, extraction.Options()))
         validated = step("validate", lambda: _validate(run))
         vocab = step("vocab", lambda: _vocab(run))
         trained = step("train", lambda: _train(run))
+        evaluated = (step("evaluate", lambda: _evaluate(run, chosen_backend.name)) if run.config.evaluate.enabled
+                     else None)
     except (BadInput, CheckFailed) as exc:
         summary.update(ok=False, error=str(exc), failed_step=next(
             (name for name, result in results.items() if result.get("status") == "failed"), None))
@@ -119,9 +123,28 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
         checkpoints=str(run.paths.checkpoints),
         plot=trained.get("plot"),
         resume=trained.get("resume"),
+        evaluation=_evaluation_summary(evaluated),
         seconds=round(time.perf_counter() - started_all, 2),
     )
     return 0, summary
+
+
+def _regenerate(run: Any, backend: str) -> dict[str, Any]:
+    from specops.pipeline.regenerate.step import regenerate
+
+    return regenerate(run, run.config.regenerate.backend or backend)
+
+
+def _evaluate(run: Any, backend: str) -> dict[str, Any]:
+    from specops.pipeline.evaluation.step import evaluate
+
+    return evaluate(run, backend=run.config.evaluate.backend or backend)
+
+
+def _evaluation_summary(evaluated: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not evaluated:
+        return None
+    return {key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot")}
 
 
 def _prepare(run: Any, samples: int | None) -> dict[str, Any]:

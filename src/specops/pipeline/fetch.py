@@ -3,7 +3,8 @@
 The best checkpoint (the folder vLLM loads as a speculative model: config.json and
 model.safetensors with d2t/t2d inside, in speculators' format) without its optimizer and
 scheduler state, plus the run's metrics table, loss plot, training log, vocab coverage report,
-validation report and manifest. The metrics table is written first, so what is listed is current.
+validation report and manifest, and the evaluation's report and acceptance plot when there are.
+The metrics table is written first, so what is listed is current.
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
     atomic.write_json(checkpoints / "metrics.json", report)
     files = [_entry(path, f"checkpoint/{path.name}") for path in sorted(best_dir.iterdir())
              if path.is_file() and (with_training_state or path.name not in TRAINING_STATE)]
-    extras = [checkpoints / "metrics.json", checkpoints / "loss.png", checkpoints / "train.log",
+    extras = [checkpoints / "metrics.json", checkpoints / "loss.png", checkpoints / "acceptance.png",
+              checkpoints / "train.log",
               run.paths.validate_report, run.paths.manifest, *sorted(run.paths.vocab.glob("*.json"))]
     files += [_entry(path, path.name) for path in extras if path.is_file()]
+    evaluation = run.paths.evaluation / "report.json"
+    if evaluation.is_file():
+        files.append(_entry(evaluation, "evaluation.json"))
     return {"ok": True, "run": run_name, "best_epoch": best_dir.name, "files": files,
             "total_bytes": sum(entry["size"] for entry in files), "metrics": report["epochs"]}

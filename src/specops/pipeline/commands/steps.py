@@ -1,10 +1,14 @@
 """`python -m specops step <name> --run NAME`: one step of a run on this host.
 
+    step regenerate --run R [--backend hf|vllm] [--stop-server] [--port P]
+                                                     the target answers the prompts (speculators' rows)
     step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
     step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
     step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
+    step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
+                                                     acceptance on held-out prompts, trained vs untrained
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
@@ -21,10 +25,19 @@ from specops.flags import positive_int
 from specops.pipeline import open_run
 
 
+def _regenerated_first(run: Any) -> Any:
+    """The answers prepare reads, when the run regenerates them: made (or found unchanged) first."""
+    if run.config.regenerate.enabled:
+        from specops.pipeline.regenerate.step import regenerate
+
+        regenerate(run)
+    return run
+
+
 def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import prepare
 
-    report = prepare(open_run(args.run), args.samples, args.strict)
+    report = prepare(_regenerated_first(open_run(args.run)), args.samples, args.strict)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -32,7 +45,7 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import extraction
 
     options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port)
-    report = extraction.extract(open_run(args.run), args.samples, args.backend, options)
+    report = extraction.extract(_regenerated_first(open_run(args.run)), args.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -66,9 +79,31 @@ def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
     return 0, metrics_report(Run(args.run), draw_plot=not args.no_plot)
 
 
+def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.regenerate.step import regenerate
+
+    report = regenerate(open_run(args.run), args.backend, stop_server=args.stop_server, port=args.port)
+    return 0, {"ok": True, "run": args.run, **report}
+
+
+def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.evaluation.step import evaluate
+
+    report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend)
+    return 0, {"ok": True, "run": args.run, **report}
+
+
 def register(subparsers: Any) -> None:
     step = subparsers.add_parser("step", help="run one pipeline step of a run on this host")
     steps = step.add_subparsers(dest="step", required=True)
+
+    regenerate = steps.add_parser("regenerate", help="the target answers the conversations' prompts "
+                                  "(resumes after an interruption)")
+    regenerate.add_argument("--run", required=True)
+    regenerate.add_argument("--backend", choices=["hf", "vllm"], default=None)
+    regenerate.add_argument("--stop-server", action="store_true", help="vllm: stop the server job afterwards")
+    regenerate.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
+    regenerate.set_defaults(handler=step_regenerate)
 
     prepare = steps.add_parser("prepare", help="tokenise conversations, loss mask, token frequencies")
     prepare.add_argument("--run", required=True)
@@ -105,6 +140,15 @@ def register(subparsers: Any) -> None:
     train.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi shows)")
     train.add_argument("--dry-run", action="store_true", help="print the command, do not train")
     train.set_defaults(handler=step_train)
+
+    evaluate = steps.add_parser("evaluate", help="acceptance of the draft as the target's EAGLE-3 speculator, "
+                                "on held-out prompts, beside the untrained draft's")
+    evaluate.add_argument("--run", required=True)
+    evaluate.add_argument("--checkpoint", default=None, help="best | last | an epoch number (default: the run's)")
+    evaluate.add_argument("--all-epochs", action="store_true", help="score every epoch's checkpoint")
+    evaluate.add_argument("--prompts", type=positive_int, default=None, help="the first N held-out prompts")
+    evaluate.add_argument("--backend", choices=["hf", "vllm"], default=None)
+    evaluate.set_defaults(handler=step_evaluate)
 
     metrics = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
     metrics.add_argument("--run", required=True)

@@ -1,9 +1,11 @@
 """The data room: conversations in (JSONL or a hub dataset), the prepare step (tokenised rows, loss
-masks, token frequencies), and the embedded tiny target with its chat data."""
+masks, token frequencies; the held-out prompts set aside; rows from regenerated answers), and the
+embedded tiny target with its chat data."""
 
 from specops.paths import workdir
+from specops.pipeline.data import heldout, regenerated
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
-from specops.pipeline.data.preparation import load_tokenizer, prepare, tokenise_with_mask
+from specops.pipeline.data.preparation import load_tokenizer, prepare, render_ids, tokenise_with_mask
 from specops.pipeline.data.tiny import generate as generate_tiny
 from specops.pipeline.run import Run
 
@@ -17,5 +19,5 @@ def open_run(name: str) -> Run:
     return run
 
 
-__all__ = ["Conversation", "Malformed", "generate_tiny", "load_tokenizer", "open_run", "prepare",
-           "read_conversations", "tokenise_with_mask"]
+__all__ = ["Conversation", "Malformed", "generate_tiny", "heldout", "load_tokenizer", "open_run", "prepare",
+           "read_conversations", "regenerated", "render_ids", "tokenise_with_mask"]

@@ -22,7 +22,9 @@ from typing import Any
 from specops import atomic
 from specops.atomic import replace_folder
 from specops.errors import BadInput
+from specops.pipeline.data import heldout
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
+from specops.pipeline.data.regenerated import regenerated_rows
 from specops.pipeline.run import Manifest, Run, config_hash, file_digest, tokenizer_digest
 
 
@@ -134,7 +136,10 @@ def prepare_inputs(run: Run, samples: int | None) -> dict[str, Any]:
     """Everything the prepared data depends on, for the manifest's skip decision."""
     config = run.config
     data_path = run.paths.resolve(config.data)
+    regenerated = Manifest(run.paths.run_dir).inputs_hash("regenerate") if config.regenerate.enabled else None
     return {
+        "regenerate": regenerated,
+        "heldout_prompts": config.evaluate.heldout_prompts,
         "model": config.model,
         "tokenizer": tokenizer_digest(run.model_path),
         "data": config.data,
@@ -164,7 +169,16 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
         lines = [str(record.line) for record in records if isinstance(record, Malformed)]
         if lines:
             raise BadInput(f"{data_path}: {len(lines)} malformed records (--strict) at lines {', '.join(lines)}")
-    rows = build_rows(load_tokenizer(run), records, run.config.max_seq_len, samples)
+    # Held-out prompts (chosen by content) are set aside for evaluation: no training row comes from them.
+    conversations = [record for record in records if isinstance(record, Conversation)]
+    held = heldout.choose(conversations, run.config.evaluate.heldout_prompts)
+    if run.config.regenerate.enabled:
+        rows = Prepared(**regenerated_rows(run, samples))
+        rows.malformed = [record for record in records if isinstance(record, Malformed)]
+    else:
+        training = [record for record in records
+                    if not (isinstance(record, Conversation) and heldout.content_key(record.messages) in held)]
+        rows = build_rows(load_tokenizer(run), training, run.config.max_seq_len, samples)
     malformed = [{"line": m.line, "reason": m.reason} for m in rows.malformed]
     skipped = [{"line": m.line, "reason": m.reason} for m in rows.skipped]
     if not rows.input_ids:
@@ -172,9 +186,11 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
 
     started = manifest.begin("prepare", inputs_hash, inputs)
     save_prepared(rows, run.paths.prepared)
+    held_count = heldout.write_prompts(run.paths.heldout, conversations, held)
     counts = {"rows": len(rows.input_ids), "tokens": sum(len(ids) for ids in rows.input_ids),
               "loss_tokens": sum(sum(mask) for mask in rows.loss_mask), "truncated": rows.truncated,
-              "malformed": len(malformed), "skipped": len(skipped)}
+              "malformed": len(malformed), "skipped": len(skipped),
+              "held_out": held_count, "regenerated": run.config.regenerate.enabled}
     atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
                                                  "skipped": skipped, "counts": counts})
     manifest.finish("prepare", started, counts)

@@ -36,12 +36,37 @@ class TrainSettings(_Strict):
     draft_attn_impl: str | None = None
     # Tokens packed into one training batch (speculators' --total-seq-len; its default is 8192).
     total_seq_len: int | None = Field(None, gt=0)
+    # Unset: speculators' own defaults (0.9.0: Muon, a log line and a GPU sync every step, 12 workers).
+    optimizer: Literal["adamw", "muon"] | None = None
+    log_freq: int | None = Field(None, gt=0)  # log (and time) every N steps
+    loader_workers: int | None = Field(None, ge=0)  # dataloader worker processes (--num-workers)
     extra_args: list[str] = Field(default_factory=list)
 
 
 class VllmSettings(_Strict):
     serve_args: list[str] = Field(default_factory=list)
     port: int = Field(8000, gt=0, lt=65536)
+
+
+class RegenerateSettings(_Strict):
+    """The target answers the conversations' prompts itself (step `regenerate`, before prepare)."""
+    enabled: bool = False
+    backend: Literal["vllm", "hf"] | None = None  # None: the run's backend
+    max_tokens: int = Field(128, gt=0)  # tokens per generated answer
+    temperature: float = Field(0.0, ge=0)  # 0: greedy
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int = 0  # sampling seed (temperature > 0)
+    concurrency: int = Field(32, gt=0)  # vllm: requests in flight; hf: conversations per batch
+
+
+class EvaluateSettings(_Strict):
+    """Acceptance of the draft served as the target's EAGLE-3 speculator (step `evaluate`, after train)."""
+    enabled: bool = False
+    heldout_prompts: int = Field(0, ge=0)  # set aside by prepare, never trained on; evaluation's prompts
+    backend: Literal["vllm", "hf"] | None = None  # None: the run's backend
+    num_speculative_tokens: int = Field(3, gt=0)
+    max_tokens: int = Field(64, gt=0)
+    checkpoint: str = "best"  # best | last | an epoch number
 
 
 class RunConfig(_Strict):
@@ -57,6 +82,8 @@ class RunConfig(_Strict):
     draft: DraftSettings = Field(default_factory=DraftSettings)
     train: TrainSettings = Field(default_factory=TrainSettings)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    regenerate: RegenerateSettings = Field(default_factory=RegenerateSettings)
+    evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
 
     @field_validator("layer_ids")
     @classmethod
@@ -172,6 +199,9 @@ class RunPaths:
         self.manifest = self.run_dir / "manifest.json"
         self.prepare_report = self.run_dir / "prepare_report.json"
         self.validate_report = self.run_dir / "validate_report.json"
+        self.regenerated = self.run_dir / "regenerated"
+        self.heldout = self.run_dir / "heldout"
+        self.evaluation = self.run_dir / "evaluation"
 
     def resolve(self, value: str) -> Path:
         """A path from the run config: relative paths are relative to the workdir."""
@@ -180,7 +210,8 @@ class RunPaths:
 
     def as_dict(self) -> dict[str, str]:
         keys = ["config_file", "run_dir", "prepared", "token_freq", "hidden_states", "progress", "vocab",
-                "checkpoints", "manifest"]
+                "checkpoints", "manifest",
+                "regenerated", "heldout", "evaluation"]
         return {key: str(getattr(self, key)) for key in keys}
 
 

@@ -22,19 +22,23 @@ from specops.paths import workdir
 # Which steps read the outputs of which. vocab and train are added by their own modules' steps
 # but are listed here so that invalidation reaches them.
 DEPENDS_ON: dict[str, list[str]] = {
-    "prepare": [],
+    "regenerate": [],
+    "prepare": ["regenerate"],
     "extract": ["prepare"],
     "validate": ["extract"],
     "vocab": ["prepare"],
     "train": ["vocab", "extract"],
+    "evaluate": ["train"],
 }
 # Output folders of each step, relative to the run folder.
 OUTPUTS: dict[str, list[str]] = {
-    "prepare": ["prepared"],
+    "regenerate": ["regenerated"],
+    "prepare": ["prepared", "heldout"],
     "extract": ["hidden_states"],
     "validate": [],
     "vocab": ["vocab"],
     "train": ["checkpoints"],
+    "evaluate": ["evaluation"],
 }
 # Outputs too costly to delete outright: moved aside instead.
 KEEP_ASIDE = {"checkpoints"}

@@ -26,6 +26,7 @@ LOG_FILE = "train.log"
 CHECKPOINT_FILES = ("model.safetensors", "config.json", "optimizer_state_dict.pt", "training_state.json")
 LOSS_IMPLEMENTATIONS = ("auto", "eager", "fused")
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "eager", "simple_flex_attention")
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class TrainPlan:
     loss_implementation: str = "auto"  # auto: eager on CPU, speculators' default (fused) on GPU
     draft_attn_impl: str = "auto"  # auto: sdpa on CPU, speculators' default on GPU
     total_seq_len: int | None = None
+    optimizer: str | None = None  # None: speculators' default (Muon in 0.9.0)
+    log_freq: int | None = None  # None: speculators' default (every step)
+    loader_workers: int | None = None  # None: speculators' default (12) on a GPU, 0 on a CPU host
     extra_args: tuple[str, ...] = field(default=())
 
 
@@ -70,6 +74,12 @@ def build_train_command(plan: TrainPlan, gpus: int) -> list[str]:
     if plan.draft_attn_impl not in ATTN_IMPLEMENTATIONS:
         raise BadInput(f"train.draft_attn_impl: {plan.draft_attn_impl!r} is not one of "
                        f"{', '.join(ATTN_IMPLEMENTATIONS)}")
+    if plan.optimizer is not None and plan.optimizer not in OPTIMIZERS:
+        raise BadInput(f"train.optimizer: {plan.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+    if plan.log_freq is not None and (not isinstance(plan.log_freq, int) or plan.log_freq < 1):
+        raise BadInput(f"train.log_freq: {plan.log_freq!r} is not a whole number > 0")
+    if plan.loader_workers is not None and (not isinstance(plan.loader_workers, int) or plan.loader_workers < 0):
+        raise BadInput(f"train.loader_workers: {plan.loader_workers!r} is not a whole number >= 0")
     if (plan.d2t_path is None) != (plan.t2d_path is None):
         raise BadInput("d2t and t2d paths go together: give both or neither")
     if gpus > 1:
@@ -96,8 +106,14 @@ def build_train_command(plan: TrainPlan, gpus: int) -> list[str]:
         args += ["--d2t-path", str(plan.d2t_path), "--t2d-path", str(plan.t2d_path)]
     if plan.total_seq_len is not None:
         args += ["--total-seq-len", str(plan.total_seq_len)]
+    if plan.optimizer is not None:
+        args += ["--optimizer", plan.optimizer]
+    if plan.log_freq is not None:
+        args += ["--log-freq", str(plan.log_freq)]
     on_cpu = gpus == 0
-    if on_cpu:
+    if plan.loader_workers is not None:
+        args += ["--num-workers", str(plan.loader_workers)]
+    elif on_cpu:
         args += ["--num-workers", "0"]  # each spawned loader worker re-imports torch; a CPU host has few cores
     loss = plan.loss_implementation
     if loss == "auto":

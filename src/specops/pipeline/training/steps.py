@@ -91,6 +91,9 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
         loss_implementation=config.train.loss_implementation,
         draft_attn_impl=config.train.draft_attn_impl or "auto",
         total_seq_len=config.train.total_seq_len,
+        optimizer=config.train.optimizer,
+        log_freq=config.train.log_freq,
+        loader_workers=config.train.loader_workers,
         extra_args=tuple(config.train.extra_args),
     )
 
@@ -98,7 +101,10 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
 def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
     manifest = _manifest(run)
     # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
-    settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()}
+    # Unset optimizer/log_freq/loader_workers stay out too: runs trained before these settings existed
+    # keep their hash (and are not trained again).
+    settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()
+                if not (value is None and key in ("optimizer", "log_freq", "loader_workers"))}
     return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
             "extract": manifest.inputs_hash("extract")}
 

@@ -1,12 +1,23 @@
 """The vLLM room: the extraction server's command (`vllm serve` argv and env), its readiness gate,
-and the run's `vllm-server` job (found and reused, or launched). Other rooms use only this face."""
+and the run's `vllm-server` job (found and reused, or launched; `start_job` for any other server
+of the run, e.g. regenerate's and evaluate's). Other rooms use only this face."""
 
-from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
+from specops.pipeline.vllm.command import (
+    build_serve_command,
+    needs_scale_out,
+    serve_dtype,
+    serve_env_version,
+    staging_dir,
+)
+from specops.pipeline.vllm.generation import eagle3_config, generating_server, stop_generating_server
 from specops.pipeline.vllm.job import (
+    CPU_KVCACHE_GIB,
     SERVER_JOB,
     ServerJob,
     choose_serve_python,
     find_endpoint,
+    serve_env,
+    start_job,
     start_server_job,
     stop_running,
 )
@@ -20,6 +31,29 @@ from specops.pipeline.vllm.readiness import (
     wait_ready,
 )
 
-__all__ = ["SERVER_JOB", "ServerJob", "build_serve_command", "choose_serve_python", "find_endpoint", "group_pids",
-           "listening_inodes", "port_owner", "serve_dtype", "serve_env_version", "served_models", "staging_dir",
-           "start_server", "start_server_job", "stop_running", "stop_server", "wait_ready"]
+__all__ = [
+    "CPU_KVCACHE_GIB",
+    "SERVER_JOB",
+    "ServerJob",
+    "build_serve_command",
+    "choose_serve_python",
+    "eagle3_config",
+    "find_endpoint",
+    "generating_server",
+    "group_pids",
+    "listening_inodes",
+    "needs_scale_out",
+    "port_owner",
+    "serve_dtype",
+    "serve_env",
+    "serve_env_version",
+    "served_models",
+    "staging_dir",
+    "start_job",
+    "start_server",
+    "start_server_job",
+    "stop_generating_server",
+    "stop_running",
+    "stop_server",
+    "wait_ready",
+]

@@ -189,23 +189,38 @@ class ServerJob:
 def start_server_job(run: Run, gpus: int, *, port: int | None = None,
                      serve_python: str | os.PathLike[str] | None = None,
                      ready_timeout_s: float = 1800.0) -> ServerJob:
-    """This run's ready `vllm-server` job (reused or launched). Raises CheckFailed with the server's
-    log tail when it dies or does not get ready, BadInput for a missing serve env."""
-    python = choose_serve_python(serve_python)
-    version = serve_env_version(python)
-    if version is None:
-        raise BadInput(f"{SERVE_PYTHON_ENV}: no vLLM is installed in the serve env of {python} (inventory envs.serve)")
+    """This run's ready extraction `vllm-server` job (reused or launched). Raises CheckFailed with the
+    server's log tail when it dies or does not get ready, BadInput for a missing serve env."""
+    python, version = serve_env(serve_python)
     chosen_port = port or run.config.vllm.port
     argv, env = build_serve_command(run, gpus, chosen_port, workdir(), serve_python=python, vllm_version=version)
     if gpus == 0 and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
     signature = server_signature(run, argv, gpus, chosen_port, version)
-    server = TmuxServer(workdir())
+    return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
+                     same="same model, layer ids, dtype, serve args and vLLM version")
 
+
+def serve_env(serve_python: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """(the serve env's interpreter, its vLLM version); BadInput when it has no vLLM."""
+    python = choose_serve_python(serve_python)
+    version = serve_env_version(python)
+    if version is None:
+        raise BadInput(f"{SERVE_PYTHON_ENV}: no vLLM is installed in the serve env of {python} (inventory envs.serve)")
+    return python, version
+
+
+def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[str, Any], version: str, *,
+              ready_timeout_s: float = 1800.0, same: str = "same signature") -> ServerJob:
+    """The run's `vllm-server` job serving `argv` (any server: extraction, generation, a speculator),
+    reused when its recorded signature equals `signature` (which holds the port), else (re)launched;
+    returned once it is ready."""
+    chosen_port = signature["port"]
+    server = TmuxServer(workdir())
     record, reused = find_or_launch(run, signature, argv, env, server)
     if reused:
         say(f"reusing vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}): "
-            "same model, layer ids, dtype, serve args and vLLM version")
+            f"{same}")
     else:
         say(f"started vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}); "
             f"log {record['log']}")

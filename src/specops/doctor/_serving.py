@@ -1,0 +1,162 @@
+"""Check `serving`: can the installed vLLM serve the trained draft as the target's EAGLE-3 speculator?
+
+Read from the sources, nothing imported (stdlib ast over the installed files):
+- vLLM knows the speculative method `eagle3` (vllm/config/speculative.py) and the target's
+  architecture implements SupportsEagle3 (its model registry, then the class's bases);
+- vLLM's speculators loader (vllm/transformers_utils/configs/speculators/) maps the draft's
+  transformer model_type to an Eagle-3 architecture (`eagle3_arch_map` in update_eagle3);
+- every key of the draft config that loader reads (`config_dict[...]`, `config_dict.get(...)`,
+  and the nested speculators_config / proposal method) is a field speculators' config classes
+  write (speculators/config.py, models/eagle3/config.py, proposals/greedy.py). A key read with
+  `[...]` that speculators never writes breaks loading (error); one read with `.get` silently
+  takes vLLM's default (warn).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from specops.analysis import ModuleIndex
+from specops.doctor._capabilities import architecture_class, implements
+from specops.doctor._report import Item
+
+SPECULATIVE = "vllm.config.speculative"
+LOADER_BASE = "vllm.transformers_utils.configs.speculators.base"
+LOADER_ALGOS = "vllm.transformers_utils.configs.speculators.algos"
+WRITERS = ("speculators.config", "speculators.models.eagle3.config", "speculators.proposals.greedy")
+# Names under which vLLM's loader holds the draft's config.json, or parts of it.
+CONFIG_NAMES = ("config_dict", "spec_config", "first_method")
+
+
+def _tree(index: ModuleIndex, module: str) -> tuple[ast.Module | None, Path | None]:
+    file = index.module_file(module)
+    return (index.tree(file) if file is not None else None), file
+
+
+def written_fields(index: ModuleIndex) -> dict[str, str] | None:
+    """Fields speculators' config classes serialise (annotated class attributes, ClassVars left out)."""
+    fields: dict[str, str] = {}
+    found_any = False
+    for module in WRITERS:
+        tree, _file = _tree(index, module)
+        if tree is None:
+            continue
+        found_any = True
+        for klass in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+            for statement in klass.body:
+                if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
+                    continue
+                if "ClassVar" in ast.unparse(statement.annotation):
+                    continue
+                fields.setdefault(statement.target.id, f"{index.relative_path(module)}:{statement.lineno}")
+    return fields if found_any else None
+
+
+def _key_reads(node: ast.AST) -> list[tuple[str, bool, int]]:
+    """(key, required, line) for each read of a config dict under `node`."""
+    reads = []
+    for child in ast.walk(node):
+        if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == "get"
+                and isinstance(child.func.value, ast.Name) and child.func.value.id in CONFIG_NAMES
+                and child.args and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str)):
+            reads.append((child.args[0].value, False, child.lineno))
+        elif (isinstance(child, ast.Subscript) and isinstance(child.ctx, ast.Load)
+              and isinstance(child.value, ast.Name) and child.value.id in CONFIG_NAMES
+              and isinstance(child.slice, ast.Constant) and isinstance(child.slice.value, str)):
+            reads.append((child.slice.value, True, child.lineno))
+    return reads
+
+
+def _eagle3_function(tree: ast.Module) -> ast.FunctionDef | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
+                and d.args[0].value == "eagle3" for d in node.decorator_list):
+            return node
+    return None
+
+
+def read_keys(index: ModuleIndex) -> tuple[dict[str, tuple[bool, str]], set[str] | None] | None:
+    """{key: (required, where)} the loader reads for an eagle3 draft, and the model types it maps."""
+    base, _ = _tree(index, LOADER_BASE)
+    algos, _ = _tree(index, LOADER_ALGOS)
+    if base is None or algos is None:
+        return None
+    keys: dict[str, tuple[bool, str]] = {}
+    function = _eagle3_function(algos)
+    sources = [(base, LOADER_BASE)] + ([(function, LOADER_ALGOS)] if function is not None else [])
+    for node, module in sources:
+        for key, required, line in _key_reads(node):
+            before = keys.get(key)
+            keys[key] = (required or bool(before and before[0]), f"{index.relative_path(module)}:{line}")
+    model_types: set[str] | None = None
+    if function is not None:
+        for child in ast.walk(function):
+            if (isinstance(child, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "eagle3_arch_map"
+                                                       for t in child.targets) and isinstance(child.value, ast.Dict)):
+                model_types = {k.value for k in child.value.keys if isinstance(k, ast.Constant)}
+    return keys, model_types
+
+
+def check_serving(index: ModuleIndex, versions: dict[str, str | None], architecture: str | None,
+                  model_type: str | None) -> list[Item]:
+    vllm = versions.get("vllm")
+    if vllm is None:
+        return [Item("serving", "unknown", "vllm", "vLLM is not installed in this env: cannot tell whether it "
+                     "serves the draft", "run the doctor with the serve env's site folder (--site)")]
+    items: list[Item] = []
+    tree, _ = _tree(index, SPECULATIVE)
+    source = ast.unparse(tree) if tree is not None else ""
+    where = index.relative_path(SPECULATIVE)
+    if "'eagle3'" in source:
+        items.append(Item("serving", "ok", where, f"vLLM {vllm} knows the speculative method eagle3"))
+    else:
+        items.append(Item("serving", "error", where, f"vLLM {vllm} has no speculative method eagle3",
+                          "install a vLLM with EAGLE-3 support"))
+    if architecture:
+        mapped = architecture_class(index, architecture)
+        if mapped is None:
+            items.append(Item("serving", "error", architecture, f"vLLM {vllm}'s model registry has no {architecture}",
+                              "use a target vLLM supports"))
+        else:
+            qualname = f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}"
+            supports = implements(index, qualname, "SupportsEagle3")
+            result = {True: "ok", False: "error"}.get(supports, "unknown")
+            why = {True: f"{mapped[1]} implements SupportsEagle3: vLLM can serve an EAGLE-3 draft for it",
+                   False: f"{mapped[1]} does not implement SupportsEagle3: vLLM {vllm} cannot serve an EAGLE-3 "
+                          "draft for this target"}.get(supports, f"could not follow {mapped[1]}'s base classes")
+            items.append(Item("serving", result, f"{index.relative_path(f'vllm.model_executor.models.{mapped[0]}')}"
+                              f" ({mapped[1]})", why, "" if supports else "use a vLLM whose model has SupportsEagle3"))
+    loader = read_keys(index)
+    written = written_fields(index)
+    if loader is None:
+        items.append(Item("serving", "unknown", LOADER_BASE, f"vLLM {vllm} has no speculators config loader here"))
+        return items
+    keys, model_types = loader
+    if model_type and model_types is not None:
+        if model_type in model_types:
+            items.append(Item("serving", "ok", LOADER_ALGOS, f"the loader maps draft model_type {model_type} "
+                              "to an Eagle-3 architecture"))
+        else:
+            items.append(Item("serving", "error", LOADER_ALGOS, f"the loader maps only {sorted(model_types)} to "
+                              f"Eagle-3 architectures, not {model_type}", "use a target of a supported family"))
+    if written is None:
+        items.append(Item("serving", "unknown", "speculators", "speculators is not installed here: cannot compare "
+                          "the draft config keys"))
+        return items
+    missing_required = sorted(key for key, (required, _w) in keys.items() if required and key not in written)
+    missing_optional = sorted(key for key, (required, _w) in keys.items() if not required and key not in written)
+    for key in missing_required:
+        items.append(Item("serving", "error", keys[key][1], f"vLLM's speculators loader requires draft config key "
+                          f"{key!r}, which speculators {versions.get('speculators')} does not write",
+                          "use matching speculators and vLLM releases"))
+    for key in missing_optional:
+        items.append(Item("serving", "warn", keys[key][1], f"vLLM reads draft config key {key!r} with a default; "
+                          f"speculators {versions.get('speculators')} does not write it, so vLLM's default applies"))
+    if not missing_required:
+        shared = sorted(key for key in keys if key in written)
+        items.append(Item("serving", "ok", index.relative_path(LOADER_BASE),
+                          f"the {len(shared)} draft config keys vLLM's speculators loader reads that speculators "
+                          f"writes agree ({', '.join(shared)})"))
+    return items

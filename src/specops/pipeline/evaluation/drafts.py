@@ -1,0 +1,90 @@
+"""The drafts evaluation scores: a training checkpoint, and the untrained draft beside it.
+
+A checkpoint is speculators' own folder (<checkpoints>/<epoch>/ with config.json and
+model.safetensors), which vLLM's speculators loader reads as it is. The untrained draft is
+speculators' initialisation of the same config with the same d2t/t2d and the target's embedding
+and LM head: the floor a trained draft must clear. It is saved (seeded, so always the same) to
+<run>/evaluation/untrained/ so that vLLM can serve it too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from specops.errors import BadInput
+
+UNTRAINED = "untrained"
+SEED = 0
+
+
+def epoch_folders(checkpoints: Path) -> list[Path]:
+    """Finished epochs' checkpoint folders, oldest first."""
+    from specops.pipeline.training import command
+
+    folders = [path for path in checkpoints.iterdir() if path.is_dir() and re.fullmatch(r"\d+", path.name)] \
+        if checkpoints.is_dir() else []
+    return sorted((path for path in folders if command.is_complete(path)), key=lambda path: int(path.name))
+
+
+def choose_checkpoint(checkpoints: Path, which: str) -> Path:
+    """best | last | an epoch number -> the checkpoint folder (bad input when it is not there)."""
+    epochs = epoch_folders(checkpoints)
+    if not epochs:
+        raise BadInput(f"{checkpoints}: no finished checkpoint; run the train step first")
+    if which == "last":
+        return epochs[-1]
+    if which == "best":
+        best = checkpoints / "checkpoint_best"
+        if best.exists():
+            resolved = best.resolve()
+            if (resolved / "config.json").is_file():
+                return resolved
+        return epochs[-1]
+    if which.isdigit():
+        folder = checkpoints / str(int(which))
+        if folder in epochs:
+            return folder
+        raise BadInput(f"--checkpoint: epoch {which} has no finished checkpoint in {checkpoints} "
+                       f"(there are {', '.join(path.name for path in epochs)})")
+    raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {which!r}")
+
+
+def load_draft(folder: Path, dtype: Any) -> Any:
+    """speculators' Eagle3DraftModel from a checkpoint folder, in `dtype`, eval mode."""
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    model = Eagle3DraftModel.from_pretrained(str(folder))
+    return prepared(model, dtype)
+
+
+def prepared(model: Any, dtype: Any) -> Any:
+    # The replay runs the layers directly with a causal sdpa (no flex-attention block masks).
+    model.config.transformer_layer_config._attn_implementation = "sdpa"
+    for layer in model.layers:
+        layer.self_attn.config._attn_implementation = "sdpa"
+    return model.to(dtype).eval()
+
+
+def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
+    """Build (once) the untrained draft for `trained_folder`'s config and mapping; its folder."""
+    import torch
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+        return out
+    config = Eagle3SpeculatorConfig.from_pretrained(str(trained_folder))
+    if config.speculators_config.verifier.name_or_path is None or not Path(
+            config.speculators_config.verifier.name_or_path).exists():
+        config.speculators_config.verifier.name_or_path = str(target)
+    trained = Eagle3DraftModel.from_pretrained(str(trained_folder))
+    torch.manual_seed(SEED)
+    model = Eagle3DraftModel(config)
+    model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
+    model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)
+    model = model.to(trained.fc.weight.dtype)
+    from specops.atomic import replace_folder
+
+    replace_folder(out, lambda staging: model.save_pretrained(str(staging)))
+    return out

@@ -1,0 +1,51 @@
+"""acceptance.png, next to loss.png: acceptance per draft position, and acceptance length per epoch."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from specops.atomic import write_bytes
+
+PLOT_FILE = "acceptance.png"
+
+
+def plot_acceptance(trained: dict[str, Any], untrained: dict[str, Any] | None, epochs: list[dict[str, Any]],
+                    path: Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    try:
+        positions = range(1, len(trained["per_position_acceptance"]) + 1)
+        left.plot(positions, trained["per_position_acceptance"], marker="o", label=f"trained ({trained['checkpoint']})")
+        if untrained is not None:
+            left.plot(positions, untrained["per_position_acceptance"], marker="x", label="untrained")
+        left.set_xlabel("draft position")
+        left.set_ylabel("share of drafts accepted")
+        left.set_xticks(list(positions))
+        left.set_ylim(0, 1)
+        left.legend()
+        left.grid(alpha=0.3)
+        if epochs:
+            numbers = [int(row["checkpoint"]) for row in epochs]
+            right.plot(numbers, [row["mean_acceptance_length"] for row in epochs], marker="o", label="trained")
+            right.set_xticks(numbers)
+        else:
+            right.plot([trained["checkpoint"]], [trained["mean_acceptance_length"]], marker="o", label="trained")
+        if untrained is not None:
+            right.axhline(untrained["mean_acceptance_length"], color="gray", linestyle="--", label="untrained")
+        right.set_xlabel("epoch")
+        right.set_ylabel("mean acceptance length")
+        right.legend()
+        right.grid(alpha=0.3)
+        figure.suptitle(title or "draft acceptance")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", bbox_inches="tight")
+    finally:
+        pyplot.close(figure)
+    write_bytes(path, buffer.getvalue())
+    return path

@@ -1,0 +1,144 @@
+"""The `hf` backend of evaluate: greedy EAGLE-3 drafting replayed with the draft and the target.
+
+What vLLM does when it serves the draft as the target's speculator, in plain transformers:
+greedy decoding of the target never depends on the drafts, so the target's own continuation is
+computed once (generate), and one forward over prompt + continuation gives its auxiliary hidden
+states. Then, round by round as vLLM drafts: with the first L tokens verified, the draft reads
+position i as (embedding of token i+1, fc(auxiliary states at i)) for i < L-1 and proposes k
+tokens, each step feeding its own pre-norm output and the embedding of its proposal to the next
+position; the target accepts the longest prefix that equals its own continuation, and the
+verified length grows by accepted + 1 (the target's own next token). A 1-layer draft's keys and
+values at a position depend only on that position's input, so recomputing the sequence each
+step is what vLLM's KV cache holds. Counted like vLLM's spec-decode counters: drafts, drafted
+tokens, accepted tokens, accepted per position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Counts:
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.drafts = 0
+        self.draft_tokens = 0
+        self.accepted = 0
+        self.per_position = [0] * k
+        self.generated = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        self.drafts += 1
+        self.draft_tokens += drafted
+        self.accepted += accepted
+        for position in range(accepted):
+            self.per_position[position] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"num_drafts": self.drafts, "num_draft_tokens": self.draft_tokens,
+                "num_accepted_tokens": self.accepted, "accepted_per_position": list(self.per_position),
+                "generated_tokens": self.generated}
+
+
+class Replay:
+    def __init__(self, target: Any, draft: Any, k: int, device: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.target = target
+        self.draft = draft
+        self.k = k
+        self.device = device
+        self.aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
+        self.dtype = draft.fc.weight.dtype
+
+    def continuation(self, prompt: list[int], max_tokens: int, eos: int | None) -> list[int]:
+        """The target's greedy answer (its end-of-turn token included when it stops)."""
+        torch = self.torch
+        ids = torch.tensor([prompt], device=self.device)
+        with torch.no_grad():
+            out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                       max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=eos)
+        tokens = out[0, len(prompt):].tolist()
+        return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
+
+    def aux_states(self, tokens: list[int]) -> Any:
+        """[len(tokens), n_aux * hidden]: the hidden states entering the draft's auxiliary layers."""
+        torch = self.torch
+        with torch.no_grad():
+            out = self.target(input_ids=torch.tensor([tokens], device=self.device), output_hidden_states=True)
+        return torch.cat([out.hidden_states[layer][0] for layer in self.aux_ids], dim=-1).to(self.dtype)
+
+    def _draft_forward(self, embeds: Any, hiddens: Any) -> tuple[Any, Any]:
+        """(logits over the draft vocabulary, pre-norm output) at the last of the positions."""
+        torch = self.torch
+        draft = self.draft
+        states = torch.cat([embeds, hiddens], dim=-1).unsqueeze(0)
+        length = states.shape[1]
+        positions = torch.arange(length, device=self.device).unsqueeze(0)
+        rotary = draft.rotary_emb(states, positions)
+        for layer in draft.layers:
+            states = layer(states, attention_mask=None, position_ids=positions, past_key_values=None,
+                           cache_position=positions[0], position_embeddings=rotary)
+        last = states[0, -1]
+        if draft.config.norm_output:
+            normed = draft.norm(last)
+            return draft.lm_head(normed), normed
+        return draft.lm_head(draft.norm(last)), last
+
+    def score(self, prompt: list[int], max_tokens: int, eos: int | None, counts: Counts) -> list[int]:
+        torch = self.torch
+        draft = self.draft
+        answer = self.continuation(prompt, max_tokens, eos)
+        counts.generated += len(answer)
+        if len(answer) < 2:
+            return answer
+        sequence = prompt + answer
+        with torch.no_grad():
+            aux = draft.fc(self.aux_states(sequence[:-1]))
+            embeds_all = draft.embed_tokens(torch.tensor(sequence, device=self.device)).to(self.dtype)
+            d2t = draft.d2t
+            verified = len(prompt) + 1  # the prefill's own token
+            produced = 1
+            while produced < len(answer):
+                # Position i reads token i+1 and the target's state at i, for i < verified - 1.
+                embeds = embeds_all[1:verified]
+                hiddens = aux[: verified - 1]
+                proposals = []
+                for _step in range(self.k):
+                    logits, pre_norm = self._draft_forward(embeds, hiddens)
+                    draft_id = int(torch.argmax(logits))
+                    token = draft_id + int(d2t[draft_id]) if d2t is not None else draft_id
+                    proposals.append(token)
+                    embeds = torch.cat([embeds, draft.embed_tokens(torch.tensor([token], device=self.device))
+                                        .to(self.dtype)], dim=0)
+                    hiddens = torch.cat([hiddens, pre_norm.unsqueeze(0)], dim=0)
+                expected = answer[produced: produced + self.k]
+                accepted = 0
+                while accepted < len(expected) and proposals[accepted] == expected[accepted]:
+                    accepted += 1
+                counts.add(self.k, accepted)
+                produced += accepted + 1
+                verified += accepted + 1
+        return answer
+
+
+def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
+           target: Any = None) -> dict[str, Any]:
+    """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids)."""
+    import torch
+
+    from specops.pipeline.data import load_tokenizer
+    from specops.pipeline.evaluation.drafts import load_draft
+    from specops.pipeline.target import load_target
+
+    device = torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda")
+    if target is None:
+        target = load_target(run, device, torch.float32)
+    draft = load_draft(draft_folder, torch.float32).to(device)
+    eos = load_tokenizer(run).eos_token_id
+    counts = Counts(k)
+    replayer = Replay(target, draft, k, device)
+    for prompt in prompts:
+        replayer.score(prompt, max_tokens, eos, counts)
+    return counts.as_dict()

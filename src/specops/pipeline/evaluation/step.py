@@ -1,0 +1,171 @@
+"""The `evaluate` step: score a checkpoint (or every epoch) and the untrained draft on held-out prompts.
+
+evaluate(run, checkpoint="best"|"last"|"N", all_epochs, prompts, backend) ->
+<run>/evaluation/report.json {"report": trained figures, "untrained": ..., "previous": the last
+evaluation recorded in the manifest, "epochs": [per-epoch figures with --all-epochs]}, and
+acceptance.png beside loss.png in the checkpoints folder. <run>/evaluation/progress.json says
+which draft is being scored (for `invoke status`). Skipped when the same inputs were scored.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import BadInput
+from specops.pipeline.run import config_hash
+
+REPORT_FILE = "report.json"
+PROGRESS_FILE = "progress.json"
+HISTORY = 20
+
+
+def say(message: str) -> None:
+    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+
+
+def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
+    from specops.pipeline.data import heldout, load_tokenizer, render_ids
+
+    rows = heldout.read_prompts(run.paths.heldout)
+    if not rows:
+        raise BadInput(f"{run.label}: evaluate.heldout_prompts: no held-out prompts in {run.paths.heldout}; "
+                       "set it > 0 and run prepare again")
+    tokenizer = load_tokenizer(run)
+    rows = rows[:limit] if limit else rows
+    return [render_ids(tokenizer, row["messages"], generation_prompt=True) for row in rows]
+
+
+def _progress(run: Any, **fields: Any) -> None:
+    atomic.write_json(run.paths.evaluation / PROGRESS_FILE, {"step": "evaluate", "updated_at": time.time(), **fields})
+
+
+def _digest(folder: Path) -> str:
+    from specops.pipeline.run import file_digest
+
+    return file_digest(folder / "model.safetensors")
+
+
+class Scorer:
+    """Scores drafts with one backend, keeping what can be shared (the target, the base speed)."""
+
+    def __init__(self, run: Any, backend: str, prompts: list[list[int]]) -> None:
+        self.run = run
+        self.backend = backend
+        self.prompts = prompts
+        self.k = run.config.evaluate.num_speculative_tokens
+        self.max_tokens = run.config.evaluate.max_tokens
+        self.target = None
+        self.base_tokens_per_s: float | None = None
+        self.servers: list[dict[str, Any]] = []
+        self.total = 0
+        self.done = 0
+
+    def score(self, folder: Path, label: str) -> dict[str, Any]:
+        from specops.pipeline.evaluation.report import figures, with_speed
+
+        _progress(self.run, state="running", draft=label, backend=self.backend, prompts=len(self.prompts),
+                  done=self.done, total=self.total)
+        self.done += 1
+        if self.backend == "hf":
+            import torch
+
+            from specops.pipeline.evaluation.replay import replay
+            from specops.pipeline.target import load_target
+
+            if self.target is None:
+                self.target = load_target(self.run, torch.device("cpu"), torch.float32)
+            counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target)
+            return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
+        from specops.pipeline.evaluation.served import run_prompts
+        from specops.pipeline.vllm import eagle3_config, generating_server
+
+        if self.base_tokens_per_s is None:
+            base = generating_server(self.run)
+            self.servers.append(base)
+            self.base_tokens_per_s = run_prompts(base["endpoint"], base["model"], self.prompts, self.max_tokens,
+                                                 self.k, speculative=False)["tokens_per_s"]
+        server = generating_server(self.run, speculative=eagle3_config(folder, self.k))
+        self.servers.append(server)
+        result = run_prompts(server["endpoint"], server["model"], self.prompts, self.max_tokens, self.k,
+                             speculative=True)
+        counts = result["per_request"] or result["counters"]
+        report = figures(counts, len(self.prompts), label, "vllm")
+        return {**with_speed(report, result["tokens_per_s"], self.base_tokens_per_s),
+                "counts_from": "per_request" if result["per_request"] else "metrics_deltas",
+                "server_counters": result["counters"], "generated_tokens": result["generated_tokens"]}
+
+
+def evaluate_inputs(run: Any, folders: list[Path], prompts: list[list[int]], backend: str) -> dict[str, Any]:
+    from specops.pipeline.run import Manifest
+
+    settings = run.config.evaluate
+    return {"drafts": {folder.name: _digest(folder) for folder in folders}, "prompts": config_hash(prompts),
+            "k": settings.num_speculative_tokens, "max_tokens": settings.max_tokens, "backend": backend,
+            "train": Manifest(run.paths.run_dir).inputs_hash("train")}
+
+
+def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
+             backend: str | None = None) -> dict[str, Any]:
+    from specops.gpus import device_count as visible_gpus
+    from specops.pipeline.evaluation.drafts import UNTRAINED, choose_checkpoint, epoch_folders, untrained_draft
+    from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
+    from specops.pipeline.evaluation.report import summary_line
+    from specops.pipeline.run import Manifest
+
+    settings = run.config.evaluate
+    backend = backend or settings.backend or run.backend(visible_gpus())
+    token_ids = heldout_token_ids(run, prompts)
+    chosen = choose_checkpoint(run.paths.checkpoints, checkpoint or settings.checkpoint)
+    folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
+    inputs = {**evaluate_inputs(run, folders, token_ids, backend), "chosen": chosen.name}
+    inputs_hash = config_hash(inputs)
+    manifest = Manifest(run.paths.run_dir)
+    report_path = run.paths.evaluation / REPORT_FILE
+    if manifest.is_current("evaluate", inputs_hash) and report_path.is_file():
+        import json
+
+        document = json.loads(report_path.read_text())
+        return {**document, "step": "evaluate", "status": "skipped: unchanged"}
+    history = manifest.document.get("evaluations") or []
+    previous = history[-1] if history else None
+    started = manifest.begin("evaluate", inputs_hash, inputs)
+    untrained_folder = untrained_draft(chosen, run.model_path, run.paths.evaluation / UNTRAINED)
+    scorer = Scorer(run, backend, token_ids)
+    scorer.total = len(folders) + 1
+    say(f"{len(token_ids)} held-out prompts, {scorer.k} speculative tokens, {scorer.max_tokens} tokens each, "
+        f"backend {backend}")
+    epochs = []
+    trained = None
+    for folder in folders:
+        scored = scorer.score(folder, folder.name)
+        say(summary_line(f"epoch {folder.name}", scored))
+        epochs.append(scored)
+        if folder == chosen:
+            trained = scored
+    if trained is None:  # best is not among the finished epochs listed (cannot happen; be safe)
+        trained = scorer.score(chosen, chosen.name)
+    untrained = scorer.score(untrained_folder, UNTRAINED)
+    say(summary_line("untrained", untrained))
+    plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
+                           title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
+    document = {"report": trained, "untrained": untrained, "previous": previous,
+                "epochs": epochs if all_epochs else [], "plot": str(plot), "checkpoint_path": str(chosen),
+                "servers": [{key: s.get(key) for key in ("job", "reused", "port", "vllm_version", "ready_s")}
+                            for s in scorer.servers]}
+    atomic.write_json(report_path, document)
+    _progress(run, state="done", prompts=len(token_ids), backend=backend)
+    manifest = Manifest(run.paths.run_dir)
+    entry = {key: trained[key] for key in ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance",
+                                           "num_drafts", "num_draft_tokens", "num_accepted_tokens", "prompts",
+                                           "checkpoint", "backend")}
+    entry.update(untrained_mean_acceptance_length=untrained["mean_acceptance_length"], at=time.time(),
+                 train=inputs["train"])
+    manifest.document["evaluations"] = [*history, entry][-HISTORY:]
+    manifest.finish("evaluate", started, {"mean_acceptance_length": trained["mean_acceptance_length"],
+                                          "untrained": untrained["mean_acceptance_length"],
+                                          "prompts": len(token_ids), "backend": backend})
+    return {**document, "step": "evaluate", "status": "done", "inputs_hash": inputs_hash}

@@ -1,0 +1,1 @@
+"""Step `regenerate`: the target answers the source conversations' prompts itself (before prepare)."""

@@ -1,0 +1,176 @@
+"""Regenerate with transformers (hosts without vLLM, the embedded default), in speculators' format.
+
+Each row of responses.jsonl is what `speculators regenerate-responses` writes for one generation:
+{"id": "<conv>_gen<N>", "primary_id", "input_ids" (prompt + completion), "loss_mask" (0 on the
+prompt, 1 on the completion), "text", "metadata": {"idx", "finish_reason", "is_tool_call",
+"usage", "endpoint", "sampling_params"}}; a conversation that fails (an empty answer) goes to
+responses.errors.jsonl as {"id", "metadata": {"idx", "error", "generations_completed", ...}}.
+
+Conversations are answered in fixed batches of `concurrency` rows of source.jsonl (turn by turn,
+left-padded, greedy unless the run asks for sampling, seeded per batch). Each finished batch is
+written as one chunk file (atomically), so a kill at any point loses at most the batch in
+progress, and a rerun recomputes exactly that batch with exactly the same inputs: the rows are the
+same, byte for byte, as an uninterrupted run's. The final files are the chunks joined in order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+
+CHUNKS = "chunks"
+ENDPOINT = "hf"
+
+
+def chunk_paths(folder: Path, batch: int) -> tuple[Path, Path]:
+    base = folder / CHUNKS / f"batch-{batch:05d}"
+    return base.with_suffix(".jsonl"), base.with_suffix(".errors.jsonl")
+
+
+def sampling_params(settings: Any) -> dict[str, Any]:
+    if settings.temperature == 0:
+        return {"temperature": 0.0}
+    return {"temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed}
+
+
+class Generator:
+    def __init__(self, run: Any) -> None:
+        import torch
+
+        from specops.pipeline.data import load_tokenizer
+        from specops.pipeline.target import choose_device, load_target
+
+        self.torch = torch
+        self.settings = run.config.regenerate
+        self.device, dtype = choose_device(run.config.dtype)
+        self.model = load_target(run, self.device, dtype)
+        self.tokenizer = load_tokenizer(run)
+        self.eos = self.tokenizer.eos_token_id
+        self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        from specops.pipeline.data import render_ids
+
+        return render_ids(self.tokenizer, messages, generation_prompt=True)
+
+    def complete(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], str]]:
+        """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it."""
+        torch = self.torch
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: every prompt ends at the same column
+            ids[row, width - len(prompt):] = torch.tensor(prompt)
+            mask[row, width - len(prompt):] = 1
+        settings = self.settings
+        options: dict[str, Any] = {"do_sample": False}
+        if settings.temperature > 0:
+            torch.manual_seed(seed)
+            options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0}
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                      max_new_tokens=settings.max_tokens, eos_token_id=self.eos,
+                                      pad_token_id=self.pad, **options)
+        results = []
+        for row in out[:, width:].tolist():
+            if self.eos in row:
+                results.append((row[: row.index(self.eos) + 1], "stop"))
+            else:
+                results.append((row, "length"))
+        return results
+
+    def batch(self, items: list[tuple[int, dict[str, Any]]], seed: int) -> tuple[list[dict], list[dict]]:
+        """Answer one batch of source rows turn by turn; (rows in source order, errors)."""
+        from specops.pipeline.regenerate.source import prompt_turns
+
+        params = sampling_params(self.settings)
+        states = []
+        for idx, row in items:
+            states.append({"idx": idx, "id": row["id"], "turns": prompt_turns(row["messages"]), "next": 0,
+                           "prefix": [], "samples": [], "error": None, "done": False})
+        turn_round = 0
+        while True:
+            pending = []
+            for state in states:
+                if state["done"]:
+                    continue
+                while state["next"] < len(state["turns"]) and state["turns"][state["next"]]["role"] == "system":
+                    state["prefix"].append(state["turns"][state["next"]])
+                    state["next"] += 1
+                if state["next"] >= len(state["turns"]):
+                    state["done"] = True
+                    continue
+                state["prefix"].append(state["turns"][state["next"]])
+                state["next"] += 1
+                pending.append(state)
+            if not pending:
+                break
+            prompts = [self.render(state["prefix"]) for state in pending]
+            completions = self.complete(prompts, seed * 1000 + turn_round)
+            turn_round += 1
+            for state, prompt, (completion, reason) in zip(pending, prompts, completions, strict=True):
+                # As vLLM's incremental detokenizer: an unfinished UTF-8 sequence at the end is held back
+                # (an answer of nothing but such bytes is empty there, and speculators fails it).
+                content = self.tokenizer.decode(completion, skip_special_tokens=True).rstrip("\ufffd")
+                if not content:
+                    state["error"] = f"ValueError('empty assistant generation (sample {len(state['samples'])})')"
+                    state["done"] = True
+                    continue
+                input_ids = prompt + completion
+                state["samples"].append({
+                    "id": f"{state['id']}_gen{len(state['samples'])}", "primary_id": state["id"],
+                    "input_ids": input_ids, "loss_mask": [0] * len(prompt) + [1] * len(completion),
+                    "text": self.tokenizer.decode(input_ids, skip_special_tokens=False),
+                    "metadata": {"idx": state["idx"], "finish_reason": reason, "is_tool_call": False,
+                                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion),
+                                           "total_tokens": len(input_ids)},
+                                 "endpoint": ENDPOINT, "sampling_params": params}})
+                state["prefix"].append({"role": "assistant", "content": content})
+                if len(input_ids) > self.settings.max_tokens:  # speculators' truncation rule
+                    state["done"] = True
+        rows, errors = [], []
+        for state in states:
+            if state["error"] is not None:  # like speculators: a failed conversation writes no rows
+                errors.append({"id": state["id"], "metadata": {
+                    "idx": state["idx"], "error": state["error"],
+                    "generations_completed": len(state["samples"]), "endpoint": ENDPOINT}})
+            else:
+                rows.extend(state["samples"])
+        return rows, errors
+
+
+def _lines(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
+    """Answer every source row in batches, resuming from the chunks already on disk; join them."""
+    size = run.config.regenerate.concurrency
+    batches = [list(enumerate(source))[start:start + size] for start in range(0, len(source), size)]
+    todo = [number for number in range(len(batches)) if not chunk_paths(folder, number)[0].is_file()]
+    resumed = len(batches) - len(todo)
+    if resumed:
+        print(f"regenerate: {resumed} of {len(batches)} batches already written; resuming", file=sys.stderr)
+    generator = Generator(run) if todo else None
+    for done, number in enumerate(todo, start=1):
+        assert generator is not None
+        rows, errors = generator.batch(batches[number], run.config.regenerate.seed + number)
+        rows_file, errors_file = chunk_paths(folder, number)
+        atomic.write_text(errors_file, _lines(errors))  # errors first: the rows file marks the batch done
+        atomic.write_text(rows_file, _lines(rows))
+        print(f"regenerate: batch {number + 1}/{len(batches)} ({done} this run): {len(rows)} answers, "
+              f"{len(errors)} failed", file=sys.stderr, flush=True)
+    joined, joined_errors = [], []
+    for number in range(len(batches)):
+        rows_file, errors_file = chunk_paths(folder, number)
+        joined.append(rows_file.read_text(encoding="utf-8"))
+        joined_errors.append(errors_file.read_text(encoding="utf-8") if errors_file.is_file() else "")
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
+
+    atomic.write_text(folder / ERRORS_FILE, "".join(joined_errors))
+    atomic.write_text(folder / RESPONSES_FILE, "".join(joined))
+    return {"batches": len(batches), "batches_resumed": resumed}

@@ -1,0 +1,85 @@
+"""The `regenerate` step: inputs, the manifest's skip decision, the backend, the output check.
+
+Inputs: the data file's digest, the target's digest (config and weights) and tokenizer, the
+sampling settings, the held-out size (held-out prompts are not answered) and the backend. A
+changed target changes them, so regenerate runs again and everything after it (prepare → ...) is
+invalidated, as the manifest does for every step. A rerun with the same inputs after a kill
+resumes: the hf backend from its finished batches, the vllm one with speculators' `--resume`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from specops.errors import CheckFailed
+from specops.pipeline.run import config_hash
+
+
+def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
+    from specops.pipeline.run import file_digest, model_digest, tokenizer_digest
+
+    data_path = run.paths.resolve(run.config.data)
+    settings = run.config.regenerate.model_dump(mode="json")
+    settings.pop("enabled")
+    settings.pop("backend")
+    if backend == "vllm":
+        settings.pop("seed")  # speculators takes the seed inside sampling params
+    return {"data": run.config.data, "data_digest": file_digest(data_path) if data_path.is_file() else None,
+            "model": run.config.model, "model_digest": model_digest(run.model_path),
+            "tokenizer": tokenizer_digest(run.model_path), "sampling": settings, "backend": backend,
+            "heldout_prompts": run.config.evaluate.heldout_prompts, "dtype": run.config.dtype}
+
+
+def chosen_backend(run: Any, backend: str | None) -> str:
+    from specops.gpus import device_count as visible_gpus
+
+    return backend or run.config.regenerate.backend or run.backend(visible_gpus())
+
+
+def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = False,
+               port: int | None = None) -> dict[str, Any]:
+    """Run (or skip, or resume) the regenerate step; the step's report."""
+    from specops.pipeline.regenerate.output import RESPONSES_FILE, check
+    from specops.pipeline.regenerate.source import build_source, read_source
+    from specops.pipeline.run import Manifest
+
+    backend = chosen_backend(run, backend)
+    folder = run.paths.regenerated
+    inputs = regenerate_inputs(run, backend)
+    inputs_hash = config_hash(inputs)
+    manifest = Manifest(run.paths.run_dir)
+    if manifest.is_current("regenerate", inputs_hash) and (folder / RESPONSES_FILE).is_file():
+        record = manifest.record("regenerate") or {}
+        return {"step": "regenerate", "status": "skipped: unchanged", "backend": backend,
+                "inputs_hash": inputs_hash, "counts": record.get("counts", {}), "output": str(folder / RESPONSES_FILE)}
+    resuming = (manifest.record("regenerate") or {}).get("inputs_hash") == inputs_hash
+    started = manifest.begin("regenerate", inputs_hash, inputs)  # other inputs: old answers go
+    source_counts = build_source(run)
+    source = read_source(folder)
+    print(f"regenerate: {len(source)} conversations ({source_counts['held_out']} held out) with the {backend} "
+          f"backend{' (resuming)' if resuming else ''}", file=sys.stderr, flush=True)
+    if backend == "vllm":
+        from specops.pipeline.regenerate.vllm import regenerate_vllm
+
+        details = regenerate_vllm(run, folder, source, stop_server=stop_server, port=port)
+    else:
+        from specops.pipeline.regenerate.hf import regenerate_hf
+
+        details = regenerate_hf(run, folder, source)
+    checked = check(folder, source)
+    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
+                                            "completion_tokens", "finish_reasons")}
+    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
+    for failure in checked["failed_list"]:
+        print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
+    if checked["problems"] or checked["rows"] == 0:
+        manifest.finish("regenerate", started, counts, status="failed")
+        why = "; ".join(checked["problems"]) or "no answers were written"
+        raise CheckFailed(f"regenerate: {folder / RESPONSES_FILE}: {why}")
+    manifest.finish("regenerate", started, counts)
+    print(f"regenerate: {counts['rows']} answers for {counts['conversations']} conversations, "
+          f"{counts['failed']} failed, {counts['empty']} empty", file=sys.stderr, flush=True)
+    return {"step": "regenerate", "status": "done", "backend": backend, "inputs_hash": inputs_hash,
+            "counts": counts, "failed": checked["failed_list"], "missing": checked["missing_list"],
+            "output": str(folder / RESPONSES_FILE), **details}

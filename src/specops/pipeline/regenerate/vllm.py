@@ -1,0 +1,68 @@
+"""Regenerate with the `vllm` backend: speculators' own `regenerate-responses` against the run's server.
+
+speculators 0.9 does the work (chat endpoint, concurrency, `--resume` by stable row id, the errors
+file); specops starts or reuses the server job, tidies what an interrupted run left (a cut last
+line, a conversation whose rows were not all written) so that `--resume` neither skips a half
+answered conversation nor glues a new row to a cut one, runs the client, and checks its output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: str | None = None) -> list[str]:
+    from specops.pipeline.regenerate.hf import sampling_params
+    from specops.pipeline.regenerate.output import RESPONSES_FILE
+    from specops.pipeline.regenerate.source import SOURCE_FILE
+
+    settings = run.config.regenerate
+    return [python or sys.executable, "-m", "speculators", "regenerate-responses",
+            "--endpoint", f"{endpoint}/v1/chat/completions", "--model", model,
+            "--dataset", str(folder / SOURCE_FILE), "--outfile", str(folder / RESPONSES_FILE), "--resume",
+            "--concurrency", str(settings.concurrency), "--max-tokens", str(settings.max_tokens),
+            "--sampling-params", json.dumps(sampling_params(settings), sort_keys=True)]
+
+
+def run_client(argv: list[str]) -> int:
+    """Run speculators' client, its output copied to stderr (the job log; stdout carries the JSON)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "COLUMNS": "400"}  # rich would wrap its log lines at 80 columns
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          env=env) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            sys.stderr.write(raw.decode(errors="replace"))
+        sys.stderr.flush()
+    return process.returncode
+
+
+def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, stop_server: bool = False,
+                    port: int | None = None) -> dict[str, Any]:
+    from specops.errors import CheckFailed
+    from specops.pipeline.regenerate.output import tidy
+    from specops.pipeline.regenerate.source import prompt_turns
+    from specops.pipeline.vllm import generating_server, stop_generating_server
+
+    expected = {row["id"]: sum(1 for turn in prompt_turns(row["messages"]) if turn["role"] == "user") for row in source}
+    tidied = tidy(folder, expected, run.config.regenerate.max_tokens)
+    if any(tidied.values()):
+        print(f"regenerate: removed {tidied['cut_lines']} cut lines and {tidied['partial_rows']} rows of partly "
+              "written conversations before resuming", file=sys.stderr)
+    server = generating_server(run, port=port)
+    # The model name the server knows is its path; the client loads the tokenizer from it too.
+    argv = regenerate_argv(run, server["endpoint"], str(run.model_path), folder)
+    try:
+        code = run_client(argv)
+    finally:
+        if stop_server:
+            server["stopped"] = stop_generating_server(server, "--stop-server")
+    server.pop("server")
+    if code != 0:
+        raise CheckFailed(f"speculators regenerate-responses exited {code} (log: the job log)")
+    return {"tidied": tidied, "server": server, "command": argv}

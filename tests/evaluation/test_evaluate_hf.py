@@ -1,0 +1,97 @@
+"""Evaluate with the hf backend: the demo's trained draft against the untrained one, on held-out prompts.
+
+The replay of greedy EAGLE-3 drafting (speculators' Eagle3DraftModel, the transformers target)
+counts drafts and accepted tokens like vLLM's spec-decode counters; the report carries the keys
+scripts rely on; held-out prompts never reach training; a second evaluation finds the first one
+as `previous`; --all-epochs scores every epoch and draws acceptance length per epoch.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.evaluation.conftest import copy_of
+from tests.support.agent import run_agent as agent
+
+KEYS = {"mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "num_drafts", "num_draft_tokens",
+        "num_accepted_tokens", "prompts", "checkpoint", "backend"}
+
+
+def test_the_pipeline_ends_with_the_trained_draft_clearly_above_the_untrained_one(evaluated) -> None:
+    root, summary = evaluated
+    assert [name for name in summary["steps"]][2:] == ["regenerate", "prepare", "extract", "validate", "vocab",
+                                                       "train", "evaluate"]
+    evaluation = summary["evaluation"]
+    trained, untrained = evaluation["report"], evaluation["untrained"]
+    assert KEYS <= set(trained) and KEYS <= set(untrained)
+    assert trained["backend"] == "hf" and trained["prompts"] == 20 and trained["checkpoint"] == "3"
+    assert untrained["mean_acceptance_length"] < 1.05  # speculators' init proposes nearly nothing the target takes
+    assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
+    for report in (trained, untrained):
+        assert report["num_draft_tokens"] == 3 * report["num_drafts"]
+        assert report["mean_acceptance_length"] == round(1 + report["num_accepted_tokens"] / report["num_drafts"], 4)
+        assert report["acceptance_rate"] == round(report["num_accepted_tokens"] / report["num_draft_tokens"], 4)
+        positions = report["per_position_acceptance"]
+        assert len(positions) == 3 and positions == sorted(positions, reverse=True)  # a later draft needs the earlier
+        assert abs(sum(positions) - report["num_accepted_tokens"] / report["num_drafts"]) < 1e-3
+    plot = root / "runs" / "tiny" / "checkpoints" / "acceptance.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (plot.parent / "loss.png").is_file()
+
+
+def test_held_out_prompts_are_never_trained_on(evaluated) -> None:
+    import datasets
+    from transformers import AutoTokenizer
+
+    root, _summary = evaluated
+    run = root / "runs" / "tiny"
+    held = [json.loads(line) for line in (run / "heldout" / "prompts.jsonl").read_text().splitlines()]
+    assert len(held) == 20 and all(row["messages"][-1]["role"] == "user" for row in held)
+    questions = [row["messages"][-1]["content"] for row in held]
+    tokenizer = AutoTokenizer.from_pretrained(str(root / "models" / "tiny-llama"))
+    texts = [tokenizer.decode(ids) for ids in datasets.load_from_disk(str(run / "prepared"))["input_ids"]]
+    assert len(texts) == 200
+    assert not [q for q in questions if any(q in text for text in texts)]
+    source = (run / "regenerated" / "source.jsonl").read_text()
+    assert not [q for q in questions if json.dumps(q)[1:-1] in source]
+
+
+def test_the_held_out_choice_is_by_content_whatever_the_order() -> None:
+    import random
+
+    from specops.pipeline.data import Conversation
+    from specops.pipeline.data.heldout import choose
+
+    conversations = [Conversation(n, [{"role": "user", "content": f"question {n}"},
+                                      {"role": "assistant", "content": f"answer {n}"}]) for n in range(100)]
+    shuffled = conversations[:]
+    random.Random(7).shuffle(shuffled)
+    assert choose(conversations, 10) == choose(shuffled, 10) and len(choose(conversations, 10)) == 10
+    assert choose(conversations[:50], 10) != choose(conversations[50:], 10)
+
+
+def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_previous(evaluated, tmp_path) -> None:
+    root = copy_of(evaluated, tmp_path / "w")
+    first = evaluated[1]["evaluation"]["report"]
+    code, again, _ = agent(root, "step", "evaluate", "--run", "tiny")
+    assert code == 0 and again["status"] == "skipped: unchanged"
+    assert again["report"] == first
+
+    code, document, stderr = agent(root, "step", "evaluate", "--run", "tiny", "--all-epochs", timeout=900)
+    assert code == 0, stderr[-3000:]
+    assert [row["checkpoint"] for row in document["epochs"]] == ["0", "1", "2", "3"]
+    assert document["epochs"][-1] == document["report"] == first  # the same draft, the same prompts: same counts
+    assert document["previous"]["mean_acceptance_length"] == first["mean_acceptance_length"]
+    assert document["epochs"][0]["mean_acceptance_length"] < document["epochs"][-1]["mean_acceptance_length"]
+    report = json.loads((root / "runs" / "tiny" / "evaluation" / "report.json").read_text())
+    assert report["epochs"] == document["epochs"]
+
+
+def test_fewer_prompts_and_a_checkpoint_by_number(evaluated, tmp_path) -> None:
+    root = copy_of(evaluated, tmp_path / "w")
+    code, document, stderr = agent(root, "step", "evaluate", "--run", "tiny", "--checkpoint", "1", "--prompts", "5",
+                                   timeout=900)
+    assert code == 0, stderr[-3000:]
+    assert document["report"]["checkpoint"] == "1" and document["report"]["prompts"] == 5
+    code, document, _ = agent(root, "step", "evaluate", "--run", "tiny", "--checkpoint", "9")
+    assert code == 2 and "epoch 9 has no finished checkpoint" in document["error"]
+    assert "\n" not in document["error"]

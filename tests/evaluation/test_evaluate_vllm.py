@@ -1,0 +1,87 @@
+"""Evaluate with the vllm backend: a real vLLM CPU server serves the trained draft as the target's EAGLE-3
+speculator; what specops reports is what the server itself counted, and the hf replay agrees with it.
+
+One evaluation (three servers: the target alone, with the trained draft, with the untrained one) is
+shared by the tests of this module; the last server is left running, so the test reads its own
+/metrics afterwards and stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from tests.evaluation.conftest import copy_of
+from tests.support.agent import agent_env
+from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, needs_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+
+@pytest.fixture(scope="module")
+def served(evaluated, patched_vllm, tmp_path_factory) -> dict:
+    root = copy_of(evaluated, tmp_path_factory.mktemp("served") / "w")
+    port = free_port()
+    config = root / "runs" / "tiny.yaml"
+    config.write_text(config.read_text().replace("port: 8000", f"port: {port}"))
+    env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+    try:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+        document = json.loads(done.stdout.strip().splitlines()[-1])
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        yield {"root": root, "document": document, "metrics": metrics, "port": port}
+    finally:
+        os.environ["SPECOPS_WORKDIR"] = str(root)
+        code, stopped, _ = agent(root, "job", "stop", "vllm-server", "--run", "tiny")
+        assert code == 0, stopped
+
+
+def _counter(metrics: str, name: str, position: int | None = None) -> float:
+    total = 0.0
+    for line in metrics.splitlines():
+        if not line.startswith(f"vllm:spec_decode_{name}_total"):
+            continue
+        if position is not None and f'position="{position}"' not in line:
+            continue
+        total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_the_reported_acceptance_is_what_the_servers_own_counters_say(served) -> None:
+    untrained = served["document"]["untrained"]  # the last server: it saw only these requests
+    metrics = served["metrics"]
+    assert untrained["num_drafts"] == _counter(metrics, "num_drafts") > 0
+    assert untrained["num_draft_tokens"] == _counter(metrics, "num_draft_tokens")
+    assert untrained["num_accepted_tokens"] == _counter(metrics, "num_accepted_tokens")
+    per_position = [_counter(metrics, "num_accepted_tokens_per_pos", p) / untrained["num_drafts"] for p in range(3)]
+    assert untrained["per_position_acceptance"] == [round(value, 4) for value in per_position]
+    trained = served["document"]["report"]
+    counters = trained["server_counters"]  # the /metrics deltas around the trained draft's requests
+    assert (trained["num_drafts"], trained["num_draft_tokens"], trained["num_accepted_tokens"]) == (
+        counters["num_drafts"], counters["num_draft_tokens"], counters["num_accepted_tokens"])
+
+
+def test_hf_and_vllm_agree_on_the_tiny_model(served, evaluated) -> None:
+    vllm = served["document"]
+    hf = evaluated[1]["evaluation"]
+    assert vllm["report"]["backend"] == "vllm" and hf["report"]["backend"] == "hf"
+    assert abs(vllm["report"]["mean_acceptance_length"] - hf["report"]["mean_acceptance_length"]) <= 0.05
+    assert abs(vllm["untrained"]["mean_acceptance_length"] - hf["untrained"]["mean_acceptance_length"]) <= 0.05
+    assert vllm["untrained"]["mean_acceptance_length"] < 1.05
+    assert vllm["report"]["mean_acceptance_length"] > vllm["untrained"]["mean_acceptance_length"] + 0.4
+
+
+def test_speed_with_and_without_the_draft_is_reported(served) -> None:
+    report = served["document"]["report"]
+    assert report["tokens_per_s_spec"] > 0 and report["tokens_per_s_base"] > 0
+    assert report["speedup"] == round(report["tokens_per_s_spec"] / report["tokens_per_s_base"], 3)
+    jobs = [server["job"] for server in served["document"]["servers"]]
+    assert len(jobs) == 3 and len(set(jobs)) == 3  # target alone, trained draft, untrained draft

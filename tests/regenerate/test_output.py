@@ -1,0 +1,59 @@
+"""What regenerate wrote, checked: failures are counted and listed, a cut line or a half-written
+conversation (what a kill -9 of speculators' client leaves) is removed before resuming."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check, tidy
+
+
+def _copy(regenerated: Path, tmp_path: Path) -> tuple[Path, list[dict]]:
+    folder = tmp_path / "regenerated"
+    shutil.copytree(regenerated / "runs" / "tiny" / "regenerated", folder)
+    source = [json.loads(line) for line in (folder / "source.jsonl").read_text().splitlines()]
+    return folder, source
+
+
+def test_failed_conversations_are_counted_and_listed(regenerated: Path, tmp_path: Path) -> None:
+    folder, source = _copy(regenerated, tmp_path)
+    before = check(folder, source)
+    rows = (folder / RESPONSES_FILE).read_text().splitlines()
+    failed = json.loads(rows[3])["primary_id"]
+    (folder / RESPONSES_FILE).write_text("".join(line + "\n" for line in rows if failed not in line))
+    # the errors file exactly as speculators' worker writes a failed conversation
+    error = {"id": failed, "metadata": {"idx": 3, "error": "ValueError('empty assistant generation (sample 0)')",
+                                        "generations_completed": 0, "endpoint": "http://127.0.0.1:8000/v1"}}
+    with (folder / ERRORS_FILE).open("a") as handle:
+        handle.write(json.dumps(error) + "\n")
+    checked = check(folder, source)
+    assert checked["failed"] == before["failed"] + 1
+    assert {"id": failed, "error": error["metadata"]["error"]} in checked["failed_list"]
+    assert checked["conversations"] == before["conversations"] - 1
+    assert checked["conversations"] + checked["failed"] == len(source)
+    assert checked["missing"] == 0 and checked["problems"] == []
+
+
+def test_rows_written_twice_are_a_problem(regenerated: Path, tmp_path: Path) -> None:
+    folder, source = _copy(regenerated, tmp_path)
+    first = (folder / RESPONSES_FILE).read_text().splitlines()[0]
+    with (folder / RESPONSES_FILE).open("a") as handle:
+        handle.write(first + "\n")
+    assert check(folder, source)["problems"] == ["1 rows written twice (e.g. " + json.loads(first)["id"] + ")"]
+
+
+def test_tidy_removes_a_cut_line_and_a_half_written_conversation(regenerated: Path, tmp_path: Path) -> None:
+    folder, _source = _copy(regenerated, tmp_path)
+    whole = (folder / RESPONSES_FILE).read_text()
+    lines = whole.splitlines()
+    two_turns = json.loads(lines[0])
+    second = {**two_turns, "id": two_turns["primary_id"] + "_gen1", "input_ids": [1, 2], "loss_mask": [0, 1]}
+    broken = whole + json.dumps(second) + "\n" + lines[1][: len(lines[1]) // 2]  # gen1 of a 3-turn chat, then a cut
+    (folder / RESPONSES_FILE).write_text(broken)
+    expected = {two_turns["primary_id"]: 3}  # three user turns: gen2 never came
+    assert tidy(folder, expected, max_tokens=10_000) == {"cut_lines": 1, "partial_rows": 2}
+    kept = (folder / RESPONSES_FILE).read_text()
+    assert kept == "".join(line + "\n" for line in lines[1:])
+    assert tidy(folder, expected, max_tokens=10_000) == {"cut_lines": 0, "partial_rows": 0}

@@ -1,0 +1,106 @@
+"""Regenerate with the vllm backend: speculators' own `regenerate-responses` against the run's real vLLM
+CPU server (a `vllm-server` job); a kill -9 of the step and its client mid-way, then a rerun, gives
+the same rows as an uninterrupted run, none twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent import agent_env
+from tests.support.runs import edit_run
+from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, needs_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
+
+
+def _regenerate(root: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "specops", "step", "regenerate", "--run", "tiny"], cwd=root,
+                            env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _finish(process: subprocess.Popen) -> tuple[int, dict, str]:
+    out, err = process.communicate(timeout=1200)
+    return process.returncode, json.loads(out.decode().strip().splitlines()[-1]), err.decode()
+
+
+def _rows(root: Path) -> list[dict]:
+    text = (root / "runs" / "tiny" / "regenerated" / "responses.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def vllm_regen_workdir(patched_vllm, tmp_path_factory) -> Path:
+    from specops.pipeline.data import tiny
+
+    root = tmp_path_factory.mktemp("vllm-regen") / "w"
+    root.mkdir()
+    shutil.copytree(REPO / "runs", root / "runs")
+    edit_run(root / "runs" / "tiny.yaml", backend="vllm", vllm={"port": free_port()},
+             regenerate={"max_tokens": 24, "concurrency": 8})
+    tiny.generate(root)
+    yield root
+    os.environ["SPECOPS_WORKDIR"] = str(root)
+    code, stopped, _ = agent(root, "job", "stop", "vllm-server", "--run", "tiny")
+    assert code == 0, stopped
+
+
+def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen_workdir: Path) -> None:
+    root = vllm_regen_workdir
+    responses = root / "runs" / "tiny" / "regenerated" / "responses.jsonl"
+    process = _regenerate(root)
+    deadline = time.monotonic() + 900
+    while not (responses.is_file() and responses.read_text().count("\n") >= 40):
+        assert process.poll() is None, process.stderr.read().decode()[-4000:]
+        assert time.monotonic() < deadline, "speculators wrote nothing in time"
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the step and speculators' client, mid-write; the server job lives on
+    process.wait(timeout=30)
+    written = responses.read_text().count("\n")
+    assert 40 <= written < 278
+
+    code, resumed, stderr = _finish(_regenerate(root))
+    assert code == 0, stderr[-4000:]
+    assert "reusing vLLM server job" in stderr and "--resume" in resumed["command"]
+    rows = _rows(root)
+    ids = [row["id"] for row in rows]
+    counts = resumed["counts"]
+    assert len(ids) == len(set(ids)) == counts["rows"]  # none twice
+    # every conversation once: answered (one answer each at 24 tokens), or failed and listed with its error
+    assert counts["conversations"] + counts["failed"] == 278 and counts["missing"] == 0, resumed["failed"]
+    failed = {failure["id"] for failure in resumed["failed"]}
+    assert len(failed) == counts["failed"] and all(failure["error"] for failure in resumed["failed"])
+    assert not failed & {row["primary_id"] for row in rows}
+    assert counts["conversations"] >= 270
+    assert all(row["metadata"]["endpoint"].endswith("/v1/chat/completions") for row in rows)
+
+    # an uninterrupted run of the same inputs on the same server
+    shutil.rmtree(root / "runs" / "tiny" / "regenerated")
+    (root / "runs" / "tiny" / "manifest.json").unlink()
+    code, whole, stderr = _finish(_regenerate(root))
+    assert code == 0, stderr[-4000:]
+    again = _rows(root)
+    assert {row["id"]: row["input_ids"] for row in again} == {row["id"]: row["input_ids"] for row in rows}
+    assert {failure["id"] for failure in whole["failed"]} == failed
+    assert whole["server"]["reused"] is True
+
+    # the hf backend writes the same rows: the same prompt and answer tokens, the same failures
+    (root / "runs" / "tiny" / "manifest.json").unlink()
+    shutil.rmtree(root / "runs" / "tiny" / "regenerated")
+    code, hf, stderr = agent(root, "step", "regenerate", "--run", "tiny", "--backend", "hf", timeout=900)
+    assert code == 0, stderr[-3000:]
+    assert {row["id"]: row["input_ids"] for row in _rows(root)} == {row["id"]: row["input_ids"] for row in rows}
+    assert {failure["id"] for failure in hf["failed"]} == failed
