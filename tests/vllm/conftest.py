@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agent import REPO
+from tests.support.agent import run_agent as agent
 from tests.support.vllm import (
     PATCH_SET,
     READY_TIMEOUT_S,
@@ -27,8 +29,8 @@ from tests.support.vllm import (
     write_run,
 )
 
-__all__ = ["PATCH_SET", "READY_TIMEOUT_S", "VLLM_PYTHON", "ServerJob", "SharedVllm", "free_port", "in_vllm_worker",
-           "needs_vllm", "patched_vllm", "serve_argv", "shared_vllm", "write_run"]
+__all__ = ["PATCH_SET", "READY_TIMEOUT_S", "REPO", "VLLM_PYTHON", "ServerJob", "SharedVllm", "agent", "free_port",
+           "in_vllm_worker", "needs_vllm", "patched_vllm", "serve_argv", "shared_vllm", "write_run"]
 
 
 @pytest.fixture(scope="module")
