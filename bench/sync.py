@@ -1,13 +1,15 @@
 """`invoke sync` against plain rsync of the same tree, with the same filters, over the same sshd.
 
-    .venv/bin/python bench/sync.py [--n 5]
+    .venv/bin/python bench/sync.py [--n 5] [--before PATH]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), and pushes this checkout's src/,
 patches/ and runs/*.yaml into three workdirs on that host, one per contender:
 
   rsync -a           plain rsync, quick check (size + mtime), remote.sync.RSYNC_FILTERS, ssh -e
   rsync -rlptc       remote.sync's own rsync flags (whole-file checksums on both sides), no invoke
-  invoke sync        the task: `invoke sync --host H --json` (connection + `command -v rsync` + rsync)
+  invoke sync        the task: `invoke sync --host H --json` (staging the tree, then one rsync)
+  invoke sync (before)  with --before PATH: the same task from another checkout (e.g. `git worktree add
+                     ../before <commit>`), into a workdir of its own, interleaved with the others
 
 in two cases, after one warm-up each and N rounds of all contenders in turn (median and p90 in ms):
   no change          nothing differs: the cost of finding that out
@@ -80,10 +82,10 @@ def plain_rsync(flags: list[str], server: SshServer, known_hosts: Path, user: st
     return run
 
 
-def invoke_sync(env: dict[str, str]) -> Callable[[], int]:
+def invoke_sync(env: dict[str, str], tree: Path = REPO, host: str = "h") -> Callable[[], int]:
     def run() -> int:
-        proc = subprocess.run([str(INVOKE), "sync", "--host", "h", "--json"], capture_output=True, text=True, env=env,
-                              cwd=REPO, timeout=120)
+        proc = subprocess.run([str(INVOKE), "sync", "--host", host, "--json"], capture_output=True, text=True,
+                              env=env, cwd=tree, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"invoke sync exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
         return len(json.loads(proc.stdout)["changed"])
@@ -98,6 +100,7 @@ def edit_on_host(workdir: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5, help="rounds per case (after one warm-up)")
+    parser.add_argument("--before", type=Path, help="another checkout whose `invoke sync` is timed alongside")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-sync-"))
     server = start_sshd(root / "sshd")
@@ -107,10 +110,12 @@ def main() -> int:
         known_hosts = root / "known_hosts"
         known_hosts.write_text(server.known_hosts_line())
         user = server.user
-        workdirs = {name: root / name for name in ("plain", "ours", "invoke")}
-        inventory = write_inventory(root / "inventory.yaml", {"h": {
-            "address": "127.0.0.1", "port": server.port, "user": user, "identity_file": str(server.client_key),
-            "known_hosts": str(known_hosts), "workdir": str(workdirs["invoke"]), "python": PYTHON}}, default="h")
+        workdirs = {name: root / name for name in ("plain", "ours", "invoke", "before")}
+        hosts = {name: {"address": "127.0.0.1", "port": server.port, "user": user,
+                        "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
+                        "workdir": str(workdirs[folder]), "python": PYTHON}
+                 for name, folder in (("h", "invoke"), ("hb", "before"))}
+        inventory = write_inventory(root / "inventory.yaml", hosts, default="h")
         env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
         env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
         contenders = {
@@ -119,6 +124,9 @@ def main() -> int:
                                     workdirs["ours"]),
             "invoke sync": (invoke_sync(env), workdirs["invoke"]),
         }
+        if options.before:
+            contenders["invoke sync (before)"] = (invoke_sync(env, options.before.resolve(), "hb"),
+                                                  workdirs["before"])
         files = len(list((REPO / "src").rglob("*.py")))
         rows: list[Row] = []
         for case in ("no change", "one file changed"):
@@ -149,7 +157,8 @@ def main() -> int:
     finally:
         server.stop()
         if inventory is not None:
-            forget_current(load_inventory(inventory).host("h"))
+            for name in ("h", "hb"):
+                forget_current(load_inventory(inventory).host(name))
         shutil.rmtree(root, ignore_errors=True)
 
 

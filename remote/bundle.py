@@ -7,12 +7,11 @@ stale agent and nobody has to remember to sync first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
 import tarfile
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from remote.errors import BadInput
@@ -53,27 +52,40 @@ def bundle_files(root: Path = REPO_ROOT) -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
-@dataclass(frozen=True)
 class Bundle:
-    digest: str
-    archive: bytes  # gzip'd tar of the files, deterministic
-    files: tuple[str, ...]  # paths on the host, relative to the workdir
-    sources: dict[str, Path]  # where each comes from here
+    """The files, their content hash and, built only when a host needs installing, their archive.
+
+    Most tasks find the host current and need only the digest: hashing ~100 files is cheap, the
+    gzip'd tar is not, so it is made on first use of `archive`.
+    """
+
+    def __init__(self, digest: str, sources: dict[str, Path], contents: dict[str, bytes]) -> None:
+        self.digest = digest
+        self.sources = sources  # path on the host -> where it comes from here
+        self.files = tuple(sources)  # paths on the host, relative to the workdir
+        self._contents = contents  # what was hashed: the archive holds exactly that
+
+    @functools.cached_property
+    def archive(self) -> bytes:
+        """gzip'd tar of the files, deterministic (mode 0644, mtime 0, sorted)."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
+            for relative, data in self._contents.items():
+                info = tarfile.TarInfo(relative)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                archive.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
 
 
-@cache
+@functools.cache
 def build_bundle(root: Path = REPO_ROOT) -> Bundle:
     files = bundle_files(root)
     hasher = hashlib.sha256()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
-        for relative, source in files.items():
-            data = source.read_bytes()
-            hasher.update(relative.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
-            info = tarfile.TarInfo(relative)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            archive.addfile(info, io.BytesIO(data))
-    return Bundle(hasher.hexdigest(), buffer.getvalue(), tuple(files), files)
+    contents: dict[str, bytes] = {}
+    for relative, source in files.items():
+        data = contents[relative] = source.read_bytes()
+        hasher.update(relative.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+    return Bundle(hasher.hexdigest(), files, contents)
 
 
 # Runs on the host with the host's python (any 3.8+): unpack the bundle read from stdin into the

@@ -83,11 +83,17 @@ def _remote_workdir(host: Host) -> str:
 
 
 def _staging() -> Path:
-    """The tree the host should have: the bundle's files (mtimes kept) and the state files with them."""
+    """The tree the host should have: the bundle's files (mtimes kept) and the state files with them.
+
+    Hard links where the filesystem allows (the files themselves, nothing copied), copies elsewhere.
+    """
     folder = Path(tempfile.mkdtemp(prefix="specops-sync-"))
     for relative, source in build_bundle().sources.items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, folder / relative)
+        try:
+            os.link(source, folder / relative)
+        except OSError:  # another filesystem, or links not allowed
+            shutil.copy2(source, folder / relative)
     (folder / "state").mkdir()
     (folder / "state" / "agent.sha256").write_text(build_bundle().digest)
     (folder / "state" / "revision.json").write_text(json.dumps(current_revision()) + "\n")

@@ -63,6 +63,7 @@ class JobRecord(TypedDict):
     wrapper_pid: NotRequired[int]      # the wrapper's own pid
     stop_requested: NotRequired[str]   # when `job stop` asked: the exit then reads as stopped, not failed
     lost_at: NotRequired[str]          # when a reader found the session gone with no exit recorded
+    threads: NotRequired[dict[str, Any]]  # a CPU host's cores for the job and the thread env it runs with
     error: NotRequired[str]            # why the job could not start (tmux, or the command itself)
 
 

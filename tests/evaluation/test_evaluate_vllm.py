@@ -15,9 +15,9 @@ import pytest
 
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
-from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, needs_vllm
+from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 
 @pytest.fixture(scope="module")

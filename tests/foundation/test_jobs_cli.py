@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.support.cli import Cli
+from tests.support.agent import wait_until
+from tests.support.cli import Cli, CliResult
 
 pytestmark = pytest.mark.ssh
 
@@ -47,8 +48,12 @@ def test_detach_then_logs_then_stop(cli: Cli, host_name: str) -> None:
     assert launched.exit_code == 0, launched.stderr
     job_id = launched.json()["job"]["id"]
     _wait_state(cli, host_name, job_id, {"running"})
-    time.sleep(1)
-    tail = cli("logs", "--host", host_name, "--job", job_id, "--lines", "2")
+
+    def two_ticks() -> CliResult | None:  # a condition, not a fixed sleep: the log has grown by two lines
+        result = cli("logs", "--host", host_name, "--job", job_id, "--lines", "2")
+        return result if result.exit_code == 0 and "tick 1" in result.stdout else None
+
+    tail = wait_until(two_ticks, what="two ticks in the job's log")
     assert tail.exit_code == 0 and "tick" in tail.stdout
     stopped = cli("stop", "--host", host_name, "--job", "ticker", "--json")
     assert stopped.exit_code == 0, stopped.stderr

@@ -18,9 +18,9 @@ import pytest
 
 from tests.support.agent import agent_env
 from tests.support.runs import edit_run
-from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, needs_vllm
+from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 
 def _env(root: Path) -> dict[str, str]:

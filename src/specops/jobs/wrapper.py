@@ -24,15 +24,15 @@ _NOT_EXECUTABLE = 126
 
 
 def child_environment(job_id: str, record: JobRecord) -> dict[str, str]:
-    """The launching agent's environment plus the record's explicit one; the copy on disk is then
-    removed, as it may hold secrets and is needed only once."""
+    """The launching agent's environment, a CPU job's thread settings, then the record's explicit env;
+    the copy on disk is then removed, as it may hold secrets and is needed only once."""
     path = records.environ_path(job_id)
     try:
         launch_env = json.loads(path.read_text())
     except FileNotFoundError:
         launch_env = dict(os.environ)
     path.unlink(missing_ok=True)
-    return {**launch_env, **record["env"]}
+    return {**launch_env, **record.get("threads", {}).get("env", {}), **record["env"]}
 
 
 def _exit_fields(returncode: int) -> dict[str, object]:

@@ -1,0 +1,134 @@
+"""The demo's CPU steps with two competing CPU hogs: the inherited thread settings against specops' own.
+
+    .venv/bin/python bench/cpu_contention.py [--n 2] [--samples N] [--epochs 1] [--no-hogs] [--one-thread]
+
+Sets up a throwaway host workdir with the embedded tiny run (runs/tiny.yaml) and speculators 0.9.0
+unpacked into a throwaway site and patched with the CPU patch set (as tests/training does), prepares,
+extracts and builds the vocab once, then starts two CPU hogs (busy loops, one per core of a 2-core box)
+and times, N rounds of all contenders in turn (the order rotating each round), wall time of:
+
+  extract   `python -m specops step extract --run tiny` (hf backend), from no hidden states
+  train     `python -m specops step train --run tiny --fresh --epochs E` (speculators on the CPU)
+
+under these thread settings:
+
+  inherited          the environment a login gives the agent: no OpenMP variables (torch: one thread per
+                     CPU, GNU OpenMP spinning at barriers)
+  specops            what `job launch` now adds for a CPU job (specops.jobs.threads): pools as large as the
+                     cores the process gets (affinity, cgroup quota), OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0
+  specops, 1 thread  (--one-thread) the same with one thread per pool (what the tests use), for comparison
+
+Median seconds and the ratio to `inherited`, with the load average before and after. Prints
+figures, asserts nothing. Takes ~15 min on a 2-core machine at load 10-20 with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "src")]
+
+from specops.jobs.threads import POOL_VARIABLES, WAIT_VARIABLES, thread_environment, usable_cores  # noqa: E402
+from tests.support.agent import agent_argv, one_document  # noqa: E402
+from tests.support.wheels import site_with  # noqa: E402
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+HOG = "while True: pass"
+
+
+def base_env(workdir: Path, site: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in POOL_VARIABLES and key not in WAIT_VARIABLES and not key.startswith(("SPECOPS_", "TMUX"))}
+    env.update(OFFLINE, SPECOPS_WORKDIR=str(workdir), PYTHONPATH=os.pathsep.join([str(site), str(REPO / "src")]))
+    return env
+
+
+def agent(workdir: Path, env: dict[str, str], *args: str) -> tuple[float, dict]:
+    begun = time.perf_counter()
+    done = subprocess.run(agent_argv(*args), cwd=workdir, env=env, capture_output=True, text=True, timeout=3600)
+    elapsed = time.perf_counter() - begun
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[:3]} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    return elapsed, one_document(done.stdout, done.stderr)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=2, help="rounds of all contenders")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="rows prepared and extracted (default: the run's; training reads every prepared row)")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per timed training")
+    parser.add_argument("--no-hogs", action="store_true", help="leave the two CPU hogs out (the quiet figure)")
+    parser.add_argument("--one-thread", action="store_true", help="add the `specops, 1 thread` contender")
+    options = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="specops-bench-cpu-"))
+    hogs: list[subprocess.Popen] = []
+    try:
+        site, workdir = root / "site", root / "workdir"
+        (workdir / "runs").mkdir(parents=True)
+        shutil.copy(REPO / "runs" / "tiny.yaml", workdir / "runs" / "tiny.yaml")
+        site_with(site, ("speculators", "0.9.0"))
+        plain = base_env(workdir, site)
+        cores = int(usable_cores()["cores"])  # type: ignore[call-overload]
+        contenders = {
+            "inherited": plain,
+            "specops": {**plain, **thread_environment(cores)},
+        }
+        if options.one_thread:
+            contenders["specops, 1 thread"] = {**plain, **thread_environment(1)}
+        agent(workdir, plain, "patch", "apply", "--set", "speculators-0.9.0-cpu",
+              "--patches-dir", str(REPO / "patches"))
+        samples = ["--samples", str(options.samples)] if options.samples else []
+        for step in (["prepare", *samples], ["extract", *samples], ["vocab"]):
+            agent(workdir, plain, "step", *step[:1], "--run", "tiny", *step[1:])
+        hidden = workdir / "runs" / "tiny" / "hidden_states"
+        load_before = os.getloadavg()
+        if not options.no_hogs:
+            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+        times: dict[tuple[str, str], list[float]] = {}
+        order = list(contenders)
+        for round_index in range(options.n):
+            for name in order[round_index % len(order):] + order[:round_index % len(order)]:
+                env = contenders[name]
+                shutil.rmtree(hidden, ignore_errors=True)
+                elapsed, document = agent(workdir, env, "step", "extract", "--run", "tiny", *samples)
+                assert document["status"] == "done" and document["counts"]["written"] > 0, document
+                times.setdefault(("extract", name), []).append(elapsed)
+                elapsed, document = agent(workdir, env, "step", "train", "--run", "tiny", "--fresh", "--epochs",
+                                          str(options.epochs))
+                assert document["status"] == "done", document
+                times.setdefault(("train", name), []).append(elapsed)
+                print(f"  round {round_index + 1} {name:18} extract {times['extract', name][-1]:6.1f} s  "
+                      f"train {times['train', name][-1]:6.1f} s  load {os.getloadavg()[0]:.1f}", flush=True)
+        load_after = os.getloadavg()
+        hogs_text = "no hogs" if options.no_hogs else "two CPU hogs"
+        print(f"specops CPU steps, {hogs_text}, {options.n} rounds, {os.cpu_count()} CPUs ({cores} usable), "
+              f"load {load_before[0]:.1f} before / {load_after[0]:.1f} after (1-min average)")
+        print(f"{'step':8} {'threads':18} {'median s':>9} {'runs':>24} {'x inherited':>12}")
+        for step in ("extract", "train"):
+            floor = statistics.median(times[step, "inherited"])
+            for name in contenders:
+                runs = times[step, name]
+                listed = ", ".join(f"{value:.1f}" for value in runs)
+                print(f"{step:8} {name:18} {statistics.median(runs):9.1f} {listed:>24} "
+                      f"{statistics.median(runs) / floor:12.2f}")
+        return 0
+    finally:
+        for hog in hogs:
+            hog.send_signal(signal.SIGKILL)
+            hog.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

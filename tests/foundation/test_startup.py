@@ -1,0 +1,58 @@
+"""Start-up stays lean: listing the tasks, or a task that needs no network, imports no SSH, table or
+validation library. Checked by what a fresh interpreter has in sys.modules, never by a clock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.cli import Cli
+from tests.support.repo import REPO
+
+HEAVY = ("paramiko", "fabric", "rich", "pydantic", "pydantic_core", "cryptography", "importlib.metadata")
+
+# Runs the invoke CLI in this interpreter, then writes every module it imported to argv[1].
+IN_PROCESS_CLI = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from invoke.main import program
+program.run(["invoke", *sys.argv[2:]], exit=True)
+"""
+
+
+def heavy_in(modules: list[str]) -> list[str]:
+    return sorted(name for name in modules if name.split(".")[0] in HEAVY or name in HEAVY)
+
+
+def test_importing_tasks_imports_no_ssh_table_or_validation_library() -> None:
+    proc = subprocess.run([sys.executable, "-c", "import json, sys, tasks; print(json.dumps(sorted(sys.modules)))"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    modules = json.loads(proc.stdout)
+    assert "tasks" in modules and "remote.tasks.core" in modules
+    assert heavy_in(modules) == []
+
+
+def test_a_task_without_network_imports_no_ssh_or_validation_library(cli: Cli, tmp_path: Path) -> None:
+    listing = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS_CLI, str(listing), "hosts", "--json"], cwd=REPO,
+                          env=cli.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {host["name"] for host in json.loads(proc.stdout)["hosts"]} == {"local", "loop"}
+    modules = json.loads(listing.read_text())
+    assert "remote.inventory" in modules
+    assert heavy_in(modules) == []
+
+
+def test_the_listing_and_help_stay_complete_with_lazy_imports(cli: Cli) -> None:
+    listing = cli("--list")
+    assert listing.exit_code == 0
+    for name in ("hosts", "check", "sync", "status", "logs", "stop", "fetch", "extract", "pipeline", "doctor",
+                 "patch", "prepare", "validate", "vocab", "train", "run"):
+        assert name in listing.stdout, name
+    helped = cli("--help", "sync")
+    assert helped.exit_code == 0
+    assert "--dry-run" in helped.stdout and "--sftp" in helped.stdout
