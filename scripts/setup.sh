@@ -28,7 +28,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   start=$(date +%s)
   echo "setup: [1/4] upgrading pip in .venv" >&2
   quiet .venv/bin/pip install -q --upgrade pip
-  echo "setup: [2/4] control side (invoke, fabric, pydantic, rich ...), host side (CPU torch 2.13.0 from this" \
+  echo "setup: [2/4] control side (invoke, fabric, rich ...), host side (CPU torch 2.13.0 from this" \
        "machine's disk, transformers, datasets ...) and test deps (pytest, ruff, import-linter ...)" >&2
   progress .venv/bin/pip install --progress-bar off -r requirements/control.txt -r requirements/host.txt \
     -r requirements/test.txt >&2
