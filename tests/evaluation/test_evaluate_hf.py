@@ -24,7 +24,9 @@ def test_the_pipeline_ends_with_the_trained_draft_clearly_above_the_untrained_on
     evaluation = summary["evaluation"]
     trained, untrained = evaluation["report"], evaluation["untrained"]
     assert KEYS <= set(trained) and KEYS <= set(untrained)
-    assert trained["backend"] == "hf" and trained["prompts"] == 20 and trained["checkpoint"] == "3"
+    # the default checkpoint is the run's best (lowest validation loss), whichever epoch that is
+    best = (root / "runs" / "tiny" / "checkpoints" / "checkpoint_best").resolve().name
+    assert trained["backend"] == "hf" and trained["prompts"] == 20 and trained["checkpoint"] == best
     assert untrained["mean_acceptance_length"] < 1.05  # speculators' init proposes nearly nothing the target takes
     assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
     for report in (trained, untrained):
@@ -79,7 +81,9 @@ def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_
     code, document, stderr = agent(root, "step", "evaluate", "--run", "tiny", "--all-epochs", timeout=900)
     assert code == 0, stderr[-3000:]
     assert [row["checkpoint"] for row in document["epochs"]] == ["0", "1", "2", "3"]
-    assert document["epochs"][-1] == document["report"] == first  # the same draft, the same prompts: same counts
+    by_checkpoint = {row["checkpoint"]: row for row in document["epochs"]}
+    # the default (best) checkpoint scored again: the same draft, the same prompts, the same counts
+    assert by_checkpoint[first["checkpoint"]] == document["report"] == first
     assert document["previous"]["mean_acceptance_length"] == first["mean_acceptance_length"]
     assert document["epochs"][0]["mean_acceptance_length"] < document["epochs"][-1]["mean_acceptance_length"]
     report = json.loads((root / "runs" / "tiny" / "evaluation" / "report.json").read_text())
