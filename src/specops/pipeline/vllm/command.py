@@ -138,7 +138,7 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
         argv.append("--enforce-eager")  # no graph capture on CPU: starts in ~40 s instead of minutes
     argv += list(run.config.vllm.serve_args)
 
-    tmp = workdir / "tmp" / "vllm"
+    tmp = server_tmpdir(workdir)
     cache = workdir / "cache" / "vllm"
     for folder in (tmp, cache):
         folder.mkdir(parents=True, exist_ok=True)
@@ -146,3 +146,18 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
     if run.model_path.is_dir():
         env["HF_HUB_OFFLINE"] = "1"  # a local model: never reach for the hub
     return argv, env
+
+
+# vLLM's engine talks over zmq IPC sockets named TMPDIR/<uuid>; a socket path is limited to 107 bytes.
+IPC_PATH_LIMIT = 107
+
+
+def server_tmpdir(workdir: Path) -> Path:
+    """TMPDIR for a vLLM server: inside the workdir, unless that path is too long for zmq's IPC socket
+    names, then a short folder of this workdir's own under the system's /tmp."""
+    import hashlib
+
+    tmp = workdir / "tmp" / "vllm"
+    if len(f"ipc://{tmp}/") + 36 < IPC_PATH_LIMIT:
+        return tmp
+    return Path("/tmp") / f"specops-vllm-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}"

@@ -67,7 +67,9 @@ def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, ve
         argv.append("--enforce-eager")
     argv += list(run.config.vllm.serve_args)
     root = workdir()
-    env = {"TMPDIR": str(root / "tmp" / "vllm"), "VLLM_CACHE_ROOT": str(root / "cache" / "vllm")}
+    from specops.pipeline.vllm.command import server_tmpdir
+
+    env = {"TMPDIR": str(server_tmpdir(root)), "VLLM_CACHE_ROOT": str(root / "cache" / "vllm")}
     for folder in env.values():
         Path(folder).mkdir(parents=True, exist_ok=True)
     if run.model_path.is_dir():
