@@ -40,3 +40,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
   echo "setup: .venv ready in $(( $(date +%s) - start )) s" >&2
 fi
+# This checkout's src/ on the venv's path, so `lint-imports` (and `import specops`) work without a
+# PYTHONPATH prefix; an explicit PYTHONPATH (the agent's bundle on a host) still comes first.
+site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$PWD/src" >"$site/specops-checkout-src.pth"

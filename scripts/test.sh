@@ -12,7 +12,7 @@ if [ "${SPECOPS_SKIP_VLLM_SETUP:-0}" != 1 ]; then
 fi
 .venv/bin/ruff check .
 # The rules of the house as import contracts (pyproject.toml [tool.importlinter]).
-PYTHONPATH=src:. .venv/bin/lint-imports --no-cache
+.venv/bin/lint-imports --no-cache
 # Two workers (pytest-xdist) on a 2-core machine; every test of the serve env in one of them
 # (xdist_group "vllm": one patch application, one shared vLLM server). SPECOPS_TEST_WORKERS=0: none.
 exec .venv/bin/python -m pytest -n "${SPECOPS_TEST_WORKERS:-2}" --dist loadgroup "$@"
