@@ -6,11 +6,11 @@ specops.pipeline.preflight builds it from a loaded run; `--run-json` gives it as
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specops.errors import BadInput
+from specops.flags import json_object
 
 BACKENDS = ("vllm", "hf")
 
@@ -68,12 +68,7 @@ assert set(_RULES) == {f.name for f in fields(RunSettings)}
 
 def parse_run_json(text: str, source: str = "--run-json") -> RunSettings:
     """RunSettings from a JSON object; BadInput names the key and what is wrong."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{source}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(raw, dict):
-        raise BadInput(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    raw = json_object(source, text) or {}
     values = {}
     for key, value in raw.items():
         if key not in _RULES or value is None:
