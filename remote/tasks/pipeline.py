@@ -76,6 +76,11 @@ def backend_args(backend: str | None) -> list[str]:
     return ["--backend", backend]
 
 
+def server_args(stop_server: bool, port: object) -> list[str]:
+    """The vLLM server flags a step takes (--stop-server, --port), checked here."""
+    return [*(["--stop-server"] if stop_server else []), *(["--port", str(port)] if positive(port, "--port") else [])]
+
+
 @task(help={**STEP_HELP, "backend": "hf | vllm (default: the run's regenerate.backend, else its backend)",
             "stop_server": "vllm: stop the vllm-server job afterwards",
             "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
@@ -84,10 +89,7 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
     """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
     args = ["step", "regenerate", "--run", "{run}"]
     args += backend_args(backend)
-    if stop_server:
-        args.append("--stop-server")
-    if positive(port, "--port"):
-        args += ["--port", str(port)]
+    args += server_args(stop_server, port)
     with host_session(host) as session:
         result = run_step_job(session, run, "regenerate", args, detach=detach, json=json,
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
@@ -127,10 +129,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     if positive(samples, "--samples"):
         args += ["--samples", str(samples)]
     args += backend_args(backend)
-    if stop_server:
-        args.append("--stop-server")
-    if positive(port, "--port"):
-        args += ["--port", str(port)]
+    args += server_args(stop_server, port)
     with host_session(host) as session:
         run_step_job(session, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
                      role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
