@@ -15,4 +15,4 @@ fi
 .venv/bin/lint-imports --no-cache
 # Two workers (pytest-xdist) on a 2-core machine; every test of the serve env in one of them
 # (xdist_group "vllm": one patch application, one shared vLLM server). SPECOPS_TEST_WORKERS=0: none.
-exec .venv/bin/python -m pytest -n "${SPECOPS_TEST_WORKERS:-2}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${SPECOPS_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
