@@ -33,14 +33,19 @@ POLL_S = 1.0
 
 
 def rendezvous_endpoint(host: Host, port: int) -> str:
-    """HOST0:PORT as the other hosts reach it: the inventory address of the first host."""
-    return f"{'127.0.0.1' if host.is_local else host.address}:{port}"
+    """HOST0:PORT as the other hosts reach it: the first host's training address, else its inventory address."""
+    address = host.train_address or ('127.0.0.1' if host.is_local else host.address)
+    return f"[{address}]:{port}" if address and ":" in address else f"{address}:{port}"
 
 
 def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,
-                   fresh: bool) -> list[str]:
+                   fresh: bool, host: Host | None = None) -> list[str]:
     args = ["step", "train", "--run", run, "--nnodes", str(count), "--node-rank", str(rank),
             "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    if host is not None and host.train_address:
+        args += ["--local-addr", host.train_address]
+    if host is not None and host.train_interface:
+        args += ["--interface", host.train_interface]
     if epochs is not None:
         args += ["--epochs", str(epochs)]
     if fresh:
@@ -166,7 +171,7 @@ class Group:
 
         def start(session: HostSession) -> str:
             args = node_step_args(run, ranks[session.host.name], len(self.hosts), endpoint, rdzv_id,
-                                  epochs=epochs, fresh=fresh)
+                                  epochs=epochs, fresh=fresh, host=session.host)
             job = launch(session.conn, session.host, "train", agent_step_command(session.host, args), run=run,
                          meta={"group": rdzv_id, "hosts": [host.name for host in self.hosts]})
             return job["id"]

@@ -206,7 +206,9 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         if not skip_doctor:
             for session in group.sessions.values():
                 preflight(session.conn, session.host, run_name, False)
-        group.stop_stale(run_name)
+        stale = group.stop_stale(run_name)
+        if stale:
+            print(f"specops: stopped a leftover train job of {run_name} on {', '.join(stale)}", file=sys.stderr)
         synced = group.sync_checkpoints(run_name)
         if synced.get("copied_to"):
             print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
@@ -216,7 +218,8 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
               file=sys.stderr)
         outcome = group.watch()
-    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "synced": synced, **outcome.as_dict(),
+    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
+                **outcome.as_dict(),
                 "elapsed_s": round(time.perf_counter() - started, 3)}
     if json:
         emit_json(document)
