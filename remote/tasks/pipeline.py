@@ -15,7 +15,7 @@ from typing import Any
 from invoke import task
 
 from remote.errors import AgentError, BadInput
-from remote.session import HostSession, emit_json, host_session, reports_errors
+from remote.session import HostSession, emit_json, fail, host_session, reports_errors
 from remote.tasks.shared import check_run, count, number_text, positive, preflight, render_epochs
 from specops.protocol import JobState
 
@@ -221,11 +221,13 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
     document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
                 **outcome.as_dict(),
                 "elapsed_s": round(time.perf_counter() - started, 3)}
-    if json:
-        emit_json(document)
-    if not outcome.ok:
-        raise AgentError(f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
-                         f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    failure = None if outcome.ok else (
+        f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
+        f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    if json:  # one document, the failure in it (an AgentError would print a second one)
+        emit_json({**document, "error": failure, "exit_code": 1} if failure else document)
+    if failure:
+        raise fail(failure, 1)
     print(f"specops: train across {', '.join(m.name for m in members)}: succeeded", file=sys.stderr)
 
 
