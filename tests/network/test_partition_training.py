@@ -179,6 +179,7 @@ def test_a_partitioned_node_ends_the_run_clearly_and_the_relaunch_after_healing_
     logs = [launch_log(run_dir) for run_dir in run_dirs.values()]
     assert not any("Starting fresh" in log for log in logs) and sum("Resuming" in log for log in logs) == 1
     assert any(is_complete(run_dir / "checkpoints" / str(EPOCHS - 1)) for run_dir in run_dirs.values())
-    print(f"cut → report {reported_after:.1f} s (channel_timeout {CHANNEL_TIMEOUT:g} s); relaunch "
+    print(f"cut → report {reported_after:.1f} s (channel_timeout {CHANNEL_TIMEOUT:g} s; stopping gpu1's node "
+          f"{cut_run['stop_took_s']} s of it); relaunch "
           f"{relaunch_s:.1f} s from epoch {document['synced']['epoch']} to {EPOCHS - 1}; "
           f"stale nodes stopped: {document['stopped_stale']}")
