@@ -3,15 +3,18 @@
 gloo and NCCL pick their interface from the hostname unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME
 name one; a host whose hostname resolves to loopback (or to the wrong network) then trains over the
 wrong link or not at all. The inventory names the host's training address; this finds its interface.
-Standard library only (Linux): IPv4 through the SIOCGIFADDR ioctl, IPv6 from /proc/net/if_inet6.
+Asks iproute2 (`ip`) when the host has it; else the standard library (Linux): each interface's primary
+IPv4 address through the SIOCGIFADDR ioctl, IPv6 from /proc/net/if_inet6.
 """
 
 from __future__ import annotations
 
 import fcntl
 import ipaddress
+import shutil
 import socket
 import struct
+import subprocess
 from pathlib import Path
 
 SIOCGIFADDR = 0x8915
@@ -53,8 +56,24 @@ def addresses() -> dict[str, list[str]]:
     return found
 
 
+def _ip_tool_interface(address: str) -> str | None:
+    """iproute2's answer (`ip -o addr show to ADDR`), which also knows secondary IPv4 addresses."""
+    ip = shutil.which("ip")
+    if ip is None:
+        return None
+    try:
+        listed = subprocess.run([ip, "-o", "addr", "show", "to", address], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = listed.stdout.split()
+    return words[1].split("@")[0] if listed.returncode == 0 and len(words) > 1 else None
+
+
 def interface_of(address: str) -> str | None:
     """The interface holding `address` (an IP literal), or None when no interface of this host has it."""
+    found = _ip_tool_interface(address)
+    if found:
+        return found
     wanted = ipaddress.ip_address(address)
     for name, held in addresses().items():
         if any(ipaddress.ip_address(item) == wanted for item in held):

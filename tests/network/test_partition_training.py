@@ -117,6 +117,21 @@ def node_processes(run_dir: Path) -> list[str]:
     return found
 
 
+def newest_training_state(run_dirs: dict[str, Path]) -> dict:
+    """training_state.json of the newest complete numbered checkpoint on any host (only rank 0 saves)."""
+    complete = [folder for run_dir in run_dirs.values() for folder in (run_dir / "checkpoints").iterdir()
+                if folder.name.isdigit() and is_complete(folder)]
+    assert complete, "no complete checkpoint on either host"
+    return json.loads(max(complete, key=lambda folder: int(folder.name)).joinpath("training_state.json").read_text())
+
+
+def resume_line(state: dict) -> str:
+    """What speculators' trainer logs when it resumes from that state."""
+    if state.get("local_step", 0) > 0:
+        return f"Resuming mid-epoch from epoch={state['epoch']} local_step={state['local_step']} "
+    return f"Resuming training on epoch {state['epoch'] + 1}."
+
+
 def launch_log(run_dir: Path) -> str:
     """The newest launch's part of the host's train.log."""
     return (run_dir / "checkpoints" / "train.log").read_text().split("### specops launch")[-1]
@@ -142,9 +157,7 @@ def test_a_partitioned_node_ends_the_run_clearly_and_the_relaunch_after_healing_
         cut = time.monotonic()
         stdout, stderr = watching.communicate(timeout=300)
         reported_after = time.monotonic() - cut
-        before_heal = {name: max((int(p.name) for p in (run_dir / "checkpoints").iterdir()
-                                  if p.name.isdigit() and is_complete(p)), default=-1)
-                       for name, run_dir in run_dirs.items()}
+        written_before_heal = newest_training_state(run_dirs)
     finally:
         networks["gpu2"].heal()
         if watching.poll() is None:
@@ -161,15 +174,13 @@ def test_a_partitioned_node_ends_the_run_clearly_and_the_relaunch_after_healing_
     gpu1_job = Agent(nodes["gpu1"].workdir).show(first_jobs["gpu1"])
     assert gpu1_job["state"] in ("stopped", "failed") and not group_alive(gpu1_job["pgid"])
     assert node_processes(run_dirs["gpu1"]) == []  # the group's stop reached torchrun's trainer too
-    resumable = max(before_heal.values())
-    assert resumable >= 0  # a checkpoint written before the cut
 
     again = cli(*train_across(), timeout=900)
     relaunch_s = time.monotonic() - healed
     assert again.exit_code == 0, again.stderr[-3000:]
     document = again.json()
     assert document["ok"] is True and document["states"] == {"gpu1": "succeeded", "gpu2": "succeeded"}
-    assert document["synced"]["epoch"] >= resumable
+    assert document["synced"]["epoch"] == written_before_heal["epoch"]
     # gpu2's node of the cut launch: ended by itself once healed, or stopped by the relaunch; gone either way
     assert document["stopped_stale"] in ([], ["gpu2"])
     for name, node in nodes.items():
@@ -178,8 +189,10 @@ def test_a_partitioned_node_ends_the_run_clearly_and_the_relaunch_after_healing_
     assert [node_processes(run_dir) for run_dir in run_dirs.values()] == [[], []]
     logs = [launch_log(run_dir) for run_dir in run_dirs.values()]
     assert not any("Starting fresh" in log for log in logs) and sum("Resuming" in log for log in logs) == 1
+    assert any(resume_line(written_before_heal) in log for log in logs), resume_line(written_before_heal)
     assert any(is_complete(run_dir / "checkpoints" / str(EPOCHS - 1)) for run_dir in run_dirs.values())
     print(f"cut → report {reported_after:.1f} s (channel_timeout {CHANNEL_TIMEOUT:g} s; stopping gpu1's node "
           f"{cut_run['stop_took_s']} s of it); relaunch "
-          f"{relaunch_s:.1f} s from epoch {document['synced']['epoch']} to {EPOCHS - 1}; "
+          f"{relaunch_s:.1f} s from epoch {written_before_heal['epoch']} step {written_before_heal.get('local_step')} "
+          f"to epoch {EPOCHS - 1}; "
           f"stale nodes stopped: {document['stopped_stale']}")
