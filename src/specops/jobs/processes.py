@@ -55,8 +55,8 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every process, from /proc/<pid>/stat."""
+def _process_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) of every process, from /proc/<pid>/stat."""
     table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -67,7 +67,7 @@ def _process_table() -> dict[int, tuple[int, int]]:
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
         if len(fields) > 2:
-            table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+            table[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
     return table
 
 
@@ -78,10 +78,10 @@ def job_groups(pgid: int) -> set[int]:
     but not the trainers; a trainer stuck in a collective (its peer cut off) outlives a SIGKILLed torchrun."""
     table = _process_table()
     children: dict[int, list[int]] = {}
-    for pid, (parent, _group) in table.items():
+    for pid, (parent, _group, _state) in table.items():
         children.setdefault(parent, []).append(pid)
     groups, seen = {pgid}, set()
-    todo = [pid for pid, (_parent, group) in table.items() if group == pgid]
+    todo = [pid for pid, (_parent, group, _state) in table.items() if group == pgid]
     while todo:
         pid = todo.pop()
         if pid in seen or pid not in table:
@@ -93,9 +93,15 @@ def job_groups(pgid: int) -> set[int]:
     return groups
 
 
-def _wait_groups_gone(groups: set[int], timeout_s: float) -> bool:
+def _wait_groups_gone(pgid: int, groups: set[int], timeout_s: float) -> bool:
+    """Until no process of `groups` runs and the job's own group `pgid` is reaped. Zombies of the other
+    groups do not count: an orphaned trainer is reparented to init, which may reap it late."""
     deadline = time.monotonic() + timeout_s
-    return all(wait_group_gone(group, max(deadline - time.monotonic(), 0)) for group in sorted(groups))
+    while any(group in groups and state not in ("Z", "X") for _parent, group, state in _process_table().values()):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return wait_group_gone(pgid, max(deadline - time.monotonic(), 0))  # the job's wrapper reaps its own
 
 
 def terminate_group(pgid: int, grace_s: float) -> str | None:
@@ -107,10 +113,10 @@ def terminate_group(pgid: int, grace_s: float) -> str | None:
     for group in groups:
         _signal_group(group, signal.SIGTERM)
         _signal_group(group, signal.SIGCONT)  # a stopped process only acts on SIGTERM once continued
-    if _wait_groups_gone(groups, grace_s):
+    if _wait_groups_gone(pgid, groups, grace_s):
         return "SIGTERM"
     groups |= job_groups(pgid) if group_alive(pgid) else set()  # started during the grace
     for group in groups:
         _signal_group(group, signal.SIGKILL)
-    _wait_groups_gone(groups, 10)
+    _wait_groups_gone(pgid, groups, 10)
     return "SIGKILL"
