@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remote.errors import AgentError, SpecopsError
+from remote.errors import AgentError, BadInput, SpecopsError
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -75,6 +75,7 @@ class Group:
         from remote.session import HostSession
 
         self.hosts = hosts
+        self.inventory_path = inventory.path
         self.sessions: dict[str, HostSession] = {host.name: HostSession(host, inventory) for host in hosts}
         self.jobs: dict[str, str] = {}
 
@@ -141,6 +142,32 @@ class Group:
         if result.exit_code != 0:
             raise AgentError(f"{name}: unpacking the checkpoint into {folder}: "
                              f"{result.stderr.decode(errors='replace')[-300:]}")
+
+    def check_training_network(self, run: str, port: int) -> None:
+        """Every host whose inventory names a training network holds it, before any node starts: a dry
+        run of its node on the host; bad input names the inventory file, the host and the key."""
+        from remote.agent import agent_call
+
+        endpoint = rendezvous_endpoint(self.hosts[0], port)
+        keys = {"--local-addr": "train_address", "--interface": "train_interface"}
+
+        def check(session: HostSession) -> tuple[int, str] | None:
+            host = session.host
+            if not (host.train_address or host.train_interface):
+                return None  # nothing to check: torch's own choice
+            args = node_step_args(run, 0, len(self.hosts), endpoint, "check", epochs=None, fresh=False, host=host)
+            result = agent_call(session.conn, host, [*args, "--dry-run"])
+            return None if result.ok else (result.exit_code, str(result.document.get("error")))
+
+        results = self.each(check)
+        for name, value in results.items():  # the training network's problems first, in inventory terms
+            if isinstance(value, tuple) and (flag := value[1].partition(": ")[0]) in keys:
+                raise BadInput(f"{self.inventory_path}: hosts.{name}.{keys[flag]}: {value[1].partition(': ')[2]}")
+        for name, value in results.items():
+            if isinstance(value, Exception):
+                raise value
+            if value is not None:
+                raise (BadInput if value[0] == 2 else AgentError)(f"{name}: {value[1]}")
 
     def stop_stale(self, run: str) -> list[str]:
         """Stop a train job of this run still running anywhere (a survivor of a partition, say)."""

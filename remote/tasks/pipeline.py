@@ -206,6 +206,8 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         if not skip_doctor:
             for session in group.sessions.values():
                 preflight(session.conn, session.host, run_name, False)
+        rdzv_port = positive(port, "--port") or RDZV_PORT
+        group.check_training_network(run_name, rdzv_port)
         stale = group.stop_stale(run_name)
         if stale:
             print(f"specops: stopped a leftover train job of {run_name} on {', '.join(stale)}", file=sys.stderr)
@@ -213,8 +215,7 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         if synced.get("copied_to"):
             print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
                   f"{', '.join(synced['copied_to'])}", file=sys.stderr)
-        rdzv_id = group.launch(run_name, positive(port, "--port") or RDZV_PORT, epochs=positive(epochs, "--epochs"),
-                               fresh=fresh)
+        rdzv_id = group.launch(run_name, rdzv_port, epochs=positive(epochs, "--epochs"), fresh=fresh)
         print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
               file=sys.stderr)
         outcome = group.watch()

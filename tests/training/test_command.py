@@ -81,10 +81,12 @@ def test_the_collectives_use_the_interface_named_or_the_one_holding_the_address(
     from specops.pipeline.training import Nodes
     from specops.pipeline.training.command import collectives_environment
 
-    named = collectives_environment(Nodes(2, 0, "h:1", "r", "10.0.0.1", "ib0"))
-    assert named == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}
+    assert collectives_environment(Nodes(2, 0, "h:1", "r", None, "lo")) == {
+        "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
     assert collectives_environment(Nodes(2, 0, "h:1", "r", "127.0.0.1")) == {
         "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    with pytest.raises(BadInput, match=re.escape("--interface: nosuch0 is not an interface of this host (it has ")):
+        collectives_environment(Nodes(2, 0, "h:1", "r", "127.0.0.1", "nosuch0"))
     assert collectives_environment(Nodes(2, 0, "h:1", "r")) == {}  # torch's own choice
     assert "127.0.0.1" in addresses()["lo"]  # the standard-library answer where iproute2 is missing
     with pytest.raises(BadInput, match=re.escape("--local-addr: 203.0.113.254 is not an address of this host")):

@@ -121,16 +121,19 @@ def _is_interface_name(name: str) -> bool:
 def collectives_environment(nodes: Nodes) -> dict[str, str]:
     """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for a node: its interface, named or found from its address.
 
-    Empty without either (torch's own choice). An address no interface of this host holds is bad input:
-    the inventory names another host's address, or the host's network changed."""
-    from specops.netif import interface_of
+    Empty without either (torch's own choice). An address no interface of this host holds, or an interface
+    it lacks, is bad input: the inventory names another host's, or the host's network changed."""
+    from specops.netif import addresses, interface_of
 
-    interface = nodes.interface
-    if interface is None and nodes.local_addr is not None:
-        interface = interface_of(nodes.local_addr)
-        if interface is None:
-            raise BadInput(f"--local-addr: {nodes.local_addr} is not an address of this host "
-                           "(inventory train_address names the host's own address on the training network)")
+    holder = None
+    if nodes.local_addr is not None:
+        holder = interface_of(nodes.local_addr)
+        if holder is None:
+            raise BadInput(f"--local-addr: {nodes.local_addr} is not an address of this host")
+    if nodes.interface is not None and nodes.interface not in (present := addresses()):
+        raise BadInput(f"--interface: {nodes.interface} is not an interface of this host "
+                       f"(it has {', '.join(sorted(present))})")
+    interface = nodes.interface or holder
     return {} if interface is None else {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 

@@ -145,12 +145,13 @@ def trained_rows(plan: train.TrainPlan) -> int:
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
                nodes: train.Nodes | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts."""
-    gpus = gpu_count() if gpus is None else gpus
-    plan = train_plan(run, epochs)
-    command = train.build_train_command(plan, gpus, nodes)
+    # first: the group's pre-launch dry run checks this host's training network before anything else;
     # the host's own settings win, as with thread counts: an operator may know better than the inventory
     collectives = {key: os.environ.get(key, value)
                    for key, value in (train.collectives_environment(nodes) if nodes else {}).items()}
+    gpus = gpu_count() if gpus is None else gpus
+    plan = train_plan(run, epochs)
+    command = train.build_train_command(plan, gpus, nodes)
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
     if collectives:
         document["collectives"] = collectives
