@@ -23,6 +23,7 @@ from specops.errors import CheckFailed
 from specops.parallel import row_ranges
 
 if TYPE_CHECKING:
+    from specops.pipeline.extraction.plan import ExtractionPlan
     from specops.pipeline.run import Run
 
 SHARDS_FILE = "extract-shards.json"
@@ -32,6 +33,28 @@ POLL_S = 0.5
 def split_batches(batches: list[list[int]], parts: int) -> list[list[list[int]]]:
     """Contiguous runs of whole batches, one per process (some empty when there are few batches)."""
     return [batches[start:stop] for start, stop in row_ranges(len(batches), parts)]
+
+
+def host_share(plan: ExtractionPlan, batches: list[list[int]], part: tuple[int, int]) -> dict[str, Any]:
+    """Share I of COUNT hosts: the rows of its contiguous run of whole batches, and whether every
+    other row's file is already whole here (then nothing needs to be gathered onto this host)."""
+    index, total = part
+    rows = sorted(row for batch in split_batches(batches, total)[index] for row in batch)
+    mine = set(rows)
+    others_whole = plan.current and all(row in mine for row in plan.problems)
+    return {"index": index, "count": total, "rows": rows, "others_whole": others_whole,
+            "inputs_hash": plan.inputs_hash, "samples": plan.count}
+
+
+def require_all_whole(plan: ExtractionPlan) -> None:
+    """Exit 1 unless every file of rows 0..N-1 is whole and of this extraction's inputs."""
+    if not plan.current:
+        raise CheckFailed(f"{plan.folder}: no extraction of these inputs is recorded on this host "
+                          "(its files come from other inputs, or none)")
+    if plan.problems:
+        first = min(plan.problems)
+        raise CheckFailed(f"{plan.folder / f'hs_{first}.safetensors'}: {plan.problems[first]} "
+                          f"({len(plan.problems)} of {plan.count} files not whole)")
 
 
 def shard_progress_file(run: Run, shard: int) -> Path:
