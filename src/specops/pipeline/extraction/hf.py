@@ -250,7 +250,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     batches = plan_batches(lengths, batch_tokens)
     share = host_share(plan, batches, part) if part else None
     if plan.unchanged:
-        return {**plan.skipped(), **({"part": share} if share else {})}
+        return {**plan.skipped(), "output": str(plan.folder), **({"part": share} if share else {})}
 
     started, rows = plan.begin()
     todo, folder = set(rows), plan.folder
