@@ -107,6 +107,21 @@ def test_each_host_extracted_its_own_rows_and_every_host_ends_with_the_files_one
     assert hidden_states(root, "gpu1") == one_host and hidden_states(root, "gpu2") == one_host  # byte for byte
 
 
+def test_a_second_run_across_the_hosts_skips_the_work_already_done(across: tuple) -> None:
+    cli, env, root, first = across
+    assert first.exit_code == 0, first.stderr[-4000:]
+    logs = [root / f"{host}-workdir" / "runs" / RUN / "checkpoints" / "train.log" for host in ("gpu1", "gpu2")]
+    launches = [log.read_text().count("### specops launch") for log in logs]
+    again = cli("pipeline", "--run", RUN, "--skip-doctor", "--port", str(free_port()), "--json", timeout=900, **env)
+    assert again.exit_code == 0, again.stderr[-4000:]
+    summary = again.json()
+    assert {info["status"] for info in summary["extract"].values()} == {"skipped: unchanged"}
+    assert summary["gathered"]["copies"] == []  # every host already holds every file
+    assert summary["train"]["epoch"] == first.json()["train"]["epoch"]
+    # both nodes skipped together: no trainer was started on either host
+    assert [log.read_text().count("### specops launch") for log in logs] == launches
+
+
 def test_a_file_damaged_on_one_host_after_the_gather_is_refused_before_anything_trains(
         across: tuple, tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
     _cli, env, _root, first = across
