@@ -96,7 +96,7 @@ def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: s
     return chosen
 
 
-def first_failure(results: dict[str, Any], what: str) -> None:
+def first_failure(results: dict[str, Any], what: str, after: str = "") -> None:
     """Raise the first host's error of a parallel exchange, naming the host (bad input wins: exit 2)."""
     failed = {name: value for name, value in results.items() if isinstance(value, Exception)}
     if not failed:
@@ -104,7 +104,7 @@ def first_failure(results: dict[str, Any], what: str) -> None:
     name, error = next(((n, e) for n, e in failed.items() if isinstance(e, BadInput)), next(iter(failed.items())))
     if isinstance(error, BadInput):
         raise BadInput(str(error))
-    raise AgentError(f"{what} on {name}: {error}; nothing was launched on any host")
+    raise AgentError(f"{what} on {name}: {error}{after}")
 
 
 def job_result(session: HostSession, job_id: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def run_everywhere(group: Group, name: str, args: Callable[[int, Host], list[str
     group.jobs = {host: value for host, value in started.items() if isinstance(value, str)}
     if len(group.jobs) < len(group.hosts):
         group.stop_all()
-        first_failure(started, f"{name} launch")
+        first_failure(started, f"{name} launch", "; the other hosts' jobs were stopped")
     say(f"{name} across {', '.join(group.sessions)}: jobs {', '.join(group.jobs.values())}")
     outcome = group.watch(what=name)
     if not outcome.ok:
@@ -211,7 +211,8 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
     build_bundle()  # once, before the threads: each would otherwise hash the checkout itself
     with Group(hosts, inventory) as group:
         first = group.sessions[hosts[0].name]
-        timed("check", lambda: first_failure(group.each(lambda s: check(s.conn, s.host)), "check"))
+        timed("check", lambda: first_failure(group.each(lambda s: check(s.conn, s.host)), "check",
+                                                   "; nothing was launched on any host"))
 
         def patches() -> None:
             for session in group.sessions.values():
@@ -262,11 +263,33 @@ def train_group(group: Group, run: str, port: int) -> dict[str, Any]:
     if not outcome.ok:
         raise AgentError(f"train across {', '.join(group.sessions)}: {outcome.failed_host}: {outcome.why}; "
                          f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    holder = saver(group, run)
     after = group.sync_checkpoints(run)
-    if after.get("epoch") is None:
-        raise AgentError(f"train across {', '.join(group.sessions)}: succeeded but no host holds a checkpoint")
-    return {"group": rdzv_id, "synced_before": before, "epoch": after["epoch"], "saved_on": after["source"],
+    return {"group": rdzv_id, "synced_before": before, "epoch": after["epoch"], "saved_on": holder,
             "copied_to": after["copied_to"], "states": outcome.states}
+
+
+def saver(group: Group, run: str) -> str:
+    """The host where the trainer saved (c10d's global rank 0): the one with the finished-epoch links
+    (`epochN_end`) that fetch and evaluate go by; a copied checkpoint has none, and its config names
+    the saver's own target path."""
+    from remote.agent import agent_call
+
+    def links(session: HostSession) -> int:
+        result = agent_call(session.conn, session.host, ["step", "metrics", "--run", run, "--no-plot"])
+        if not result.ok:
+            raise AgentError(str(result.document.get("error")))
+        folder = result.document["checkpoints"]["folder"]
+        found = session.conn.run(["find", folder, "-maxdepth", "1", "-type", "l", "-name", "epoch*_end"])
+        return len(found.stdout.split()) if found.exit_code == 0 else 0
+
+    counts = group.each(links)
+    first_failure(counts, "finding the saved checkpoint")
+    most = max(counts.values())
+    if not most:
+        raise AgentError(f"train across {', '.join(group.sessions)}: succeeded but no host holds a finished "
+                         "checkpoint")
+    return next(name for name, count in counts.items() if count == most)
 
 
 def render_across(summary: dict[str, Any]) -> None:

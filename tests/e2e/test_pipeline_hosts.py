@@ -142,6 +142,20 @@ def test_a_file_damaged_on_one_host_after_the_gather_is_refused_before_anything_
         assert "extract" in names and "train" not in names and "vocab" not in names, (host["host"], names)
 
 
+def test_a_doctor_error_on_the_hosts_refuses_the_run_before_anything_is_launched(
+        tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
+    from tests.support.runs import edit_run
+
+    runs = write_runs(tmp_path)
+    edit_run(runs / f"{RUN}.yaml", train={"extra_args": ["--no-such-flag"]})
+    cli = Cli(hosts_inventory(tmp_path, sshd, second_sshd), tmp_path / "logs")
+    refused = cli("pipeline", "--run", RUN, timeout=600, SPECOPS_RUNS_DIR=str(runs))
+    assert refused.exit_code == 1, refused.stderr[-3000:]
+    assert "doctor found" in refused.stderr and "nothing was launched on any host" in refused.stderr
+    status = cli("status", "--hosts", "gpu1,gpu2", "--json", SPECOPS_RUNS_DIR=str(runs)).json()
+    assert [host["document"]["jobs"] for host in status["hosts"]] == [[], []]
+
+
 @pytest.mark.parametrize(("hosts", "flag", "expected"), [
     (["gpu1", "nowhere"], None, "runs/spread.yaml: hosts: 'nowhere' is not a host of"),
     (["gpu1"], None, "runs/spread.yaml: hosts: a pipeline across hosts needs at least two (got 1)"),
