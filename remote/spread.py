@@ -12,8 +12,8 @@
     validate           fidelity to the target, on the first host
     vocab              every host
     train              remote.group.Group: one torchrun node per host, c10d rendezvous at the first
-    evaluate, fetch    on the host holding the newest checkpoint (c10d's global rank 0 saved it),
-                       after every host got it
+    evaluate, fetch    on the host where the trainer saved (c10d's global rank 0: its epoch links);
+                       every host gets the newest checkpoint too
 
 The first job that fails, or the first host that goes silent, stops the other hosts' jobs and the
 task exits 1 naming that host. Steps whose inputs are unchanged skip themselves on each host.
@@ -290,23 +290,3 @@ def saver(group: Group, run: str) -> str:
         raise AgentError(f"train across {', '.join(group.sessions)}: succeeded but no host holds a finished "
                          "checkpoint")
     return next(name for name, count in counts.items() if count == most)
-
-
-def render_across(summary: dict[str, Any]) -> None:
-    from remote import render
-
-    view = render.table(f"pipeline — run {summary['run']} across {', '.join(summary['hosts'])}", ["", ""])
-    rows = [("steps", ", ".join(f"{name} {info['status']}" + (f" {info['seconds']} s" if "seconds" in info else "")
-                                for name, info in summary["steps"].items())),
-            ("samples", str(summary["samples"])),
-            ("extracted", ", ".join(f"{name} {info['rows']} rows ({info['written']} written)"
-                                    for name, info in summary["extract"].items())),
-            ("gathered", render.human_bytes(summary["gathered"]["bytes"])),
-            ("fidelity", "-" if summary.get("fidelity") is None else f"{summary['fidelity']:.3f}"),
-            ("trained", f"epoch {summary['train']['epoch']}, saved on {summary['train']['saved_on']}"),
-            ("evaluated on", summary["evaluated_on"]),
-            ("fetched to", str(summary.get("fetched") or "-")),
-            ("elapsed", f"{summary['elapsed_s']} s")]
-    for key, value in rows:
-        view.add_row(key, value)
-    render.console().print(view)

@@ -337,7 +337,7 @@ def pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_f
     from remote.group import RDZV_PORT
     from remote.inventory import load_inventory
     from remote.names import safe_name
-    from remote.spread import members, pipeline_across, render_across
+    from remote.spread import members, pipeline_across
 
     inventory = load_inventory()
     chosen = members(inventory, safe_name(run or inventory.host(host).run, "--run"), host, hosts)
@@ -359,6 +359,26 @@ def pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_f
         render_evaluation(summary.get("evaluation"))
         render_across(summary)
     return True
+
+
+def render_across(summary: dict[str, Any]) -> None:
+    from remote import render
+
+    view = render.table(f"pipeline — run {summary['run']} across {', '.join(summary['hosts'])}", ["", ""])
+    rows = [("steps", ", ".join(f"{name} {info['status']}" + (f" {info['seconds']} s" if "seconds" in info else "")
+                                for name, info in summary["steps"].items())),
+            ("samples", str(summary["samples"])),
+            ("extracted", ", ".join(f"{name} {info['rows']} rows ({info['written']} written)"
+                                    for name, info in summary["extract"].items())),
+            ("gathered", render.human_bytes(summary["gathered"]["bytes"])),
+            ("fidelity", "-" if summary.get("fidelity") is None else f"{summary['fidelity']:.3f}"),
+            ("trained", f"epoch {summary['train']['epoch']}, saved on {summary['train']['saved_on']}"),
+            ("evaluated on", summary["evaluated_on"]),
+            ("fetched to", str(summary.get("fetched") or "-")),
+            ("elapsed", f"{summary['elapsed_s']} s")]
+    for key, value in rows:
+        view.add_row(key, value)
+    render.console().print(view)
 
 
 def render_summary(summary: dict[str, Any]) -> None:
