@@ -63,7 +63,7 @@ def gather(group: Group, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     copies: list[dict[str, Any]] = []
     for source, report in parts.items():
         targets = [name for name in lacking if name != source]
-        rows = report["part"]["rows"]
+        rows = [row for start, stop in report["part"]["spans"] for row in range(int(start), int(stop))]
         if not targets or not rows:
             continue
         archive = tar_out(group, source, folders[source], rows)

@@ -177,17 +177,6 @@ def same_extraction(parts: dict[str, dict[str, Any]]) -> None:
                          "target, data, dtype or device differ, so their shares would not fit together")
 
 
-def spans(rows: list[int]) -> list[list[int]]:
-    """Sorted rows as [start, stop) runs: a host's share in a few numbers."""
-    runs: list[list[int]] = []
-    for row in sorted(rows):
-        if runs and runs[-1][1] == row:
-            runs[-1][1] = row + 1
-        else:
-            runs.append([row, row + 1])
-    return runs
-
-
 def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Check, *, samples: int | None,
                     skip_patches: bool, no_fetch: bool, port: int) -> dict[str, Any]:
     """The whole pipeline over `hosts`; the summary document (raises on the first failure)."""
@@ -243,7 +232,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
                                                      env_role="train"))
         fetched = None if no_fetch else fetch_run(holder.conn, holder.host, run)
     return {"ok": True, "run": run, "hosts": [host.name for host in hosts], "steps": steps,
-            "extract": {name: {"rows": len(report["part"]["rows"]), "spans": spans(report["part"]["rows"]),
+            "extract": {name: {"rows": report["part"]["rows"], "spans": report["part"]["spans"],
                                "written": report["counts"].get("written", 0), "status": report["status"]}
                         for name, report in parts.items()},
             "samples": next(iter(parts.values()))["part"]["samples"], "gathered": gathered,

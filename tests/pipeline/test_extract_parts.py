@@ -41,10 +41,11 @@ def test_two_shares_gathered_are_the_bytes_of_one_host_and_the_check_records_the
         assert document["status"] == f"part {index} of 2"
         part = document["part"]
         assert part["others_whole"] is False and part["samples"] == int(SAMPLES)
-        assert document["counts"]["written"] == len(part["rows"]) > 0
+        rows = [row for start, stop in part["spans"] for row in range(start, stop)]
+        assert document["counts"]["written"] == part["rows"] == len(rows) > 0
         assert sorted(path.name for path in folder(root).glob("hs_*.safetensors")) == sorted(
-            f"hs_{row}.safetensors" for row in part["rows"])  # only its own rows
-        shares[index] = part["rows"]
+            f"hs_{row}.safetensors" for row in rows)  # only its own rows
+        shares[index] = rows
     assert not set(shares[0]) & set(shares[1])
     assert sorted(shares[0] + shares[1]) == list(range(int(SAMPLES)))
     # a share is not the whole step: the check refuses while rows are missing

@@ -248,14 +248,14 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     if require_whole:
         require_all_whole(plan)
     batches = plan_batches(lengths, batch_tokens)
-    share = host_share(plan, batches, part) if part else None
+    share, share_rows = host_share(plan, batches, part) if part else (None, set())
     if plan.unchanged:
         return {**plan.skipped(), "output": str(plan.folder), **({"part": share} if share else {})}
 
     started, rows = plan.begin()
     todo, folder = set(rows), plan.folder
     if share:
-        todo &= set(share["rows"])
+        todo &= share_rows
     batches = [batch for batch in batches if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
     processes = min(processes or _gpu_processes(device), max(len(batches), 1))
@@ -273,7 +273,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
         progress.start()
     progress.report(force=True, state="done")
     # "samples": rows 0 .. count-1 are now whole on disk (a part: this host's share of them)
-    counts = {"samples": len(share["rows"]) if share else count, "written": len(todo),
+    counts = {"samples": share["rows"] if share else count, "written": len(todo),
               "regenerated": len(plan.regenerated), "tokens_written": progress.done_tokens,
               "bytes_written": progress.written_bytes}
     status = f"part {share['index']} of {share['count']}" if share else "done"

@@ -35,15 +35,28 @@ def split_batches(batches: list[list[int]], parts: int) -> list[list[list[int]]]
     return [batches[start:stop] for start, stop in row_ranges(len(batches), parts)]
 
 
-def host_share(plan: ExtractionPlan, batches: list[list[int]], part: tuple[int, int]) -> dict[str, Any]:
-    """Share I of COUNT hosts: the rows of its contiguous run of whole batches, and whether every
-    other row's file is already whole here (then nothing needs to be gathered onto this host)."""
+def host_share(plan: ExtractionPlan, batches: list[list[int]],
+               part: tuple[int, int]) -> tuple[dict[str, Any], set[int]]:
+    """Share I of COUNT hosts: (its report, its rows). The rows of its contiguous run of whole batches,
+    reported as [start, stop) spans (a share is mostly whole windows of rows: a few numbers even for
+    100k rows), and whether every other row's file is already whole here (then nothing needs to be
+    gathered onto this host)."""
     index, total = part
-    rows = sorted(row for batch in split_batches(batches, total)[index] for row in batch)
-    mine = set(rows)
-    others_whole = plan.current and all(row in mine for row in plan.problems)
-    return {"index": index, "count": total, "rows": rows, "others_whole": others_whole,
-            "inputs_hash": plan.inputs_hash, "samples": plan.count}
+    rows = {row for batch in split_batches(batches, total)[index] for row in batch}
+    others_whole = plan.current and all(row in rows for row in plan.problems)
+    return ({"index": index, "count": total, "rows": len(rows), "spans": spans(rows), "others_whole": others_whole,
+             "inputs_hash": plan.inputs_hash, "samples": plan.count}, rows)
+
+
+def spans(rows: set[int] | list[int]) -> list[list[int]]:
+    """Rows as sorted [start, stop) runs."""
+    runs: list[list[int]] = []
+    for row in sorted(rows):
+        if runs and runs[-1][1] == row:
+            runs[-1][1] = row + 1
+        else:
+            runs.append([row, row + 1])
+    return runs
 
 
 def require_all_whole(plan: ExtractionPlan) -> None:
