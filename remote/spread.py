@@ -244,6 +244,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
 
 def train_group(group: Group, run: str, port: int) -> dict[str, Any]:
     """One training across the group's hosts; then every host gets the newest checkpoint."""
+    group.check_training_network(run, port)
     group.stop_stale(run)
     before = group.sync_checkpoints(run)
     rdzv_id = group.launch(run, port, epochs=None, fresh=False)
