@@ -13,7 +13,15 @@ import time
 import pytest
 
 from tests.support.agent import run_agent as agent
-from tests.vllm.conftest import PATCH_SET, READY_TIMEOUT_S, free_port, in_vllm_worker, needs_vllm, serve_argv
+from tests.vllm.conftest import (
+    PATCH_SET,
+    READY_TIMEOUT_S,
+    free_port,
+    in_vllm_worker,
+    needs_vllm,
+    serve_argv,
+    write_run,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
@@ -82,6 +90,39 @@ def test_a_second_extract_reuses_the_server_and_skips_what_is_done(vllm_server):
                                    str(SAMPLES + 2), "--gpus", "0")
     assert code == 0, stderr[-3000:]
     assert document["counts"] == {**document["counts"], "samples": SAMPLES + 2, "written": 2}
+
+
+def test_two_hosts_shares_are_speculators_ranks_and_together_the_one_host_files(vllm_server):
+    """`--part I/COUNT` with the vllm backend: speculators' own --rank/--world-size cut, recorded as a
+    part; the check after a gather (`--require-whole`) needs no server and refuses a missing file."""
+    import torch
+    from safetensors.torch import load_file
+
+    workdir, half = vllm_server.workdir, SAMPLES // 2
+    write_run(workdir, "tinyparts", "vllm", vllm_server.port)
+    one = ("vllm", "extract", "--run", "tinyclient", "--samples", str(SAMPLES), "--gpus", "0")
+    code, _, stderr = agent(workdir, *one)  # the one-host files (done already when the tests above ran)
+    assert code == 0, stderr[-3000:]
+    shared = ("vllm", "extract", "--run", "tinyparts", "--samples", str(SAMPLES), "--gpus", "0")
+
+    code, first, stderr = agent(workdir, *shared, "--part", "0/2")
+    assert code == 0, stderr[-3000:]
+    assert first["status"] == "part 0 of 2" and first["part"]["spans"] == [[0, half]], first
+    assert first["counts"]["written"] == half and first["counts"]["samples"] == half
+    code, refused, _ = agent(workdir, *shared, "--require-whole")
+    assert code == 1 and f"hs_{half}.safetensors" in refused["error"], refused
+    code, second, stderr = agent(workdir, *shared, "--part", "1/2")
+    assert code == 0, stderr[-3000:]
+    assert second["part"]["spans"] == [[half, SAMPLES]] and second["counts"]["written"] == SAMPLES - half, second
+    code, whole, stderr = agent(workdir, *shared, "--require-whole")
+    assert code == 0 and whole["status"] == "done", stderr[-3000:]
+    assert whole["counts"]["samples"] == SAMPLES and whole["counts"]["written"] == 0
+
+    for index in range(SAMPLES):
+        ours = load_file(str(workdir / "runs" / "tinyparts" / "hidden_states" / f"hs_{index}.safetensors"))
+        theirs = load_file(str(workdir / "runs" / "tinyclient" / "hidden_states" / f"hs_{index}.safetensors"))
+        assert ours["token_ids"].tolist() == theirs["token_ids"].tolist()
+        assert torch.allclose(ours["hidden_states"], theirs["hidden_states"], atol=1e-4)
 
 
 def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(patched_vllm, vllm_workdir, tmp_path):

@@ -170,7 +170,15 @@ def _vocab(run: Any) -> dict[str, Any]:
 
 
 def _train(run: Any) -> dict[str, Any]:
+    from specops import gpus
     from specops.pipeline.training import train_step
 
+    # On a GPU host the run's extraction server holds most of each GPU's memory (vLLM's
+    # gpu_memory_utilization): the trainer needs it back. On CPU it is left for the next extract.
+    stopped = None
+    if gpus.device_count() > 0:
+        from specops.pipeline.vllm import stop_running
+
+        stopped = stop_running(run, "the pipeline's training needs the GPUs")
     _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False)
-    return document
+    return {**document, **({"stopped_server": stopped} if stopped else {})}

@@ -144,9 +144,10 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--processes", type=positive_int,
                          help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on CPU)")
     extract.add_argument("--part", type=part_of, metavar="I/COUNT",
-                         help="hf: write only share I of COUNT hosts (whole batches of the one-host plan)")
+                         help="write only share I of COUNT hosts (hf: whole batches of the one-host plan; "
+                              "vllm: speculators' --rank I --world-size COUNT)")
     extract.add_argument("--require-whole", action="store_true",
-                         help="hf: write nothing; exit 1 unless every file of rows 0..N-1 is whole, then "
+                         help="write nothing; exit 1 unless every file of rows 0..N-1 is whole, then "
                               "record the step done")
     extract.set_defaults(handler=step_extract)
 

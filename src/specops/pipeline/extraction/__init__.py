@@ -37,8 +37,8 @@ class Options:
     processes: int | None = None  # hf: processes sharing the batches (default: one per GPU, 1 on CPU)
     stop_server: bool = False  # vllm: stop the server job afterwards
     port: int | None = None  # vllm: the server's port (default: the run's vllm.port)
-    part: tuple[int, int] | None = None  # hf: (I, COUNT): write only share I of the batch plan (one host's)
-    require_whole: bool = False  # hf: refuse (exit 1) unless every file of rows 0..N-1 is already whole
+    part: tuple[int, int] | None = None  # (I, COUNT): write only share I of COUNT hosts (one host's)
+    require_whole: bool = False  # refuse (exit 1) unless every file of rows 0..N-1 is already whole
 
 
 class Backend(Protocol):
@@ -68,12 +68,10 @@ class VllmBackend:
         if options.processes:
             raise BadInput(f"--processes: only for the hf backend (run {run.paths.name} extracts with vllm, "
                            "whose data_parallel replicas share the work)")
-        if options.part or options.require_whole:
-            raise BadInput(f"--part/--require-whole: only the hf backend extracts across hosts for now "
-                           f"(run {run.paths.name} extracts with vllm)")
         from specops.pipeline.extraction.vllm import extract_with_server
 
-        return extract_with_server(run, samples, stop_server=options.stop_server, port=options.port)
+        return extract_with_server(run, samples, stop_server=options.stop_server, port=options.port,
+                                   part=options.part, require_whole=options.require_whole)
 
 
 def backend_for(run: Run, asked: str | None = None) -> Backend:
@@ -102,11 +100,13 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint.rstrip("/")
 
 
-def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None) -> dict[str, Any]:
-    """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else)."""
+def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None,
+                    part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
+    """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else); `part`
+    and `require_whole` as for the extract step (one host's share; the check after a gather)."""
     from specops.pipeline.extraction.vllm import run_generate_offline
 
-    return run_generate_offline(run, endpoint, samples, host_gpus=host_gpus)
+    return run_generate_offline(run, endpoint, samples, host_gpus=host_gpus, part=part, require_whole=require_whole)
 
 
 def extract(run: Run, samples: int | None, backend: str | None = None,

@@ -237,7 +237,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     require_whole: write nothing; exit 1 naming the first file of rows 0..N-1 that is not whole."""
     import datasets
 
-    from specops.pipeline.extraction.hf_shards import host_share, require_all_whole
+    from specops.pipeline.extraction.hf_shards import host_share
 
     prepare_hash, lengths = prepared_rows(run, samples)
     device, dtype = choose_device(run.config.dtype)
@@ -246,7 +246,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     count = row_count(lengths)
     plan = plan_extraction(run, lengths, count, extract_inputs(run, prepare_hash, device, dtype, batch_tokens))
     if require_whole:
-        require_all_whole(plan)
+        plan.require_all_whole()
     batches = plan_batches(lengths, batch_tokens)
     share, share_rows = host_share(plan, batches, part) if part else (None, set())
     if plan.unchanged:

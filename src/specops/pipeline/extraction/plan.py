@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specops.errors import CheckFailed
 from specops.pipeline.extraction.hidden_states import file_for, remove_temporaries, verify_header
 
 if TYPE_CHECKING:
@@ -95,8 +96,39 @@ class ExtractionPlan:
             file_for(self.folder, index).unlink(missing_ok=True)
         return started, sorted(self.problems)
 
-    def check_written(self) -> dict[int, str]:
-        return check_files(self.folder, self.lengths, self.count, len(self.layer_ids), self.hidden, self.dtype)
+    def check_written(self, rows: set[int] | None = None) -> dict[int, str]:
+        """Files not whole after writing: of rows 0..count-1, or of `rows` only (one host's share)."""
+        problems = check_files(self.folder, self.lengths, self.count, len(self.layer_ids), self.hidden, self.dtype)
+        return {row: why for row, why in problems.items() if rows is None or row in rows}
+
+    def share(self, part: tuple[int, int], rows: set[int]) -> dict[str, Any]:
+        """The report of share I of COUNT hosts writing `rows`: its rows as [start, stop) spans, and
+        whether every other row's file is already whole here (then nothing is gathered onto this host)."""
+        index, total = part
+        others_whole = self.current and all(row in rows for row in self.problems)
+        return {"index": index, "count": total, "rows": len(rows), "spans": spans(rows), "others_whole": others_whole,
+                "inputs_hash": self.inputs_hash, "samples": self.count}
+
+    def require_all_whole(self) -> None:
+        """Exit 1 unless every file of rows 0..N-1 is whole and of these inputs (before training on a gather)."""
+        if not self.current:
+            raise CheckFailed(f"{self.folder}: no extraction of these inputs is recorded on this host "
+                              "(its files come from other inputs, or none)")
+        if self.problems:
+            first = min(self.problems)
+            raise CheckFailed(f"{self.folder / f'hs_{first}.safetensors'}: {self.problems[first]} "
+                              f"({len(self.problems)} of {self.count} files not whole)")
+
+
+def spans(rows: set[int] | list[int]) -> list[list[int]]:
+    """Rows as sorted [start, stop) runs."""
+    runs: list[list[int]] = []
+    for row in sorted(rows):
+        if runs and runs[-1][1] == row:
+            runs[-1][1] = row + 1
+        else:
+            runs.append([row, row + 1])
+    return runs
 
 
 def plan_extraction(run: Run, lengths: list[int], count: int, inputs: dict[str, Any]) -> ExtractionPlan:

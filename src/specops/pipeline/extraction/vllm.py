@@ -33,6 +33,7 @@ from typing import Any
 
 from specops import atomic, gpus
 from specops.errors import CheckFailed
+from specops.parallel import row_ranges
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
@@ -52,9 +53,11 @@ def extract_inputs(run: Run, prepare_hash: str, dtype: str) -> dict[str, Any]:
 
 def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: int = DEFAULT_CONCURRENCY,
                           request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                          python: str | None = None) -> list[str]:
-    """The speculators command line for rows 0..count-1 of the run's prepared data."""
-    return [python or sys.executable, "-m", "speculators", "generate-offline-data",
+                          python: str | None = None, part: tuple[int, int] | None = None) -> list[str]:
+    """The speculators command line for rows 0..count-1 of the run's prepared data; with `part` (I, COUNT)
+    only share I of them (speculators' --rank I --world-size COUNT: the rows of row_ranges(count, COUNT)[I])."""
+    shares = ["--world-size", str(part[1]), "--rank", str(part[0])] if part else []
+    return [python or sys.executable, "-m", "speculators", "generate-offline-data", *shares,
             "--endpoint", endpoint, "--preprocessed-data", str(run.paths.prepared),
             "--output", str(run.paths.hidden_states), "--max-samples", str(count),
             "--concurrency", str(concurrency), "--request-timeout", str(request_timeout_s),
@@ -68,9 +71,17 @@ def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
     return plan_extraction(run, lengths, row_count(lengths), inputs)
 
 
-def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_gpus: int | None = None,
+def vllm_share(plan: ExtractionPlan, part: tuple[int, int]) -> tuple[dict[str, Any], set[int]]:
+    """Share I of COUNT hosts, as speculators cuts rows 0..N-1 by rank: contiguous, the first ones one longer."""
+    start, stop = row_ranges(plan.count, part[1])[part[0]]
+    rows = set(range(start, stop))
+    return plan.share(part, rows), rows
+
+
+def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *, host_gpus: int | None = None,
                          concurrency: int = DEFAULT_CONCURRENCY,
-                         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> dict[str, Any]:
+                         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, part: tuple[int, int] | None = None,
+                         require_whole: bool = False) -> dict[str, Any]:
     """Extract hidden states of prepared rows 0..N-1 through a ready extraction server.
 
     run        the loaded run; step 1 (prepare) runs first if its outputs are missing or stale
@@ -81,21 +92,32 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
     host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
                build_serve_command); default: the host's NVIDIA device nodes
     concurrency, request_timeout_s  passed to speculators (--concurrency, --request-timeout)
+    part       (I, COUNT): write only share I of COUNT hosts (recorded as a part, not done)
+    require_whole  write nothing (no endpoint needed): exit 1 unless every file 0..N-1 is whole, then
+               record the step done (the check on every host after a gather)
 
     Returns the step report {"step": "extract", "status": "done" | "skipped: unchanged", "counts",
     "inputs_hash", "layer_ids", "dtype", "seconds", "samples_per_s", "tokens_per_s", "output",
     "backend": "vllm"}. Raises CheckFailed (exit 1) when speculators fails or a file is not whole.
     """
     plan = plan_for(run, samples, gpus.device_count() if host_gpus is None else host_gpus)
+    if require_whole:
+        plan.require_all_whole()
+    share, share_rows = vllm_share(plan, part) if part else (None, None)
     if plan.unchanged:
-        return {**plan.skipped(), "backend": "vllm"}
+        return {**plan.skipped(), "backend": "vllm", **({"part": share} if share else {})}
     manifest, inputs_hash, count, folder = plan.manifest, plan.inputs_hash, plan.count, plan.folder
     started, todo = plan.begin()
+    if share_rows is not None:
+        todo = [row for row in todo if row in share_rows]
     tokens = sum(plan.lengths[i] for i in todo)
+    if todo and endpoint is None:
+        raise CheckFailed(f"extract: {len(todo)} files to write and no server to write them")
 
-    argv = generate_offline_argv(run, endpoint, count, concurrency=concurrency,
-                                 request_timeout_s=request_timeout_s)
-    print(f"extract: {len(todo)} of {count} samples through {endpoint}", file=sys.stderr, flush=True)
+    argv = generate_offline_argv(run, endpoint or "", count, concurrency=concurrency,
+                                 request_timeout_s=request_timeout_s, part=part)
+    print(f"extract: {len(todo)} of {count} samples through {endpoint or 'no server (all whole)'}",
+          file=sys.stderr, flush=True)
     clock = time.monotonic()
     timing: dict[str, float] = {}
     if todo:
@@ -105,7 +127,7 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
             raise CheckFailed(f"speculators generate-offline-data exited {code} "
                               f"(endpoint {endpoint}); see its output above")
     elapsed = max(time.monotonic() - clock, 1e-9)
-    problems = plan.check_written()
+    problems = plan.check_written(share_rows)
     if problems:
         manifest.finish("extract", started, {"samples": 0}, status="failed")
         listed = ", ".join(f"hs_{i}: {why}" for i, why in list(problems.items())[:5])
@@ -117,12 +139,15 @@ def run_generate_offline(run: Run, endpoint: str, samples: int | None, *, host_g
     atomic.write_json(run.paths.progress, {"state": "done", "done": len(todo), "total": len(todo),
                                            "tokens_done": tokens, "tokens_total": tokens, "eta_s": 0,
                                            "elapsed_s": round(elapsed, 2), "updated_at": time.time(), **rates})
-    counts = {"samples": count, "written": len(todo), "regenerated": len(plan.regenerated),
-              "tokens_written": tokens, "bytes_written": written}
-    record = manifest.finish("extract", started, counts)
-    return {"step": "extract", "status": "done", "backend": "vllm", "inputs_hash": inputs_hash, "counts": counts,
+    # "samples": rows 0..count-1 are now whole on disk (a part: this host's share of them)
+    counts = {"samples": share["rows"] if share else count, "written": len(todo),
+              "regenerated": len(plan.regenerated), "tokens_written": tokens, "bytes_written": written}
+    status = f"part {share['index']} of {share['count']}" if share else "done"
+    record = manifest.finish("extract", started, counts, status=status)
+    return {"step": "extract", "status": status, "backend": "vllm", "inputs_hash": inputs_hash, "counts": counts,
             "layer_ids": plan.layer_ids, "dtype": plan.dtype, "endpoint": endpoint, "seconds": record["seconds"],
-            "extract_seconds": round(elapsed, 2), **rates, "speculators_timing": timing, "output": str(folder)}
+            "extract_seconds": round(elapsed, 2), **rates, "speculators_timing": timing, "output": str(folder),
+            **({"part": share} if share else {})}
 
 
 def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
@@ -148,7 +173,8 @@ def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
 
 def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
                         serve_python: str | os.PathLike[str] | None = None, ready_timeout_s: float = 1800.0,
-                        port: int | None = None) -> dict[str, Any]:
+                        port: int | None = None, part: tuple[int, int] | None = None,
+                        require_whole: bool = False) -> dict[str, Any]:
     """Extract rows 0..N-1 with the vllm backend through this run's `vllm-server` job (reused or launched).
 
     run              the loaded run (its embedded model, if any, already generated)
@@ -157,6 +183,8 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     serve_python     the serve env's interpreter (default: $SPECOPS_SERVE_PYTHON, else this one)
     ready_timeout_s  how long the server may take to load before the step fails
     port             where the server listens (default: the run's vllm.port)
+    part, require_whole  one host's share / the check after a gather (see run_generate_offline);
+                     the check needs no server
 
     Nothing to do (rows 0..N-1 are extracted from the same inputs, and their files are whole): no
     server is touched at all. Returns run_generate_offline's report (status, counts, layer_ids,
@@ -166,7 +194,14 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     """
     started = time.monotonic()
     host_gpus = gpus.device_count()
+    if require_whole:
+        return run_generate_offline(run, None, samples, host_gpus=host_gpus, require_whole=True)
     plan = plan_for(run, samples, host_gpus)
+    if part:
+        _, rows = vllm_share(plan, part)
+        if all(row not in rows for row in plan.problems) and plan.current:
+            # this host's share is whole already: record it without a server
+            return run_generate_offline(run, None, samples, host_gpus=host_gpus, part=part)
     if plan.unchanged:
         print("extract: hidden states of these samples are already extracted from the same inputs; "
               "no server needed", file=sys.stderr, flush=True)
@@ -178,7 +213,7 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     server = vllm.start_server_job(run, host_gpus, port=port, serve_python=serve_python,
                                    ready_timeout_s=ready_timeout_s)
     try:
-        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus)
+        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus, part=part)
     finally:
         stopped = server.stop("--stop-server") if stop_server else None
     report["server"] = server.describe(stopped)
