@@ -75,13 +75,19 @@ def start_client(self, *args, **kwargs):
 def auth(self, *args, **kwargs):
     t = clock(); result = real_auth(self, *args, **kwargs); timed("authentication (paramiko)", t)
     return result
+real_parse = paramiko.Transport._parse_kex_init
+def parse_kex_init(self, *args, **kwargs):
+    result = real_parse(self, *args, **kwargs)
+    marks["kex"] = type(self.kex_engine).__name__
+    return result
 paramiko.Transport.start_client, paramiko.SSHClient._auth = start_client, auth
+paramiko.Transport._parse_kex_init = parse_kex_init
 t = clock(); conn = open_connection(host); timed("connect (TCP+kex+auth)", t)
 transport = conn.transport
 t = clock(); assert conn.run(["true"]).exit_code == 0; timed("one command: true", t)
 t = clock(); assert agent_call(conn, host, ["job", "list"]).ok; timed("one agent call: job list", t)
 conn.close()
-marks["negotiated"] = " ".join([transport.kex_engine.__class__.__name__, transport.remote_cipher,
+marks["negotiated"] = " ".join([marks.pop("kex", "?"), transport.remote_cipher,
                                 transport.remote_mac, transport.host_key_type])
 print(json.dumps(marks))
 """
@@ -118,7 +124,8 @@ def main() -> int:
                                "workdir": str(login.workdir), "python": HOST_PYTHON, "connect_timeout": 10}
                  for index, login in enumerate(logins)}
         inventory = write_inventory(root / "inventory.yaml", hosts, default="h0")
-        env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("SPECOPS_") and key != "PYTHONDONTWRITEBYTECODE"}
         env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1",
                    PYTHONPATH=f"{REPO / 'src'}:{REPO}")
         os.environ.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"))
@@ -159,6 +166,7 @@ def main() -> int:
                 if round_index:
                     times.setdefault(key, []).append(elapsed)
         print(f"specops phases, {options.n} rounds after one warm-up, sshd on 127.0.0.1, {os.cpu_count()} CPUs, "
+              "bytecode caches on, "
               f"load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
         for label, text in negotiated.items():
             print(f"paramiko negotiated ({label}): {text}")

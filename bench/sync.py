@@ -127,7 +127,9 @@ def main() -> int:
                  for name, folder in (("h", "invoke"), ("hf", "fresh"), ("hb", "before"))}
         (root / "ssh").mkdir(mode=0o700)
         inventory = write_inventory(root / "inventory.yaml", hosts, default="h")
-        env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
+        # Bytecode caches written and reused, as for a user (some sandboxes set PYTHONDONTWRITEBYTECODE).
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("SPECOPS_") and key != "PYTHONDONTWRITEBYTECODE"}
         env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1",
                    SPECOPS_SSH_CONTROL_DIR=str(root / "ssh"))
         contenders = {
