@@ -27,7 +27,7 @@ _PRELUDE = rf"""
 W=$1; PY=$3
 case $W in '~'/*) W=$HOME/${{W#'~/'}};; esac
 case $PY in '~'/*) PY=$HOME/${{PY#'~/'}};; esac
-mkdir -p "$W" && cd "$W" || exit {AgentExit.NO_WORKDIR:d}
+{{ [ -d "$W" ] || mkdir -p "$W"; }} && cd "$W" || exit {AgentExit.NO_WORKDIR:d}
 if [ -n "$4" ]; then
   "$PY" -c "$4" "$PWD" "$2" || {{
     echo "specops: installing the agent bundle failed" >&2; exit {AgentExit.INSTALL_FAILED:d}; }}
