@@ -84,3 +84,14 @@ def test_run_configs_kept_elsewhere_travel_and_the_host_is_current(cli: Cli, tmp
     assert sorted(path.name for path in host_runs.glob("*.yaml")) == ["mine.yaml"]
     check = cli("check", "--host", "loop", "--json", **env)
     assert check.exit_code == 0 and check.json()["round_trips"] == 1  # the digest rsync sent is the bundle's
+
+
+def test_the_host_gets_exactly_the_bundles_files(cli: Cli, tmp_path: Path, control_dir: Path) -> None:
+    # rsync reads the checkout itself through its filters: what lands must be what the digest covers
+    from remote.bundle import bundle_files
+
+    assert cli("sync", "--host", "loop", SPECOPS_SSH_CONTROL_DIR=str(control_dir)).exit_code == 0
+    workdir = tmp_path / "loop-workdir"
+    landed = {path.relative_to(workdir).as_posix() for path in workdir.rglob("*")
+              if path.is_file() and path.relative_to(workdir).parts[0] != "state"}
+    assert landed == set(bundle_files())
