@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.cli import Cli
+from tests.support.cli import INVOKE, Cli
 from tests.support.repo import REPO
 
 HEAVY = ("paramiko", "fabric", "rich", "pydantic", "pydantic_core", "cryptography", "importlib.metadata")
@@ -82,3 +82,15 @@ def test_the_listing_and_help_stay_complete_with_lazy_imports(cli: Cli) -> None:
     helped = cli("--help", "sync")
     assert helped.exit_code == 0
     assert "--dry-run" in helped.stdout and "--sftp" in helped.stdout
+
+
+def test_tasks_keep_bytecode_caches_unless_the_user_says_no(cli: Cli, tmp_path: Path) -> None:
+    # Invoke turns bytecode writing off by default: without this, every task compiled our modules again
+    env = {key: value for key, value in cli.env().items() if key != "PYTHONDONTWRITEBYTECODE"}
+    cached, refused = tmp_path / "cached", tmp_path / "refused"
+    for prefix, extra in ((cached, {}), (refused, {"PYTHONDONTWRITEBYTECODE": "1"})):
+        proc = subprocess.run([str(INVOKE), "hosts", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env={**env, "PYTHONPYCACHEPREFIX": str(prefix), **extra})
+        assert proc.returncode == 0, proc.stderr
+    assert any(cached.rglob("core.cpython-*.pyc")) and any(cached.rglob("inventory.cpython-*.pyc"))
+    assert not refused.exists() or not any(refused.rglob("*.pyc"))
