@@ -4,7 +4,6 @@ One explicit registry: every task group is imported by name, so a typo fails lou
 modules import their heavy parts (fabric, rich, pydantic) inside the tasks, so listing is quick.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -13,8 +12,9 @@ from invoke import Collection
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Invoke turns bytecode writing off unless --write-pyc is given, so every task would compile this
 # checkout's modules again on each run. Turn it back on (git ignores __pycache__; the agent bundle and
-# rsync leave it out), unless the user asked for none (PYTHONDONTWRITEBYTECODE, python -B).
-if not os.environ.get("PYTHONDONTWRITEBYTECODE") and not sys.flags.dont_write_bytecode:
+# rsync leave it out), unless the user asked for none (PYTHONDONTWRITEBYTECODE or python -B: both set
+# sys.flags.dont_write_bytecode at start-up, before Invoke runs).
+if not sys.flags.dont_write_bytecode:
     sys.dont_write_bytecode = False
 
 from remote.tasks import compat, core, doctor, jobs, patch, pipeline, sync
