@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remote.errors import AgentError, SpecopsError
+from remote.errors import AgentError, BadInput, SpecopsError
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -33,14 +33,19 @@ POLL_S = 1.0
 
 
 def rendezvous_endpoint(host: Host, port: int) -> str:
-    """HOST0:PORT as the other hosts reach it: the inventory address of the first host."""
-    return f"{'127.0.0.1' if host.is_local else host.address}:{port}"
+    """HOST0:PORT as the other hosts reach it: the first host's training address, else its inventory address."""
+    address = host.train_address or ('127.0.0.1' if host.is_local else host.address)
+    return f"[{address}]:{port}" if address and ":" in address else f"{address}:{port}"
 
 
 def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,
-                   fresh: bool) -> list[str]:
+                   fresh: bool, host: Host | None = None) -> list[str]:
     args = ["step", "train", "--run", run, "--nnodes", str(count), "--node-rank", str(rank),
             "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    if host is not None and host.train_address:
+        args += ["--local-addr", host.train_address]
+    if host is not None and host.train_interface:
+        args += ["--interface", host.train_interface]
     if epochs is not None:
         args += ["--epochs", str(epochs)]
     if fresh:
@@ -70,6 +75,7 @@ class Group:
         from remote.session import HostSession
 
         self.hosts = hosts
+        self.inventory_path = inventory.path
         self.sessions: dict[str, HostSession] = {host.name: HostSession(host, inventory) for host in hosts}
         self.jobs: dict[str, str] = {}
 
@@ -137,6 +143,32 @@ class Group:
             raise AgentError(f"{name}: unpacking the checkpoint into {folder}: "
                              f"{result.stderr.decode(errors='replace')[-300:]}")
 
+    def check_training_network(self, run: str, port: int) -> None:
+        """Every host whose inventory names a training network holds it, before any node starts: a dry
+        run of its node on the host; bad input names the inventory file, the host and the key."""
+        from remote.agent import agent_call
+
+        endpoint = rendezvous_endpoint(self.hosts[0], port)
+        keys = {"--local-addr": "train_address", "--interface": "train_interface"}
+
+        def check(session: HostSession) -> tuple[int, str] | None:
+            host = session.host
+            if not (host.train_address or host.train_interface):
+                return None  # nothing to check: torch's own choice
+            args = node_step_args(run, 0, len(self.hosts), endpoint, "check", epochs=None, fresh=False, host=host)
+            result = agent_call(session.conn, host, [*args, "--dry-run"])
+            return None if result.ok else (result.exit_code, str(result.document.get("error")))
+
+        results = self.each(check)
+        for name, value in results.items():  # the training network's problems first, in inventory terms
+            if isinstance(value, tuple) and (flag := value[1].partition(": ")[0]) in keys:
+                raise BadInput(f"{self.inventory_path}: hosts.{name}.{keys[flag]}: {value[1].partition(': ')[2]}")
+        for name, value in results.items():
+            if isinstance(value, Exception):
+                raise value
+            if value is not None:
+                raise (BadInput if value[0] == 2 else AgentError)(f"{name}: {value[1]}")
+
     def stop_stale(self, run: str) -> list[str]:
         """Stop a train job of this run still running anywhere (a survivor of a partition, say)."""
         from remote.jobs import job_call
@@ -166,7 +198,7 @@ class Group:
 
         def start(session: HostSession) -> str:
             args = node_step_args(run, ranks[session.host.name], len(self.hosts), endpoint, rdzv_id,
-                                  epochs=epochs, fresh=fresh)
+                                  epochs=epochs, fresh=fresh, host=session.host)
             job = launch(session.conn, session.host, "train", agent_step_command(session.host, args), run=run,
                          meta={"group": rdzv_id, "hosts": [host.name for host in self.hosts]})
             return job["id"]

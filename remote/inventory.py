@@ -78,6 +78,28 @@ def _port(value: Any) -> int | None:
     return None if value is None else _whole(value, 1, 65535)
 
 
+def _address(value: Any) -> str | None:
+    """An IP address literal: torchrun binds it and the agent finds the interface that holds it."""
+    if value is None:
+        return None
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(_text(value).strip()))
+    except ValueError:
+        raise InvalidValue(f"must be an IP address of the host on its training network, got {value!r}") from None
+
+
+def _interface(value: Any) -> str | None:
+    """A network interface name as Linux allows it (IFNAMSIZ: at most 15 bytes, no '/' or spaces)."""
+    if value is None:
+        return None
+    name = _text(value)
+    if not 0 < len(name) <= 15 or not all(char.isalnum() or char in "._-:@" for char in name):
+        raise InvalidValue(f"must be a network interface name (up to 15 letters, digits, '._-:@'), got {value!r}")
+    return name
+
+
 def _envs(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise InvalidValue("must be a mapping of role to interpreter path")
@@ -107,6 +129,12 @@ class Host:
     # request, sent while a command is quiet) before the connection is declared dead. A quiet but
     # healthy command is never affected.
     channel_timeout: float = 30.0
+    # The training network, for a training across hosts: the address this host's node binds and
+    # advertises (torchrun --local-addr; the first host's is the rendezvous endpoint) and the
+    # interface of its collectives (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME; found from the address
+    # on the host when left out). Unset: torch's own guess from the hostname.
+    train_address: str | None = None
+    train_interface: str | None = None
 
     def __post_init__(self) -> None:
         # Direct construction (a jump host built from `user@host:port`) gets the same checks as a file.
@@ -137,6 +165,7 @@ _RULES: dict[str, Callable[[Any], Any]] = {
     "address": _optional_text, "user": _optional_text, "port": _port, "identity_file": _optional_text,
     "known_hosts": _text, "jump": _optional_text, "envs": _envs, "gpus": lambda value: _whole(value, 0),
     "run": _not_empty, "connect_timeout": _seconds, "channel_timeout": _seconds,
+    "train_address": _address, "train_interface": _interface,
 }
 _REQUIRED = {item.name for item in dataclasses.fields(Host)
              if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING}

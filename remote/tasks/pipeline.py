@@ -15,7 +15,7 @@ from typing import Any
 from invoke import task
 
 from remote.errors import AgentError, BadInput
-from remote.session import HostSession, emit_json, host_session, reports_errors
+from remote.session import HostSession, emit_json, fail, host_session, reports_errors
 from remote.tasks.shared import check_run, count, number_text, positive, preflight, render_epochs
 from specops.protocol import JobState
 
@@ -206,23 +206,29 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         if not skip_doctor:
             for session in group.sessions.values():
                 preflight(session.conn, session.host, run_name, False)
-        group.stop_stale(run_name)
+        rdzv_port = positive(port, "--port") or RDZV_PORT
+        group.check_training_network(run_name, rdzv_port)
+        stale = group.stop_stale(run_name)
+        if stale:
+            print(f"specops: stopped a leftover train job of {run_name} on {', '.join(stale)}", file=sys.stderr)
         synced = group.sync_checkpoints(run_name)
         if synced.get("copied_to"):
             print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
                   f"{', '.join(synced['copied_to'])}", file=sys.stderr)
-        rdzv_id = group.launch(run_name, positive(port, "--port") or RDZV_PORT, epochs=positive(epochs, "--epochs"),
-                               fresh=fresh)
+        rdzv_id = group.launch(run_name, rdzv_port, epochs=positive(epochs, "--epochs"), fresh=fresh)
         print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
               file=sys.stderr)
         outcome = group.watch()
-    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "synced": synced, **outcome.as_dict(),
+    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
+                **outcome.as_dict(),
                 "elapsed_s": round(time.perf_counter() - started, 3)}
-    if json:
-        emit_json(document)
-    if not outcome.ok:
-        raise AgentError(f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
-                         f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    failure = None if outcome.ok else (
+        f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
+        f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    if json:  # one document, the failure in it (an AgentError would print a second one)
+        emit_json({**document, "error": failure, "exit_code": 1} if failure else document)
+    if failure:
+        raise fail(failure, 1)
     print(f"specops: train across {', '.join(m.name for m in members)}: succeeded", file=sys.stderr)
 
 

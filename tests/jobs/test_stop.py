@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 from tests.support.agent import Agent, group_alive, python_job
@@ -45,3 +47,28 @@ def test_stopping_a_job_that_already_ended_changes_nothing(agent: Agent) -> None
     assert answer["already_ended"] is True and answer["signal"] is None
     assert answer["job"]["state"] == "succeeded" and answer["job"]["exit_code"] == 0
 
+
+
+# torchrun's way: each worker leads a session of its own; this one also ignores SIGTERM, like a trainer
+# stuck in a collective whose peer was cut off.
+LAUNCHER = """
+import signal, subprocess, sys
+worker = subprocess.Popen([sys.executable, "-c",
+                           "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"],
+                          start_new_session=True)
+print(f"worker {worker.pid}", flush=True)
+worker.wait()
+"""
+
+
+def test_stop_reaches_a_worker_that_started_a_session_of_its_own(agent: Agent) -> None:
+    job = agent.launch("train", python_job(LAUNCHER))
+    worker_pid = int(re.search(r"worker (\d+)", agent.wait_for_log(job, "worker ")).group(1))
+    try:
+        assert _pid_alive(worker_pid) and os.getpgid(worker_pid) != job["pgid"]
+        stopped = agent.ok("stop", job["id"], "--grace", "0.5")
+        assert stopped["signal"] == "SIGKILL" and stopped["job"]["state"] == "stopped"
+        assert not group_alive(job["pgid"]) and not _pid_alive(worker_pid)
+    finally:
+        if _pid_alive(worker_pid):  # outside the job's group: the fixture's clean-up would miss it
+            os.kill(worker_pid, signal.SIGKILL)

@@ -65,7 +65,37 @@ def test_one_node_of_several_hosts_goes_through_torchrun_with_a_c10d_rendezvous_
     assert "--nproc_per_node=1" in cpu and flag(cpu, "--loss-implementation") == ["eager"]
 
 
+def test_a_node_with_a_training_address_binds_it_and_node_0_hosts_the_rendezvous() -> None:
+    from specops.pipeline.training import Nodes
+
+    # torch's guesses go by the hostname, which may resolve to loopback or to another network
+    host = build_train_command(PLAN, gpus=0, nodes=Nodes(2, 0, "10.0.0.1:29500", "r1", "10.0.0.1"))
+    other = build_train_command(PLAN, gpus=0, nodes=Nodes(2, 1, "10.0.0.1:29500", "r1", "10.0.0.5"))
+    assert "--local-addr=10.0.0.1" in host and "--rdzv-conf=is_host=1" in host
+    assert "--local-addr=10.0.0.5" in other and "--rdzv-conf=is_host=0" in other
+    assert host.index("--rdzv-conf=is_host=1") < host.index("-m")  # torchrun's, not the trainer's
+
+
+def test_the_collectives_use_the_interface_named_or_the_one_holding_the_address() -> None:
+    from specops.netif import addresses
+    from specops.pipeline.training import Nodes
+    from specops.pipeline.training.command import collectives_environment
+
+    assert collectives_environment(Nodes(2, 0, "h:1", "r", None, "lo")) == {
+        "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    assert collectives_environment(Nodes(2, 0, "h:1", "r", "127.0.0.1")) == {
+        "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    with pytest.raises(BadInput, match=re.escape("--interface: nosuch0 is not an interface of this host (it has ")):
+        collectives_environment(Nodes(2, 0, "h:1", "r", "127.0.0.1", "nosuch0"))
+    assert collectives_environment(Nodes(2, 0, "h:1", "r")) == {}  # torch's own choice
+    assert "127.0.0.1" in addresses()["lo"]  # the standard-library answer where iproute2 is missing
+    with pytest.raises(BadInput, match=re.escape("--local-addr: 203.0.113.254 is not an address of this host")):
+        collectives_environment(Nodes(2, 0, "h:1", "r", "203.0.113.254"))
+
+
 @pytest.mark.parametrize(("nodes", "message"), [
+    ((2, 0, "h:1", "r", "gpu1"), "--local-addr: 'gpu1' is not an IP address"),
+    ((2, 0, "h:1", "r", None, "eth 0"), "--interface: 'eth 0' is not a network interface name"),
     ((1, 0, "h:1", "r"), "--nnodes: a training over hosts needs at least 2, got 1"),
     ((2, 2, "h:1", "r"), "--node-rank: 2 is not in 0..1"),
     ((2, 0, "h", "r"), "--rdzv-endpoint: 'h' is not HOST:PORT"),

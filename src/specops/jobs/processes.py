@@ -2,7 +2,8 @@
 
 A job's command runs as the leader of its own process group, so signalling the group reaches every
 child that did not deliberately leave it, including children that ignore SIGHUP (which is all
-that tmux kill-session sends).
+that tmux kill-session sends). Ending a job also reaches the groups its descendants started on purpose
+(torchrun's workers each lead a session of their own).
 """
 
 from __future__ import annotations
@@ -54,14 +55,68 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
+def _process_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) of every process, from /proc/<pid>/stat."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended while we looked
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2:
+            table[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
+
+
+def job_groups(pgid: int) -> set[int]:
+    """The group `pgid` and every process group its members' descendants lead.
+
+    torchrun starts each worker in a session of its own, so signalling the job's group reaches torchrun
+    but not the trainers; a trainer stuck in a collective (its peer cut off) outlives a SIGKILLed torchrun."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _group, _state) in table.items():
+        children.setdefault(parent, []).append(pid)
+    groups, seen = {pgid}, set()
+    todo = [pid for pid, (_parent, group, _state) in table.items() if group == pgid]
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in table:
+            continue
+        seen.add(pid)
+        if table[pid][1] > 1:
+            groups.add(table[pid][1])
+        todo.extend(children.get(pid, []))
+    return groups
+
+
+def _wait_groups_gone(pgid: int, groups: set[int], timeout_s: float) -> bool:
+    """Until no process of `groups` runs and the job's own group `pgid` is reaped. Zombies of the other
+    groups do not count: an orphaned trainer is reparented to init, which may reap it late."""
+    deadline = time.monotonic() + timeout_s
+    while any(group in groups and state not in ("Z", "X") for _parent, group, state in _process_table().values()):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return wait_group_gone(pgid, max(deadline - time.monotonic(), 0))  # the job's wrapper reaps its own
+
+
 def terminate_group(pgid: int, grace_s: float) -> str | None:
-    """SIGTERM the group, then SIGKILL what is left after `grace_s`; the signal that ended it."""
+    """SIGTERM the group and the groups its descendants started, then SIGKILL what is left after
+    `grace_s`; the signal that ended it."""
     if not group_alive(pgid):
         return None
-    _signal_group(pgid, signal.SIGTERM)
-    _signal_group(pgid, signal.SIGCONT)  # a stopped process only acts on SIGTERM once continued
-    if wait_group_gone(pgid, grace_s):
+    groups = job_groups(pgid)  # before any signal: once torchrun is gone, its workers are nobody's children
+    for group in groups:
+        _signal_group(group, signal.SIGTERM)
+        _signal_group(group, signal.SIGCONT)  # a stopped process only acts on SIGTERM once continued
+    if _wait_groups_gone(pgid, groups, grace_s):
         return "SIGTERM"
-    _signal_group(pgid, signal.SIGKILL)
-    wait_group_gone(pgid, 10)
+    groups |= job_groups(pgid) if group_alive(pgid) else set()  # started during the grace
+    for group in groups:
+        _signal_group(group, signal.SIGKILL)
+    _wait_groups_gone(pgid, groups, 10)
     return "SIGKILL"

@@ -9,7 +9,8 @@
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
     step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
-                  [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID]
+                  [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID
+                   [--local-addr ADDR] [--interface IF]]
     step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
                                                      acceptance on held-out prompts, trained vs untrained
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
@@ -83,11 +84,11 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
     if args.nnodes is not None:
         if args.node_rank is None or not args.rdzv_endpoint or not args.rdzv_id:
             raise BadInput("--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it")
-        nodes = Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id)
+        nodes = Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.local_addr, args.interface)
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
-    elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id:
-        raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id: only with --nnodes")
+    elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id or args.local_addr or args.interface:
+        raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes")
     return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run, nodes)
 
 
@@ -170,6 +171,10 @@ def register(subparsers: Any) -> None:
     train.add_argument("--node-rank", type=int, help="this host's node rank (0 hosts the rendezvous)")
     train.add_argument("--rdzv-endpoint", help="HOST0:PORT of the c10d rendezvous, reachable from every node")
     train.add_argument("--rdzv-id", help="the group launch's id (the same on every node)")
+    train.add_argument("--local-addr", help="this host's address on the training network (torchrun binds and "
+                       "advertises it; node 0 then hosts the rendezvous)")
+    train.add_argument("--interface", help="the interface of the collectives (GLOO_SOCKET_IFNAME, "
+                       "NCCL_SOCKET_IFNAME; default: the one holding --local-addr)")
     train.set_defaults(handler=step_train)
 
     evaluate = steps.add_parser("evaluate", help="acceptance of the draft as the target's EAGLE-3 speculator, "

@@ -10,6 +10,7 @@ in an empty one, so the run's checkpoints always live at the same path.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -74,9 +75,21 @@ class Nodes:
     rank: int  # --node-rank (c10d assigns ranks itself; node 0 is the one hosting the rendezvous)
     endpoint: str  # HOST0:PORT, reachable from every node
     run_id: str  # --rdzv-id: one id per launch of the group, so a stale node never joins a new group
+    # The host's training network (inventory train_address / train_interface). With an address, the
+    # node binds and advertises it (--local-addr) and node 0 hosts the rendezvous store explicitly:
+    # torch's guesses go by the hostname, which may resolve to loopback or to another network.
+    local_addr: str | None = None
+    interface: str | None = None
 
     def problems(self) -> list[str]:
         found = []
+        if self.local_addr is not None:
+            try:
+                ipaddress.ip_address(self.local_addr)
+            except ValueError:
+                found.append(f"--local-addr: {self.local_addr!r} is not an IP address")
+        if self.interface is not None and not _is_interface_name(self.interface):
+            found.append(f"--interface: {self.interface!r} is not a network interface name")
         if self.count < 2:
             found.append(f"--nnodes: a training over hosts needs at least 2, got {self.count}")
         if not 0 <= self.rank < self.count:
@@ -96,7 +109,32 @@ def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
         return ["torchrun", "--standalone", per_node]
     return ["torchrun", f"--nnodes={nodes.count}", f"--node-rank={nodes.rank}", per_node,
             "--rdzv-backend=c10d", f"--rdzv-endpoint={nodes.endpoint}", f"--rdzv-id={nodes.run_id}",
-            "--max-restarts=0"]  # a lost node ends the group; the control side relaunches it whole
+            "--max-restarts=0",  # a lost node ends the group; the control side relaunches it whole
+            *([f"--local-addr={nodes.local_addr}", f"--rdzv-conf=is_host={int(nodes.rank == 0)}"]
+              if nodes.local_addr else [])]
+
+
+def _is_interface_name(name: str) -> bool:
+    return 0 < len(name) <= 15 and all(char.isalnum() or char in "._-:@" for char in name)
+
+
+def collectives_environment(nodes: Nodes) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for a node: its interface, named or found from its address.
+
+    Empty without either (torch's own choice). An address no interface of this host holds, or an interface
+    it lacks, is bad input: the inventory names another host's, or the host's network changed."""
+    from specops.netif import addresses, interface_of
+
+    holder = None
+    if nodes.local_addr is not None:
+        holder = interface_of(nodes.local_addr)
+        if holder is None:
+            raise BadInput(f"--local-addr: {nodes.local_addr} is not an address of this host")
+    if nodes.interface is not None and nodes.interface not in (present := addresses()):
+        raise BadInput(f"--interface: {nodes.interface} is not an interface of this host "
+                       f"(it has {', '.join(sorted(present))})")
+    interface = nodes.interface or holder
+    return {} if interface is None else {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 
 def build_train_command(plan: TrainPlan, gpus: int, nodes: Nodes | None = None) -> list[str]:

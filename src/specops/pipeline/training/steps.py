@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -144,10 +145,16 @@ def trained_rows(plan: train.TrainPlan) -> int:
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
                nodes: train.Nodes | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts."""
+    # first: the group's pre-launch dry run checks this host's training network before anything else;
+    # the host's own settings win, as with thread counts: an operator may know better than the inventory
+    collectives = {key: os.environ.get(key, value)
+                   for key, value in (train.collectives_environment(nodes) if nodes else {}).items()}
     gpus = gpu_count() if gpus is None else gpus
     plan = train_plan(run, epochs)
     command = train.build_train_command(plan, gpus, nodes)
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
+    if collectives:
+        document["collectives"] = collectives
     if dry_run:
         return 0, {**document, "status": "dry run"}
     vocab_step(run)  # step 3 first when it is missing or stale (skipped when unchanged), as extract prepares
@@ -172,7 +179,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     print(TRAINER_START + json.dumps({"epochs": plan.epochs, "first_epoch": first_epoch(state),
                                       "steps_per_epoch": steps_per_epoch(plan)}), file=sys.stderr, flush=True)
     try:
-        code = train.run_training(command, plan.save_path)
+        code = train.run_training(command, plan.save_path, {**os.environ, **collectives} if collectives else None)
     finally:
         print(TRAINER_END, file=sys.stderr, flush=True)
     final = train.checkpoint_state(plan.save_path)

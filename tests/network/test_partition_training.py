@@ -1,0 +1,199 @@
+"""A training across two hosts survives a partition: the cut ends the run clearly, the relaunch resumes.
+
+Two hosts, each a network namespace with its own address, its own sshd and a route to the other; the
+inventory names each host's training address (and gpu2's interface), so torchrun's c10d rendezvous
+and gloo's collectives run between the namespaces, as between two machines. `invoke train --hosts
+gpu1,gpu2` trains the tiny draft there; once both nodes train and the first checkpoint is written,
+nftables drops every packet of gpu2. The task stops gpu1's node and exits 1 naming gpu2 within its
+channel timeout (plus a poll and start-up slack); after healing, the relaunch stops what is left of
+gpu2's node, resumes from the checkpoint written before the cut and finishes every epoch, and no
+process of the first launch is left on either host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specops.pipeline.training.command import is_complete
+from tests.support.agent import Agent, group_alive, wait_until
+from tests.support.cli import Cli, write_inventory
+from tests.support.netns import NetnsHost, NetnsUnavailable, create_netns_host
+from tests.support.sshd import free_port
+from tests.training.test_train_cpu import TinyHost
+from tests.training.tiny_inputs import build_data
+
+pytestmark = [pytest.mark.slow, pytest.mark.wheels, pytest.mark.ssh]
+
+HOSTS = ("gpu1", "gpu2")
+CUT, KEPT = "gpu2", "gpu1"  # gpu1 hosts the rendezvous; cutting it instead behaves the same (measured)
+RUN = "split"
+EPOCHS = 4
+CONNECT_TIMEOUT = 3.0
+CHANNEL_TIMEOUT = 5.0
+POLL_S = 1.0  # remote.group.POLL_S
+SLACK_S = 30.0  # invoke's start-up and the stop of gpu1's node on a loaded 2-core machine; a hang is minutes
+SITE_PYTHON = """#!/bin/sh
+PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} exec '{python}' "$@"
+"""
+
+
+def interface_in(host: NetnsHost) -> str:
+    """The name of the namespace's own end of its veth pair (the interface holding its address)."""
+    listed = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "-4", "addr", "show"],
+                            capture_output=True, text=True, check=True).stdout
+    return next(line.split()[1] for line in listed.splitlines() if f" {host.address}/" in line)
+
+
+@pytest.fixture(scope="module")
+def routed_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NetnsHost]]:
+    hosts: list[NetnsHost] = []
+    try:
+        for tag in ("a", "b"):
+            hosts.append(create_netns_host(tmp_path_factory.mktemp(f"netns-{tag}"), tag, routed=True))
+    except NetnsUnavailable as exc:
+        for host in hosts:
+            host.destroy()
+        pytest.skip(f"network namespaces unavailable: {exc}")
+    yield hosts
+    for host in hosts:
+        host.destroy()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, routed_hosts: list[NetnsHost]) -> Iterator[tuple]:
+    from tests.support.repo import REPO
+    from tests.support.wheels import site_with
+
+    root = tmp_path_factory.mktemp("partition-training")
+    site = site_with(root / "site", ("speculators", "0.9.0"))
+    python = root / "site-python"
+    python.write_text(SITE_PYTHON.format(site=site, python=sys.executable))
+    python.chmod(0o755)
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text("".join(host.server.known_hosts_line() for host in routed_hosts if host.server))
+    nodes, hosts = {}, {}
+    for name, network in zip(HOSTS, routed_hosts, strict=True):
+        assert network.server is not None
+        node = TinyHost(root / name)
+        node.site = site
+        build_data(node.workdir / "inputs" / "verifier", node.workdir / "inputs" / "prepared",
+                   node.workdir / "inputs" / "hidden_states")
+        nodes[name] = node
+        hosts[name] = {"address": network.address, "port": network.port, "user": network.server.user,
+                       "identity_file": str(network.server.client_key), "known_hosts": str(known_hosts),
+                       "workdir": str(node.workdir), "python": str(python), "connect_timeout": CONNECT_TIMEOUT,
+                       "channel_timeout": CHANNEL_TIMEOUT, "train_address": network.address}
+    # gpu1's node finds its interface from its address on the host; gpu2's is named, as a user may
+    hosts["gpu2"]["train_interface"] = interface_in(routed_hosts[1])
+    nodes["gpu1"].agent("patch", "apply", "--set", "speculators-0.9.0-cpu", "--patches-dir", str(REPO / "patches"))
+    cli = Cli(write_inventory(root / "inventory.yaml", hosts, default="gpu1"), root / "logs")
+    yield cli, nodes, dict(zip(HOSTS, routed_hosts, strict=True))
+    for network in routed_hosts:
+        network.heal()
+    for node in nodes.values():
+        Agent(node.workdir).clean_up()
+
+
+def train_across() -> list[str]:
+    return ["train", "--hosts", ",".join(HOSTS), "--run", RUN, "--skip-doctor", "--port", str(free_port()), "--json"]
+
+
+def node_processes(run_dir: Path) -> list[str]:
+    """Command lines of this host's torchrun and trainer processes (both name the run's folders)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # ended while we looked
+            continue
+        if any(str(run_dir) in word for word in words):
+            found.append(" ".join(words))
+    return found
+
+
+def newest_training_state(run_dirs: dict[str, Path]) -> dict:
+    """training_state.json of the newest complete numbered checkpoint on any host (only rank 0 saves)."""
+    complete = [folder for run_dir in run_dirs.values() for folder in (run_dir / "checkpoints").iterdir()
+                if folder.name.isdigit() and is_complete(folder)]
+    assert complete, "no complete checkpoint on either host"
+    return json.loads(max(complete, key=lambda folder: int(folder.name)).joinpath("training_state.json").read_text())
+
+
+def resume_line(state: dict) -> str:
+    """What speculators' trainer logs when it resumes from that state."""
+    if state.get("local_step", 0) > 0:
+        return f"Resuming mid-epoch from epoch={state['epoch']} local_step={state['local_step']} "
+    return f"Resuming training on epoch {state['epoch'] + 1}."
+
+
+def launch_log(run_dir: Path) -> str:
+    """The newest launch's part of the host's train.log."""
+    return (run_dir / "checkpoints" / "train.log").read_text().split("### specops launch")[-1]
+
+
+def test_a_partitioned_node_ends_the_run_clearly_and_the_relaunch_after_healing_resumes(cluster: tuple) -> None:
+    cli, nodes, networks = cluster
+    run_dirs = {name: node.add_run(RUN, epochs=EPOCHS) for name, node in nodes.items()}
+    for node in nodes.values():
+        node.agent("step", "vocab", "--run", RUN)
+    watching = cli.popen(*train_across())
+
+    def training_on_both() -> bool:
+        logs = [run_dir / "checkpoints" / "train.log" for run_dir in run_dirs.values()]
+        return (all(log.exists() and "dp_size=2" in log.read_text() for log in logs)
+                and any(is_complete(run_dir / "checkpoints" / "0") for run_dir in run_dirs.values()))
+
+    try:
+        wait_until(lambda: training_on_both() or watching.poll() is not None, timeout_s=600,
+                   what="both nodes to train and the first checkpoint to be written")
+        assert watching.poll() is None, watching.communicate()[1][-3000:]
+        networks[CUT].partition()
+        cut = time.monotonic()
+        stdout, stderr = watching.communicate(timeout=300)
+        reported_after = time.monotonic() - cut
+        written_before_heal = newest_training_state(run_dirs)
+    finally:
+        networks[CUT].heal()
+        if watching.poll() is None:
+            watching.kill()
+            watching.wait()
+    healed = time.monotonic()
+
+    assert watching.returncode == 1, stderr[-3000:]
+    assert f"train across gpu1, gpu2: {CUT}: " in stderr and f"stopped the group ({KEPT})" in stderr, stderr[-3000:]
+    cut_run = json.loads(stdout)
+    assert cut_run["failed_host"] == CUT and cut_run["stopped"] == [KEPT]
+    assert reported_after < CHANNEL_TIMEOUT + POLL_S + SLACK_S
+    first_jobs = cut_run["jobs"]
+    kept_job = Agent(nodes[KEPT].workdir).show(first_jobs[KEPT])
+    assert kept_job["state"] in ("stopped", "failed") and not group_alive(kept_job["pgid"])
+    assert node_processes(run_dirs[KEPT]) == []  # the group's stop reached torchrun's trainer too
+
+    again = cli(*train_across(), timeout=900)
+    relaunch_s = time.monotonic() - healed
+    assert again.exit_code == 0, again.stderr[-3000:]
+    document = again.json()
+    assert document["ok"] is True and document["states"] == {"gpu1": "succeeded", "gpu2": "succeeded"}
+    assert document["synced"]["epoch"] == written_before_heal["epoch"]
+    # the cut host's node of that launch: ended by itself once healed, or stopped by the relaunch; gone either way
+    assert document["stopped_stale"] in ([], [CUT])
+    for name, node in nodes.items():
+        old = Agent(node.workdir).show(first_jobs[name])
+        assert old["state"] not in ("pending", "running") and not group_alive(old["pgid"]), (name, old)
+    assert [node_processes(run_dir) for run_dir in run_dirs.values()] == [[], []]
+    logs = [launch_log(run_dir) for run_dir in run_dirs.values()]
+    assert not any("Starting fresh" in log for log in logs) and sum("Resuming" in log for log in logs) == 1
+    assert any(resume_line(written_before_heal) in log for log in logs), resume_line(written_before_heal)
+    assert any(is_complete(run_dir / "checkpoints" / str(EPOCHS - 1)) for run_dir in run_dirs.values())
+    print(f"cut → report {reported_after:.1f} s (channel_timeout {CHANNEL_TIMEOUT:g} s; stopping {KEPT}'s node "
+          f"{cut_run['stop_took_s']} s of it); relaunch "
+          f"{relaunch_s:.1f} s from epoch {written_before_heal['epoch']} step {written_before_heal.get('local_step')} "
+          f"to epoch {EPOCHS - 1}; "
+          f"stale nodes stopped: {document['stopped_stale']}")
