@@ -232,7 +232,7 @@ class Group:
 
         return sorted(name for name, value in self.each(stop).items() if value is True)
 
-    def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None) -> GroupOutcome:
+    def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None, what: str = "train") -> GroupOutcome:
         """Until every job succeeded, or one host's job failed or the host went silent: then stop the rest."""
         from specops.protocol import ACTIVE_STATES, JobState
 
@@ -244,7 +244,7 @@ class Group:
             for name, value in states.items():
                 if isinstance(value, Exception) or (value not in ACTIVE_STATES and value != JobState.SUCCEEDED):
                     seen = time.monotonic()
-                    why = str(value) if isinstance(value, Exception) else f"its train job {value}"
+                    why = str(value) if isinstance(value, Exception) else f"its {what} job {value}"
                     stopped = self.stop_all(but=name)
                     return GroupOutcome(False, shown, self.jobs, name, why, stopped,
                                         round(time.monotonic() - seen, 2))

@@ -11,6 +11,10 @@ import pytest
 from tests.support.cli import Cli, write_inventory
 from tests.support.sshd import SshServer, start_sshd
 
+# One definition of each serve-env fixture for the whole tree: a fixture imported into several conftests
+# is several session fixtures (the patch set applied, a server started, once per conftest).
+from tests.support.vllm import patched_vllm, shared_vllm  # noqa: F401
+
 PYTHON = sys.executable  # the host env of the test hosts is this checkout's .venv
 
 

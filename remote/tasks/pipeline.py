@@ -292,15 +292,21 @@ def _acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]
 
 @task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
-            "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host"})
+            "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host",
+            "hosts": "across these inventory hosts (comma-separated; default: the run's hosts:): each extracts its "
+                     "share, every host gets every file, one training across them",
+            "port": "with several hosts: the training rendezvous port on the first host (default 29400)"})
 @reports_errors
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
-             no_fetch=False, detach=False, json=False):
+             no_fetch=False, detach=False, json=False, hosts=None, port=None):
     """doctor → patches → regenerate → prepare → extract → validate → vocab → train → evaluate, then fetch.
 
-    Unchanged steps skip; regenerate and evaluate run when the run config enables them."""
+    Unchanged steps skip; regenerate and evaluate run when the run config enables them. Across several
+    hosts (--hosts, or the run's hosts:) see remote/spread.py."""
     from remote.fetch import fetch_run
 
+    if pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_fetch, detach, json, hosts, port):
+        return
     started = time.perf_counter()
     args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
     if positive(samples, "--samples"):
@@ -329,6 +335,56 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     render_epochs(result.get("epochs") or [])
     render_evaluation(result.get("evaluation"))
     render_summary(summary)
+
+
+def pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_fetch, detach, json, hosts,
+                    port) -> bool:
+    """The pipeline across the hosts of --hosts or the run's `hosts:`; False when it is a one-host run."""
+    from remote.group import RDZV_PORT
+    from remote.inventory import load_inventory
+    from remote.names import safe_name
+    from remote.spread import members, pipeline_across
+
+    inventory = load_inventory()
+    chosen = members(inventory, safe_name(run or inventory.host(host).run, "--run"), host, hosts)
+    if chosen is None:
+        return False
+    if detach or backend not in (None, "hf"):
+        raise BadInput("across hosts: followed, with the hf backend (--detach and --backend vllm are one-host only)")
+    run_name = safe_name(run or chosen[0].run, "--run")
+
+    def check(conn, member):
+        check_run(conn, member, run_name)
+        return preflight(conn, member, run_name, skip_doctor)
+
+    summary = pipeline_across(chosen, inventory, run_name, check, samples=positive(samples, "--samples"),
+                              skip_patches=skip_patches, no_fetch=no_fetch, port=positive(port, "--port") or RDZV_PORT)
+    if json:
+        emit_json(summary)
+    else:
+        render_evaluation(summary.get("evaluation"))
+        render_across(summary)
+    return True
+
+
+def render_across(summary: dict[str, Any]) -> None:
+    from remote import render
+
+    view = render.table(f"pipeline — run {summary['run']} across {', '.join(summary['hosts'])}", ["", ""])
+    rows = [("steps", ", ".join(f"{name} {info['status']}" + (f" {info['seconds']} s" if "seconds" in info else "")
+                                for name, info in summary["steps"].items())),
+            ("samples", str(summary["samples"])),
+            ("extracted", ", ".join(f"{name} {info['rows']} rows ({info['written']} written)"
+                                    for name, info in summary["extract"].items())),
+            ("gathered", render.human_bytes(summary["gathered"]["bytes"])),
+            ("fidelity", "-" if summary.get("fidelity") is None else f"{summary['fidelity']:.3f}"),
+            ("trained", f"epoch {summary['train']['epoch']}, saved on {summary['train']['saved_on']}"),
+            ("evaluated on", summary["evaluated_on"]),
+            ("fetched to", str(summary.get("fetched") or "-")),
+            ("elapsed", f"{summary['elapsed_s']} s")]
+    for key, value in rows:
+        view.add_row(key, value)
+    render.console().print(view)
 
 
 def render_summary(summary: dict[str, Any]) -> None:

@@ -29,6 +29,14 @@ def non_negative_int(value: str) -> int:
     return 0 if value == "0" else positive_int(value)
 
 
+def part_of(value: str) -> tuple[int, int]:
+    """I/COUNT: this host's share I (0-based) of work cut into COUNT shares."""
+    index, _, total = value.partition("/")
+    if not (index.isdigit() and total.isdigit()) or not 0 <= int(index) < int(total):
+        raise BadInput(f"expected I/COUNT with 0 <= I < COUNT, got {value!r}")
+    return int(index), int(total)
+
+
 def positive_seconds(value: str) -> float:
     """A duration in seconds > 0."""
     return _positive(value, float, "seconds", "seconds > 0", show_parsed=False)

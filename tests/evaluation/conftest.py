@@ -13,7 +13,6 @@ import pytest
 
 from tests.support.agent import REPO
 from tests.support.agent import run_agent as agent
-from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve env, for the vllm tests)
 
 
 @pytest.fixture(scope="session")

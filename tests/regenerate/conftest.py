@@ -10,7 +10,6 @@ import pytest
 from tests.support.agent import run_agent as agent
 from tests.support.repo import REPO
 from tests.support.runs import edit_run
-from tests.vllm.conftest import patched_vllm  # noqa: F401  (the patched serve env, for the vllm tests)
 
 
 @pytest.fixture(scope="session")

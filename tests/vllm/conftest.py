@@ -23,14 +23,12 @@ from tests.support.vllm import (
     free_port,
     in_vllm_worker,
     needs_vllm,
-    patched_vllm,
-    shared_vllm,
     tiny_workdir,
     write_run,
 )
 
 __all__ = ["PATCH_SET", "READY_TIMEOUT_S", "REPO", "VLLM_PYTHON", "ServerJob", "SharedVllm", "agent", "free_port",
-           "in_vllm_worker", "needs_vllm", "patched_vllm", "serve_argv", "shared_vllm", "write_run"]
+           "in_vllm_worker", "needs_vllm", "serve_argv", "write_run"]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@
                                                      the target answers the prompts (speculators' rows)
     step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
     step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
-                  [--processes P]
+                  [--processes P] [--part I/COUNT] [--require-whole]
     step extract-shard --run R --shard I              one process's batches of a several-process hf extract
     step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
     step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
@@ -25,7 +25,7 @@ import argparse
 from typing import Any
 
 from specops.errors import BadInput
-from specops.flags import positive_int
+from specops.flags import part_of, positive_int
 from specops.pipeline import open_run
 
 
@@ -49,7 +49,9 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import extraction
 
     options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
-                                 processes=args.processes)
+                                 processes=args.processes, part=args.part, require_whole=args.require_whole)
+    if args.part and args.require_whole:
+        raise BadInput("--part and --require-whole exclude each other: a share writes, the check does not")
     report = extraction.extract(_regenerated_first(open_run(args.run)), args.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
 
@@ -141,6 +143,11 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
     extract.add_argument("--processes", type=positive_int,
                          help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on CPU)")
+    extract.add_argument("--part", type=part_of, metavar="I/COUNT",
+                         help="hf: write only share I of COUNT hosts (whole batches of the one-host plan)")
+    extract.add_argument("--require-whole", action="store_true",
+                         help="hf: write nothing; exit 1 unless every file of rows 0..N-1 is whole, then "
+                              "record the step done")
     extract.set_defaults(handler=step_extract)
 
     shard = steps.add_parser("extract-shard", help="one process's batches of a several-process hf extract "

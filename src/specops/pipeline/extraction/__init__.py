@@ -37,6 +37,8 @@ class Options:
     processes: int | None = None  # hf: processes sharing the batches (default: one per GPU, 1 on CPU)
     stop_server: bool = False  # vllm: stop the server job afterwards
     port: int | None = None  # vllm: the server's port (default: the run's vllm.port)
+    part: tuple[int, int] | None = None  # hf: (I, COUNT): write only share I of the batch plan (one host's)
+    require_whole: bool = False  # hf: refuse (exit 1) unless every file of rows 0..N-1 is already whole
 
 
 class Backend(Protocol):
@@ -55,7 +57,8 @@ class HfBackend:
             raise BadInput(f"--stop-server/--port: only for the vllm backend (run {run.paths.name} extracts with hf)")
         from specops.pipeline.extraction.hf import extract
 
-        return extract(run, samples, options.batch_tokens, options.processes)
+        return extract(run, samples, options.batch_tokens, options.processes, part=options.part,
+                       require_whole=options.require_whole)
 
 
 class VllmBackend:
@@ -65,6 +68,9 @@ class VllmBackend:
         if options.processes:
             raise BadInput(f"--processes: only for the hf backend (run {run.paths.name} extracts with vllm, "
                            "whose data_parallel replicas share the work)")
+        if options.part or options.require_whole:
+            raise BadInput(f"--part/--require-whole: only the hf backend extracts across hosts for now "
+                           f"(run {run.paths.name} extracts with vllm)")
         from specops.pipeline.extraction.vllm import extract_with_server
 
         return extract_with_server(run, samples, stop_server=options.stop_server, port=options.port)

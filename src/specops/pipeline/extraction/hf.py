@@ -225,13 +225,19 @@ def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_t
             "batch_tokens": batch_tokens, "window": WINDOW_ROWS, "backend": "hf"}
 
 
-def extract(run: Run, samples: int | None, batch_tokens: int | None = None,
-            processes: int | None = None) -> dict[str, Any]:
+def extract(run: Run, samples: int | None, batch_tokens: int | None = None, processes: int | None = None, *,
+            part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
     """Run (or resume, or skip) the extract step for the first `samples` prepared rows.
 
     processes: how many processes share the work, one per GPU (default: every GPU on a GPU host,
-    one on the CPU); the files are the same bytes whatever the count (hf_shards)."""
+    one on the CPU); the files are the same bytes whatever the count (hf_shards).
+    part (I, COUNT): one host's share of a run spread over COUNT hosts: the batches of share I of the
+    one-host plan (hf_shards.host_share), so every file is the bytes one host would write; the step is
+    recorded as a part, not done, until a `require_whole` run finds all N files whole.
+    require_whole: write nothing; exit 1 naming the first file of rows 0..N-1 that is not whole."""
     import datasets
+
+    from specops.pipeline.extraction.hf_shards import host_share, require_all_whole
 
     prepare_hash, lengths = prepared_rows(run, samples)
     device, dtype = choose_device(run.config.dtype)
@@ -239,12 +245,18 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None,
     batch_tokens = max(batch_tokens, max(lengths))
     count = row_count(lengths)
     plan = plan_extraction(run, lengths, count, extract_inputs(run, prepare_hash, device, dtype, batch_tokens))
+    if require_whole:
+        require_all_whole(plan)
+    batches = plan_batches(lengths, batch_tokens)
+    share, share_rows = host_share(plan, batches, part) if part else (None, set())
     if plan.unchanged:
-        return plan.skipped()
+        return {**plan.skipped(), "output": str(plan.folder), **({"part": share} if share else {})}
 
     started, rows = plan.begin()
     todo, folder = set(rows), plan.folder
-    batches = [batch for batch in plan_batches(lengths, batch_tokens) if todo.intersection(batch)]
+    if share:
+        todo &= share_rows
+    batches = [batch for batch in batches if todo.intersection(batch)]
     progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
     processes = min(processes or _gpu_processes(device), max(len(batches), 1))
     if todo and processes > 1:
@@ -260,13 +272,16 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None,
     else:
         progress.start()
     progress.report(force=True, state="done")
-    # "samples": rows 0 .. count-1 are now whole on disk
-    counts = {"samples": count, "written": len(todo), "regenerated": len(plan.regenerated),
-              "tokens_written": progress.done_tokens, "bytes_written": progress.written_bytes}
-    record = plan.manifest.finish("extract", started, counts)
-    return {"step": "extract", "status": "done", "inputs_hash": plan.inputs_hash, "counts": counts,
+    # "samples": rows 0 .. count-1 are now whole on disk (a part: this host's share of them)
+    counts = {"samples": share["rows"] if share else count, "written": len(todo),
+              "regenerated": len(plan.regenerated), "tokens_written": progress.done_tokens,
+              "bytes_written": progress.written_bytes}
+    status = f"part {share['index']} of {share['count']}" if share else "done"
+    record = plan.manifest.finish("extract", started, counts, status=status)
+    return {"step": "extract", "status": status, "inputs_hash": plan.inputs_hash, "counts": counts,
             "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
-            "progress": progress.document("done"), "output": str(folder), "processes": processes}
+            "progress": progress.document("done"), "output": str(folder), "processes": processes,
+            **({"part": share} if share else {})}
 
 
 def _gpu_processes(device: Any) -> int:

@@ -23,6 +23,7 @@ from specops.errors import CheckFailed
 from specops.parallel import row_ranges
 
 if TYPE_CHECKING:
+    from specops.pipeline.extraction.plan import ExtractionPlan
     from specops.pipeline.run import Run
 
 SHARDS_FILE = "extract-shards.json"
@@ -32,6 +33,41 @@ POLL_S = 0.5
 def split_batches(batches: list[list[int]], parts: int) -> list[list[list[int]]]:
     """Contiguous runs of whole batches, one per process (some empty when there are few batches)."""
     return [batches[start:stop] for start, stop in row_ranges(len(batches), parts)]
+
+
+def host_share(plan: ExtractionPlan, batches: list[list[int]],
+               part: tuple[int, int]) -> tuple[dict[str, Any], set[int]]:
+    """Share I of COUNT hosts: (its report, its rows). The rows of its contiguous run of whole batches,
+    reported as [start, stop) spans (a share is mostly whole windows of rows: a few numbers even for
+    100k rows), and whether every other row's file is already whole here (then nothing needs to be
+    gathered onto this host)."""
+    index, total = part
+    rows = {row for batch in split_batches(batches, total)[index] for row in batch}
+    others_whole = plan.current and all(row in rows for row in plan.problems)
+    return ({"index": index, "count": total, "rows": len(rows), "spans": spans(rows), "others_whole": others_whole,
+             "inputs_hash": plan.inputs_hash, "samples": plan.count}, rows)
+
+
+def spans(rows: set[int] | list[int]) -> list[list[int]]:
+    """Rows as sorted [start, stop) runs."""
+    runs: list[list[int]] = []
+    for row in sorted(rows):
+        if runs and runs[-1][1] == row:
+            runs[-1][1] = row + 1
+        else:
+            runs.append([row, row + 1])
+    return runs
+
+
+def require_all_whole(plan: ExtractionPlan) -> None:
+    """Exit 1 unless every file of rows 0..N-1 is whole and of this extraction's inputs."""
+    if not plan.current:
+        raise CheckFailed(f"{plan.folder}: no extraction of these inputs is recorded on this host "
+                          "(its files come from other inputs, or none)")
+    if plan.problems:
+        first = min(plan.problems)
+        raise CheckFailed(f"{plan.folder / f'hs_{first}.safetensors'}: {plan.problems[first]} "
+                          f"({len(plan.problems)} of {plan.count} files not whole)")
 
 
 def shard_progress_file(run: Run, shard: int) -> Path:

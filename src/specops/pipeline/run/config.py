@@ -90,6 +90,18 @@ class RunConfig(_Strict):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     regenerate: RegenerateSettings = Field(default_factory=RegenerateSettings)
     evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
+    # inventory hosts the run spreads over (`invoke pipeline` across them); read by the control side,
+    # only carried here
+    hosts: list[str] | None = None
+
+    @field_validator("hosts")
+    @classmethod
+    def _safe_host_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            problem = name_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @field_validator("layer_ids")
     @classmethod

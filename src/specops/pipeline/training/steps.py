@@ -167,8 +167,12 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     inputs_hash = _hash(inputs)
     manifest = _manifest(run)
     record = manifest.record("train") or {}
+    # a node of a group counts the epochs on its disk too: only global rank 0 saved them, and the
+    # group's checkpoint sync brought them here afterwards; every node must skip together, or the
+    # others would wait in a rendezvous no one joins
+    on_disk = _finished_epochs(train.checkpoint_state(plan.save_path)) if nodes is not None else 0
     if (not fresh and manifest.is_current("train", inputs_hash)
-            and record.get("counts", {}).get("epochs", 0) >= plan.epochs):
+            and max(record.get("counts", {}).get("epochs", 0), on_disk) >= plan.epochs):
         return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
     moved_aside = train.start_fresh(plan.save_path) if fresh else None
     started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
@@ -184,7 +188,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         print(TRAINER_END, file=sys.stderr, flush=True)
     final = train.checkpoint_state(plan.save_path)
     report = metrics_report(run)
-    finished_epochs = (final.newest_epoch + 1) if final.newest_epoch is not None and not final.mid_epoch_step else 0
+    finished_epochs = _finished_epochs(final)
     status = "done" if code == 0 else "failed"
     manifest.finish("train", started, {"epochs": finished_epochs, "exit_code": code}, status=status)
     document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
@@ -194,6 +198,10 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     if code != 0:
         raise CheckFailed(f"speculators train exited with status {code} (log: {plan.save_path / train.LOG_FILE})")
     return 0, document
+
+
+def _finished_epochs(state: train.CheckpointState) -> int:
+    return (state.newest_epoch + 1) if state.newest_epoch is not None and not state.mid_epoch_step else 0
 
 
 def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = None,

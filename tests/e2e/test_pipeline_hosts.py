@@ -1,0 +1,178 @@
+"""`invoke pipeline` across two hosts: a run config naming `hosts: [gpu1, gpu2]` drives the whole pipeline.
+
+Two real sshds on loopback stand for two hosts, each with its own workdir (test_many_hosts' fixtures).
+Each host extracts its own share of the rows, every host ends with all N files (the bytes one host
+writes alone), one torchrun training spans both (gloo on the CPU), and the checkpoint comes home. A file
+damaged on one host after the gather is refused before anything trains; bad `hosts:` are one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PYTHON, ssh_host
+from tests.foundation.test_many_hosts import second_sshd  # noqa: F401  (a fixture: the second host's sshd)
+from tests.support.cli import Cli, write_inventory
+from tests.support.repo import REPO
+from tests.support.sshd import SshServer, free_port
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+SAMPLES = 12
+RUN = "spread"
+# the host's python, damaging one hidden-state file just before the check that every file is whole
+DAMAGING_PYTHON = """#!/bin/sh
+case " $* " in *" --require-whole "*) truncate -s -100 '{victim}' ;; esac
+exec '{python}' "$@"
+"""
+
+
+def write_runs(root: Path, **changes: object) -> Path:
+    """runs/spread.yaml: the tiny demo on 12 rows, one epoch, 4 held-out prompts, across gpu1 and gpu2."""
+    runs = root / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
+    config.update(samples=SAMPLES, hosts=["gpu1", "gpu2"])
+    config["train"]["epochs"] = 1
+    config["regenerate"]["enabled"] = False
+    config["evaluate"].update(heldout_prompts=4, max_tokens=16)
+    config.update(changes)
+    (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(config))
+    return runs
+
+
+def hosts_inventory(root: Path, sshd: SshServer, second: SshServer, python2: str = PYTHON) -> Path:
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text(sshd.known_hosts_line() + second.known_hosts_line())
+    hosts = {"local": {"connection": "local", "workdir": str(root / "local-workdir"), "python": PYTHON},
+             "gpu1": ssh_host(sshd, root / "gpu1-workdir", known_hosts),
+             "gpu2": ssh_host(second, root / "gpu2-workdir", known_hosts, python=python2)}
+    return write_inventory(root / "inventory.yaml", hosts, default="gpu1")
+
+
+def hidden_states(root: Path, host: str) -> dict[str, bytes]:
+    folder = root / f"{host}-workdir" / "runs" / RUN / "hidden_states"
+    return {path.name: path.read_bytes() for path in sorted(folder.glob("hs_*.safetensors"))}
+
+
+@pytest.fixture(scope="module")
+def across(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer, second_sshd: SshServer) -> tuple:  # noqa: F811
+    root = tmp_path_factory.mktemp("across")
+    cli = Cli(hosts_inventory(root, sshd, second_sshd), root / "logs")
+    env = {"SPECOPS_RUNS_DIR": str(write_runs(root)), "SPECOPS_FETCHED": str(root / "fetched")}
+    result = cli("pipeline", "--run", RUN, "--port", str(free_port()), "--json", timeout=1500, **env)
+    return cli, env, root, result
+
+
+def test_a_run_naming_two_hosts_drives_the_whole_pipeline_and_fetches_a_loadable_checkpoint(across: tuple) -> None:
+    from tests.e2e.test_pipeline_cli import _assert_loads_with_speculators
+
+    _cli, _env, root, result = across
+    assert result.exit_code == 0, result.stderr[-4000:]
+    summary = result.json()
+    assert summary["ok"] is True and summary["hosts"] == ["gpu1", "gpu2"] and summary["samples"] == SAMPLES
+    assert list(summary["steps"]) == ["check", "patches", "extract", "gather", "verify", "validate", "vocab",
+                                      "train", "evaluate"]
+    assert summary["fidelity"] >= 0.98
+    assert set(summary["train"]["states"].values()) == {"succeeded"}
+    for host in ("gpu1", "gpu2"):  # both nodes trained in one group of two
+        log = root / f"{host}-workdir" / "runs" / RUN / "checkpoints" / "train.log"
+        assert "dp_size=2" in log.read_text()
+    assert summary["evaluation"]["report"]["prompts"] == 4
+    checkpoint = root / "fetched" / summary["evaluated_on"] / RUN / "checkpoint"
+    assert summary["fetched"] == str(checkpoint.parent)
+    _assert_loads_with_speculators(checkpoint)
+
+
+def test_each_host_extracted_its_own_rows_and_every_host_ends_with_the_files_one_host_writes(across: tuple) -> None:
+    cli, env, root, result = across
+    assert result.exit_code == 0, result.stderr[-4000:]
+    extracted = result.json()["extract"]
+    shares = {host: {row for start, stop in info["spans"] for row in range(start, stop)}
+              for host, info in extracted.items()}
+    assert not shares["gpu1"] & shares["gpu2"] and shares["gpu1"] | shares["gpu2"] == set(range(SAMPLES))
+    for host, info in extracted.items():  # each wrote only its share: the rest came by the gather
+        assert info["written"] == info["rows"] == len(shares[host]) > 0
+    copies = result.json()["gathered"]["copies"]
+    assert sorted((copy["from"], copy["to"], copy["files"]) for copy in copies) == [
+        ("gpu1", ["gpu2"], len(shares["gpu1"])), ("gpu2", ["gpu1"], len(shares["gpu2"]))]
+
+    alone = cli("extract", "--host", "local", "--run", RUN, "--skip-doctor", "--json", timeout=900, **env)
+    assert alone.exit_code == 0, alone.stderr[-3000:]
+    one_host = hidden_states(root, "local")
+    assert len(one_host) == SAMPLES
+    assert hidden_states(root, "gpu1") == one_host and hidden_states(root, "gpu2") == one_host  # byte for byte
+
+
+def test_a_second_run_across_the_hosts_skips_the_work_already_done(across: tuple) -> None:
+    cli, env, root, first = across
+    assert first.exit_code == 0, first.stderr[-4000:]
+    logs = [root / f"{host}-workdir" / "runs" / RUN / "checkpoints" / "train.log" for host in ("gpu1", "gpu2")]
+    launches = [log.read_text().count("### specops launch") for log in logs]
+    again = cli("pipeline", "--run", RUN, "--skip-doctor", "--port", str(free_port()), "--json", timeout=900, **env)
+    assert again.exit_code == 0, again.stderr[-4000:]
+    summary = again.json()
+    assert {info["status"] for info in summary["extract"].values()} == {"skipped: unchanged"}
+    assert summary["gathered"]["copies"] == []  # every host already holds every file
+    assert summary["train"]["epoch"] == first.json()["train"]["epoch"]
+    # both nodes skipped together: no trainer was started on either host
+    assert [log.read_text().count("### specops launch") for log in logs] == launches
+
+
+def test_a_file_damaged_on_one_host_after_the_gather_is_refused_before_anything_trains(
+        across: tuple, tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
+    _cli, env, _root, first = across
+    assert first.exit_code == 0, first.stderr[-4000:]
+    row = first.json()["extract"]["gpu1"]["spans"][0][0]  # a row gpu1 writes: it reaches gpu2 by the gather
+    victim = tmp_path / "gpu2-workdir" / "runs" / RUN / "hidden_states" / f"hs_{row}.safetensors"
+    damaging = tmp_path / "damaging-python"
+    damaging.write_text(DAMAGING_PYTHON.format(victim=victim, python=PYTHON))
+    damaging.chmod(0o755)
+    cli = Cli(hosts_inventory(tmp_path, sshd, second_sshd, python2=str(damaging)), tmp_path / "logs")
+    refused = cli("pipeline", "--run", RUN, "--skip-doctor", "--port", str(free_port()), timeout=900, **env)
+    assert refused.exit_code == 1, refused.stderr[-3000:]
+    message = refused.stderr.strip().splitlines()[-1]
+    assert "gpu2" in message and str(victim) in message and "header promises" in message, message
+    status = cli("status", "--hosts", "gpu1,gpu2", "--json", **env).json()
+    for host in status["hosts"]:
+        names = [job["name"] for job in host["document"]["jobs"]]
+        assert "extract" in names and "train" not in names and "vocab" not in names, (host["host"], names)
+
+
+def test_a_doctor_error_on_the_hosts_refuses_the_run_before_anything_is_launched(
+        tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
+    from tests.support.runs import edit_run
+
+    runs = write_runs(tmp_path)
+    edit_run(runs / f"{RUN}.yaml", train={"extra_args": ["--no-such-flag"]})
+    cli = Cli(hosts_inventory(tmp_path, sshd, second_sshd), tmp_path / "logs")
+    refused = cli("pipeline", "--run", RUN, timeout=600, SPECOPS_RUNS_DIR=str(runs))
+    assert refused.exit_code == 1, refused.stderr[-3000:]
+    assert "doctor found" in refused.stderr and "nothing was launched on any host" in refused.stderr
+    status = cli("status", "--hosts", "gpu1,gpu2", "--json", SPECOPS_RUNS_DIR=str(runs)).json()
+    assert [host["document"]["jobs"] for host in status["hosts"]] == [[], []]
+
+
+@pytest.mark.parametrize(("hosts", "flag", "expected"), [
+    (["gpu1", "nowhere"], None, "runs/spread.yaml: hosts: 'nowhere' is not a host of"),
+    (["gpu1"], None, "runs/spread.yaml: hosts: a pipeline across hosts needs at least two (got 1)"),
+    (["gpu1", "gpu1"], None, "runs/spread.yaml: hosts: 'gpu1' is named twice"),
+    ("gpu1", None, "runs/spread.yaml: hosts: must be a list of inventory host names"),
+    (None, "gpu1,gpu1", "--hosts: 'gpu1' is named twice"),
+    (None, "gpu1", "--hosts: a pipeline across hosts needs at least two (got 1)"),
+    (None, "gpu1,nowhere", "nowhere"),
+])
+def test_bad_hosts_are_one_line_and_exit_2_before_any_host_is_touched(
+        tmp_path: Path, sshd: SshServer, second_sshd: SshServer, hosts: object, flag: str | None,  # noqa: F811
+        expected: str) -> None:
+    runs = write_runs(tmp_path, hosts=hosts) if hosts is not None else write_runs(tmp_path)
+    cli = Cli(hosts_inventory(tmp_path, sshd, second_sshd), tmp_path / "logs")
+    args = ["pipeline", "--run", RUN, *(["--hosts", flag] if flag else [])]
+    result = cli(*args, SPECOPS_RUNS_DIR=str(runs))
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert not (tmp_path / "gpu1-workdir").exists() and not (tmp_path / "gpu2-workdir").exists()
