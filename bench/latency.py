@@ -1,6 +1,6 @@
 """Latency of one specops command over SSH, against what SSH itself costs, side by side in one run.
 
-    .venv/bin/python bench/latency.py [--n 5] [--before PATH]
+    .venv/bin/python bench/latency.py [--n 5] [--before PATH] [--no-bytecode]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), writes an inventory with the SSH host
 and a local host, and times, after one warm-up each, N rounds of all of these in turn (median and p90 in ms):
@@ -14,7 +14,10 @@ and a local host, and times, after one warm-up each, N rounds of all of these in
 
 With --before PATH (another checkout, e.g. `git worktree add ../before <commit>`), the process rows
 (bare process, the invoke tasks) are timed for that tree too, interleaved with this one's, against
-hosts of their own (own workdirs), and an after/before ratio per row is printed.
+hosts of their own (own workdirs), and an after/before ratio per row is printed. Each tree runs with
+its own src/ first on PYTHONPATH. Bytecode caches are written and reused as for a user;
+--no-bytecode sets PYTHONDONTWRITEBYTECODE=1 (as some sandboxes do: every run then compiles the
+checkout's own modules, the installed packages keep their caches).
 
 twice: as root, whose ~/.bashrc runs `pyenv init` for every SSH command, and as a throwaway user
 with an empty ~/.bashrc (a clean login shell; created here and removed at the end). Ratios are
@@ -173,9 +176,14 @@ with open_connection(host) as conn:
 """
 
 
+def tree_env(env: dict[str, str], tree: Path) -> dict[str, str]:
+    return {**env, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
+
+
 def process_measurements(login: Login, host: str, env: dict[str, str], tree: Path,
                          label: str) -> list[tuple[Row, Callable[[], object]]]:
     """The rows that run a fresh process of checkout `tree`: the bare connect and the invoke tasks."""
+    env = tree_env(env, tree)
     measurements: list[tuple[Row, Callable[[], object]]] = [
         (Row("bare connect+true (process)", login.label, label, round_trips=1),
          lambda: run_checked([PYTHON, "-c", BARE_PROCESS, str(tree), host], env, cwd=tree)),
@@ -260,6 +268,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5, help="timed runs per measurement (after one warm-up)")
     parser.add_argument("--before", type=Path, help="another checkout to time the process rows of, side by side")
+    parser.add_argument("--no-bytecode", action="store_true", help="PYTHONDONTWRITEBYTECODE=1 for every command")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-latency-"))
     root.chmod(0o755)  # the clean user's home lives below it
@@ -286,25 +295,32 @@ def main() -> int:
                 (login.workdir.parent / f"{login.workdir.name}-before").mkdir(exist_ok=True)
                 shutil.chown(login.workdir.parent / f"{login.workdir.name}-before", login.user)
         inventory = write_inventory(root / "inventory.yaml", hosts, default="local")
-        env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("SPECOPS_") and key != "PYTHONDONTWRITEBYTECODE"}
         env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
+        if options.no_bytecode:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         os.environ.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"))
         trees = [("this", REPO)] + ([("before", options.before.resolve())] if options.before else [])
         measurements: list[tuple[Row, Callable[[], object]]] = []
         for label, tree in trees:
             measurements += [
+                (Row("invoke --version (no SSH)", "-", label),
+                 functools.partial(run_checked, [str(INVOKE), "--version"], tree_env(env, tree), tree)),
                 (Row("invoke --list (no SSH)", "-", label),
-                 functools.partial(run_checked, [str(INVOKE), "--list"], env, tree)),
+                 functools.partial(run_checked, [str(INVOKE), "--list"], tree_env(env, tree), tree)),
                 (Row("invoke hosts (no SSH)", "-", label),
-                 functools.partial(run_checked, [str(INVOKE), "hosts", "--json"], env, tree))]
+                 functools.partial(run_checked, [str(INVOKE), "hosts", "--json"], tree_env(env, tree), tree))]
         for index, login in enumerate(logins):
             measurements += login_measurements(login, f"h{index}", server, known_hosts, env)
             for label, tree in trees:
                 host = f"h{index}" if label == "this" else f"h{index}-before"
                 measurements += process_measurements(login, host, env, tree, label)
+        load_before = os.getloadavg()[0]
         rows = run_interleaved(measurements, options.n)
         print(f"specops latency, {options.n} runs each after one warm-up, sshd on 127.0.0.1, "
-              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+              f"{os.cpu_count()} CPUs, load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after, "
+              f"bytecode caches {'off' if options.no_bytecode else 'on'}")
         print_table(rows)
         print(f"(whole bench: {time.perf_counter() - started:.0f} s)")
         return 0

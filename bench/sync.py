@@ -6,8 +6,11 @@ Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), and pushes this ch
 patches/ and runs/*.yaml into three workdirs on that host, one per contender:
 
   rsync -a           plain rsync, quick check (size + mtime), remote.sync.RSYNC_FILTERS, ssh -e
+  rsync -a (master)  the same over a shared OpenSSH master (ControlMaster/ControlPersist), as ours uses
   rsync -rlptc       remote.sync's own rsync flags (whole-file checksums on both sides), no invoke
-  invoke sync        the task: `invoke sync --host H --json` (staging the tree, then one rsync)
+  invoke sync        the task: `invoke sync --host H --json` (staging the tree, then one rsync over
+                     the shared master its warm-up opened: remote.ssh.openssh)
+  invoke sync (no master)  the same with SPECOPS_SSH_PERSIST=0: a fresh SSH login every time
   invoke sync (before)  with --before PATH: the same task from another checkout (e.g. `git worktree add
                      ../before <commit>`), into a workdir of its own, interleaved with the others
 
@@ -71,10 +74,15 @@ def ssh_command(server: SshServer, known_hosts: Path) -> str:
                        "-o", f"UserKnownHostsFile={known_hosts}"])
 
 
-def plain_rsync(flags: list[str], server: SshServer, known_hosts: Path, user: str, workdir: Path) -> Callable[[], int]:
+def plain_rsync(flags: list[str], server: SshServer, known_hosts: Path, user: str, workdir: Path,
+                master: Path | None = None) -> Callable[[], int]:
+    shell = ssh_command(server, known_hosts)
+    if master is not None:
+        shell += f" -o ControlMaster=auto -o ControlPath={master} -o ControlPersist=120"
+
     def run() -> int:
         argv = ["rsync", *flags, "--delete", "--itemize-changes", *RSYNC_FILTERS,
-                "-e", ssh_command(server, known_hosts), f"{REPO}/", f"{user}@127.0.0.1:{workdir}/"]
+                "-e", shell, f"{REPO}/", f"{user}@127.0.0.1:{workdir}/"]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"rsync exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -82,7 +90,9 @@ def plain_rsync(flags: list[str], server: SshServer, known_hosts: Path, user: st
     return run
 
 
-def invoke_sync(env: dict[str, str], tree: Path = REPO, host: str = "h") -> Callable[[], int]:
+def invoke_sync(env: dict[str, str], tree: Path = REPO, host: str = "h", **extra: str) -> Callable[[], int]:
+    env = {**env, "PYTHONPATH": f"{tree / 'src'}:{tree}", **extra}
+
     def run() -> int:
         proc = subprocess.run([str(INVOKE), "sync", "--host", host, "--json"], capture_output=True, text=True,
                               env=env, cwd=tree, timeout=120)
@@ -110,25 +120,33 @@ def main() -> int:
         known_hosts = root / "known_hosts"
         known_hosts.write_text(server.known_hosts_line())
         user = server.user
-        workdirs = {name: root / name for name in ("plain", "ours", "invoke", "before")}
+        workdirs = {name: root / name for name in ("plain", "master", "ours", "invoke", "fresh", "before")}
         hosts = {name: {"address": "127.0.0.1", "port": server.port, "user": user,
                         "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
                         "workdir": str(workdirs[folder]), "python": PYTHON}
-                 for name, folder in (("h", "invoke"), ("hb", "before"))}
+                 for name, folder in (("h", "invoke"), ("hf", "fresh"), ("hb", "before"))}
+        (root / "ssh").mkdir(mode=0o700)
         inventory = write_inventory(root / "inventory.yaml", hosts, default="h")
-        env = {key: value for key, value in os.environ.items() if not key.startswith("SPECOPS_")}
-        env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
+        # Bytecode caches written and reused, as for a user (some sandboxes set PYTHONDONTWRITEBYTECODE).
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("SPECOPS_") and key != "PYTHONDONTWRITEBYTECODE"}
+        env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1",
+                   SPECOPS_SSH_CONTROL_DIR=str(root / "ssh"))
         contenders = {
             "rsync -a": (plain_rsync(["-a"], server, known_hosts, user, workdirs["plain"]), workdirs["plain"]),
+            "rsync -a (master)": (plain_rsync(["-a"], server, known_hosts, user, workdirs["master"],
+                                              root / "ssh" / "plain-master"), workdirs["master"]),
             "rsync -rlptc (ours)": (plain_rsync(["-rlptc"], server, known_hosts, user, workdirs["ours"]),
                                     workdirs["ours"]),
             "invoke sync": (invoke_sync(env), workdirs["invoke"]),
+            "invoke sync (no master)": (invoke_sync(env, host="hf", SPECOPS_SSH_PERSIST="0"), workdirs["fresh"]),
         }
         if options.before:
             contenders["invoke sync (before)"] = (invoke_sync(env, options.before.resolve(), "hb"),
                                                   workdirs["before"])
         files = len(list((REPO / "src").rglob("*.py")))
         rows: list[Row] = []
+        load_before = os.getloadavg()[0]
         for case in ("no change", "one file changed"):
             case_rows = {name: Row(name, case) for name in contenders}
             for run, workdir in contenders.values():  # warm-up: the first full push
@@ -145,19 +163,20 @@ def main() -> int:
                     case_rows[name].moved.add(moved)
             rows += case_rows.values()
         print(f"specops sync, {options.n} rounds per case after one warm-up, sshd on 127.0.0.1 as {user}, "
-              f"tree of ~{files} .py files, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
-        print(f"{'contender':22} {'case':18} {'median ms':>10} {'p90 ms':>8} {'files sent':>11} {'x rsync -a':>10}")
+              f"tree of ~{files} .py files, {os.cpu_count()} CPUs, "
+              f"load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
+        print(f"{'contender':24} {'case':18} {'median ms':>10} {'p90 ms':>8} {'files sent':>11} {'x rsync -a':>10}")
         floors = {row.case: row.median_ms for row in rows if row.name == "rsync -a"}
         for row in rows:
             moved = ",".join(str(count) for count in sorted(row.moved))
-            print(f"{row.name:22} {row.case:18} {row.median_ms:10.1f} {row.p90_ms:8.1f} {moved:>11} "
+            print(f"{row.name:24} {row.case:18} {row.median_ms:10.1f} {row.p90_ms:8.1f} {moved:>11} "
                   f"{row.median_ms / floors[row.case]:10.2f}")
         print(f"(whole bench: {time.perf_counter() - started:.0f} s)")
         return 0
     finally:
         server.stop()
         if inventory is not None:
-            for name in ("h", "hb"):
+            for name in ("h", "hf", "hb"):
                 forget_current(load_inventory(inventory).host(name))
         shutil.rmtree(root, ignore_errors=True)
 

@@ -27,12 +27,13 @@ _PRELUDE = rf"""
 W=$1; PY=$3
 case $W in '~'/*) W=$HOME/${{W#'~/'}};; esac
 case $PY in '~'/*) PY=$HOME/${{PY#'~/'}};; esac
-mkdir -p "$W" && cd "$W" || exit {AgentExit.NO_WORKDIR:d}
+{{ [ -d "$W" ] || mkdir -p "$W"; }} && cd "$W" || exit {AgentExit.NO_WORKDIR:d}
 if [ -n "$4" ]; then
   "$PY" -c "$4" "$PWD" "$2" || {{
     echo "specops: installing the agent bundle failed" >&2; exit {AgentExit.INSTALL_FAILED:d}; }}
-elif [ "$(cat state/agent.sha256 2>/dev/null)" != "$2" ]; then
-  exit {AgentExit.STALE_BUNDLE:d}
+else
+  H=; read -r H 2>/dev/null <state/agent.sha256  # a builtin: no process for the bundle check
+  [ "$H" = "$2" ] || exit {AgentExit.STALE_BUNDLE:d}
 fi
 command -v "$PY" >/dev/null 2>&1 || {{
   echo "specops: python not found: $PY" >&2; exit {AgentExit.PYTHON_NOT_FOUND:d}; }}

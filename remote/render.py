@@ -15,7 +15,9 @@ def console(json_mode: bool = False) -> Console:
     from rich.console import Console
 
     plain = bool(os.environ.get("NO_COLOR")) or not (sys.stderr if json_mode else sys.stdout).isatty()
-    return Console(stderr=json_mode, no_color=plain, highlight=False, soft_wrap=False,
+    # emoji=False: a host name or path like `a:tada:b` stays as written, and rich's emoji table
+    # (2k names) is never loaded.
+    return Console(stderr=json_mode, no_color=plain, highlight=False, soft_wrap=False, emoji=False,
                    width=None if not plain else 160)
 
 

@@ -17,6 +17,11 @@ def current_revision() -> dict[str, object]:
             return None
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no", "--", "src", "patches", "runs")
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+    # One git process: porcelain v2's header names the commit, any other line is a change to what ships.
+    status = git("status", "--porcelain=v2", "--branch", "--untracked-files=no", "--", "src", "patches", "runs")
+    if status is None:
+        return {"commit": None, "dirty": None}
+    lines = status.splitlines()
+    oid = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
+    return {"commit": None if oid in (None, "(initial)") else oid,
+            "dirty": any(not line.startswith("#") for line in lines)}

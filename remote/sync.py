@@ -1,7 +1,8 @@
 """`invoke sync`: push src/, patches/ and runs/*.yaml to the host's workdir, and nothing else.
 
 rsync over the same SSH settings as our own connections (the inventory's key, port, known_hosts
-with strict checking, jump host) when the host has rsync; SFTP otherwise. Only changed files move.
+with strict checking, jump host; remote.ssh.openssh) when the host has rsync, through a shared
+OpenSSH master (ControlPersist) so a repeated sync skips the SSH handshake; SFTP otherwise. Only changed files move.
 The host's own things in the workdir (state/, logs/, runs/<run>/ outputs, models/) are never
 touched: rsync only deletes what it would have sent. The agent bundle hash and the revision land
 in state/ in the same transfer, so the next agent call finds the host current.
@@ -20,15 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote.bundle import build_bundle
+from remote import journal
+from remote.bundle import build_bundle, patches_dir, runs_dir
 from remote.errors import ConnectError, SpecopsError
-from remote.inventory import Host, Inventory
+from remote.inventory import REPO_ROOT, Host, Inventory
 from remote.revision import current_revision
-from remote.ssh import jump_host, resolve_target
+from remote.ssh import resolve_target
+from remote.ssh.openssh import ssh_command
 
 # Sender-side filter: what a host needs. Excluded paths on the receiver are protected from --delete.
 RSYNC_FILTERS = [
-    "--exclude=__pycache__/", "--exclude=*.pyc", "--exclude=*.egg-info/",
+    "--exclude=__pycache__/", "--exclude=*.pyc", "--exclude=*.egg-info/", "--exclude=.pytest_cache/",
+    "--exclude=.ruff_cache/",
     "--include=/src/***", "--include=/patches/***", "--include=/runs/", "--include=/runs/*.yaml",
     "--include=/state/", "--include=/state/agent.sha256", "--include=/state/revision.json",
     "--exclude=*",
@@ -52,41 +56,41 @@ class SyncReport:
                 "dry_run": self.dry_run, "revision": self.revision}
 
 
-def _ssh_options(host: Host) -> list[str]:
-    """OpenSSH client options equal to our own connection's: key, port, strict known_hosts, timeouts."""
-    target = resolve_target(host)
-    known_hosts = os.path.expanduser(host.known_hosts)
-    parts = ["-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-             "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"ConnectTimeout={int(host.connect_timeout)}",
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "IPQoS=throughput"]
-    for identity in target.identity_files:
-        parts += ["-i", identity, "-o", "IdentitiesOnly=yes"]
-    return parts
-
-
-def _ssh_command(host: Host, inventory: Inventory | None) -> str:
-    parts = ["ssh", *_ssh_options(host)]
-    jump = jump_host(host, inventory)
-    if jump is not None:
-        # Not -J: OpenSSH would reach the jump host without our key and known_hosts. A ProxyCommand
-        # carries the jump host's own settings, host-key verification included.
-        jump_target = resolve_target(jump)
-        user = f"{jump_target.user}@" if jump_target.user else ""
-        proxy = shlex.join(["ssh", *_ssh_options(jump), "-W", "%h:%p", f"{user}{jump_target.hostname}"])
-        parts += ["-o", f"ProxyCommand={proxy}"]
-    return shlex.join(parts)
-
-
 def _remote_workdir(host: Host) -> str:
     # rsync's remote shell expands ~ for us only when unquoted; give it a home-relative path.
     return host.workdir[2:] if host.workdir.startswith("~/") else host.workdir
 
 
-def _staging() -> Path:
-    """The tree the host should have: the bundle's files (mtimes kept) and the state files with them.
+def _state_folder() -> Path:
+    """A folder holding `state/agent.sha256` and `state/revision.json` as this checkout has them now.
 
-    Hard links where the filesystem allows (the files themselves, nothing copied), copies elsewhere.
+    Kept beside the agent-current markers (SPECOPS_LOGS) and rewritten atomically each sync, so no
+    temporary tree is made and removed per sync (directory removal costs ~4 ms a folder here).
     """
+    folder = journal.journal_path().parent / "sync-state"
+    state = folder / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    wanted = {"agent.sha256": build_bundle().digest, "revision.json": json.dumps(current_revision()) + "\n"}
+    for name, text in wanted.items():
+        path = state / name
+        if not path.exists() or path.read_text() != text:
+            fd, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=state)  # excluded by the filters
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            os.replace(temporary, path)
+    return folder
+
+
+def _sources() -> tuple[list[str], Path | None]:
+    """rsync's source folders, and a staging folder to remove afterwards (or None).
+
+    Normally the checkout itself (the filters pick src/, patches/, runs/*.yaml) plus the state folder:
+    nothing copied or linked. Patch sets or run configs kept elsewhere (SPECOPS_PATCH_SETS,
+    SPECOPS_RUNS_DIR) are staged as the bundle lays them out: hard links where the filesystem allows.
+    """
+    state = _state_folder()
+    if patches_dir() == REPO_ROOT / "patches" and runs_dir() == REPO_ROOT / "runs":
+        return [f"{REPO_ROOT}/", f"{state}/"], None
     folder = Path(tempfile.mkdtemp(prefix="specops-sync-"))
     for relative, source in build_bundle().sources.items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -94,10 +98,7 @@ def _staging() -> Path:
             os.link(source, folder / relative)
         except OSError:  # another filesystem, or links not allowed
             shutil.copy2(source, folder / relative)
-    (folder / "state").mkdir()
-    (folder / "state" / "agent.sha256").write_text(build_bundle().digest)
-    (folder / "state" / "revision.json").write_text(json.dumps(current_revision()) + "\n")
-    return folder
+    return [f"{folder}/", f"{state}/"], folder
 
 
 def _parse_itemized(output: str, report: SyncReport) -> None:
@@ -113,9 +114,10 @@ def _parse_itemized(output: str, report: SyncReport) -> None:
 
 
 def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None = None) -> SyncReport:
-    staging = _staging()
+    sources, staging = _sources()
     try:
-        argv = ["rsync", "-rlptc", "--delete", "--itemize-changes", *RSYNC_FILTERS]
+        # -L: a symlinked file travels as its content, as the bundle hashes it.
+        argv = ["rsync", "-rLptc", "--delete", "--itemize-changes", *RSYNC_FILTERS]
         if dry_run:
             argv.append("--dry-run")
         if host.is_local:
@@ -124,10 +126,10 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
         else:
             target = resolve_target(host)
             user = f"{target.user}@" if target.user else ""
-            argv += ["-e", _ssh_command(host, inventory), "--rsync-path",
+            argv += ["-e", ssh_command(host, inventory), "--rsync-path",
                      f"mkdir -p {shlex.quote(_remote_workdir(host))} && rsync"]
             destination = f"{user}{target.hostname}:{_remote_workdir(host).rstrip('/')}/"
-        argv += [f"{staging}/", destination]
+        argv += [*sources, destination]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         except FileNotFoundError:
@@ -143,7 +145,8 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
         _parse_itemized(proc.stdout, report)
         return report
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _wanted_files() -> dict[str, Path]:

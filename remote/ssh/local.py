@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from remote.errors import ConnectError
 from remote.ssh.command import READ_CHUNK, CommandResult, shell_command
 
 if TYPE_CHECKING:
@@ -23,8 +24,11 @@ class LocalConnection:
 
     def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> CommandResult:
         self.round_trips += 1
-        proc = subprocess.run(["bash", "-c", shell_command(argv, cwd, env)], input=stdin or b"",
-                              capture_output=True, timeout=timeout)
+        try:
+            proc = subprocess.run(["bash", "-c", shell_command(argv, cwd, env)], input=stdin or b"",
+                                  capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:  # the same one line as an SSH host's (remote.ssh.liveness)
+            raise ConnectError(f"{self.host.name} (local): the command did not finish within {timeout:g} s") from None
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
     def stream(self, argv, *, on_stdout, on_stderr=None, cwd=None, env=None, timeout=None) -> int:

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json as json_module
 import os
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from invoke import task
 
-from remote import render, wheel_cache
 from remote.errors import AgentError, BadInput
-from remote.inventory import REPO_ROOT
 from remote.session import emit_json, reports_errors
+
+# wheel_cache (zipfile, shutil), the inventory, concurrent.futures and rich load inside the task:
+# every other task starts without them.
 
 DEFAULT_SPECULATORS = ("0.3.0", "0.4.0.1", "0.9.0")
 DEFAULT_VLLM = ("0.16.0", "0.33.0")
@@ -30,12 +29,18 @@ CELL_TIMEOUT_S = 900
 
 def versions(flag: str, given: list[str] | None, default: tuple[str, ...]) -> list[str]:
     """`--vllm 0.16.0 --vllm 0.33.0` or `--vllm 0.16.0,0.33.0`, checked; the defaults when not given."""
+    from remote import wheel_cache
+
     found = [part.strip() for value in given or [] for part in value.split(",") if part.strip()] or list(default)
     return [wheel_cache.check_version(flag, version) for version in dict.fromkeys(found)]
 
 
 def judge(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Run the agent's compat module on some cells in a local python; its one JSON document."""
+    import subprocess
+
+    from remote.inventory import REPO_ROOT
+
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"),
                                                                       os.environ.get("PYTHONPATH")]))}
     request = {"cells": cells, "patches_dir": str(REPO_ROOT / "patches")}
@@ -82,6 +87,10 @@ def markdown_table(document: dict[str, Any]) -> str:
 @reports_errors
 def compat(c, speculators=None, vllm=None, json=False, markdown=False):
     """Which speculators release works with which vLLM: the doctor's verdict from released sources."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from remote import render, wheel_cache
+
     as_markdown = markdown
     if json and as_markdown:
         raise BadInput("compat: give --json or --markdown, not both")

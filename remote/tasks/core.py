@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from invoke import task
 
 from remote.errors import BadInput
-from remote.session import emit_json, host_connection, reports_errors
+from remote.session import emit_json, reports_errors
+from remote.tasks.shared import exchange_once
 
 
 @task(help={"json": "one JSON document on stdout"})
@@ -53,12 +52,7 @@ def check(c, host=None, json=False, accept_new_host_key=False, hosts=None, all_=
             raise BadInput("--accept-new-host-key: one host at a time (--host), so each new key is looked at")
         run_across("check", several, inventory, check_exchange, check_summary, json=json)
         return
-    started = time.perf_counter()
-    with host_connection(host, accept_new_host_key=accept_new_host_key) as (chosen, conn):
-        code, document = check_exchange(chosen, conn)
-        trips = conn.round_trips
-    document = {**document, "host": chosen.name, "round_trips": trips,
-                "elapsed_s": round(time.perf_counter() - started, 3)}
+    _chosen, code, document = exchange_once(inventory, host, check_exchange, accept_new_host_key=accept_new_host_key)
     if json:
         emit_json(document)
     else:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from invoke import task
 
-from remote.session import emit_json, host_connection, reports_errors
-from remote.tasks.shared import doctor_call, render_findings
+from remote.session import emit_json, reports_errors
+from remote.tasks.shared import doctor_call, exchange_once, render_findings
 
 
 @task(help={"host": "inventory host", "run": "also check this run's flags, model config and resources",
@@ -29,12 +27,7 @@ def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
         run_across(f"doctor — {f'run {run}' if run else 'installed stack'}", several, inventory,
                    lambda chosen, conn: doctor_call(conn, chosen, run), findings_summary, json=json)
         return
-    started = time.perf_counter()
-    with host_connection(host) as (chosen, conn):
-        code, document = doctor_call(conn, chosen, run)
-        trips = conn.round_trips
-    document = {**document, "host": chosen.name, "round_trips": trips,
-                "elapsed_s": round(time.perf_counter() - started, 3)}
+    chosen, code, document = exchange_once(inventory, host, lambda chosen, conn: doctor_call(conn, chosen, run))
     if json:
         emit_json(document)
     elif "findings" in document:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import io
 import sys
-import time
 
 from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, host_session, reports_errors
-from remote.tasks.shared import positive
+from remote.tasks.shared import exchange_once, positive
 
 
 def _command_after_double_dash() -> list[str]:
@@ -71,12 +70,7 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     if several is not None:
         run_across("status", several, inventory, exchange, jobs_summary, json=json, totals=total_eta)
         return
-    started = time.perf_counter()
-    with host_connection(host) as (chosen, conn):
-        document = status_document(conn, chosen, all)
-        trips = conn.round_trips
-    document = {**document, "host": chosen.name, "round_trips": trips,
-                "elapsed_s": round(time.perf_counter() - started, 3)}
+    chosen, _code, document = exchange_once(inventory, host, exchange)
     if json:
         emit_json(document)
         return

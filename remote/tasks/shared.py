@@ -1,15 +1,33 @@
-"""What several task groups share: the doctor before a launch, its findings table, the epochs table,
-and flag parsing. Public names only; task modules import from here, never from each other."""
+"""What several task groups share: one host's exchange timed and counted, the doctor before a launch,
+its findings table, the epochs table, and flag parsing. Public names only; task modules import from
+here, never from each other."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput
 
 if TYPE_CHECKING:
-    from remote.inventory import Host
+    from remote.inventory import Host, Inventory
     from remote.ssh import Connection
+
+
+def exchange_once(inventory: Inventory, host_name: str | None,
+                  exchange: Callable[[Host, Connection], tuple[int, dict[str, Any]]], *,
+                  accept_new_host_key: bool = False) -> tuple[Host, int, dict[str, Any]]:
+    """A one-host task's exchange through one connection: the host, the exit code, and the document
+    with `host`, `round_trips` and `elapsed_s` added (what check, doctor and status report)."""
+    from remote.session import HostSession
+
+    started = time.perf_counter()
+    with HostSession(inventory.host(host_name), inventory, accept_new_host_key=accept_new_host_key) as session:
+        code, document = exchange(session.host, session.conn)
+        trips = session.round_trips
+    return session.host, code, {**document, "host": session.host.name, "round_trips": trips,
+                                "elapsed_s": round(time.perf_counter() - started, 3)}
 
 
 def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         emit({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
         return exc.exit_code
     except Exception as exc:  # the control side must always get a JSON document
+        import traceback  # only here: every agent call starts without it
+
         emit({"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
               "exit_code": 1})
         return 1

@@ -8,15 +8,20 @@ from typing import Any
 from specops.errors import BadInput
 
 
+def _positive(value: str, convert: type, kind: str, limit: str, *, show_parsed: bool) -> Any:
+    """`value` as `convert` (int or float) > 0; else one line: "expected KIND" or "expected LIMIT"."""
+    try:
+        number = convert(value)
+    except ValueError:
+        raise BadInput(f"expected {kind}, got {value!r}") from None
+    if number <= 0:
+        raise BadInput(f"expected {limit}, got {number if show_parsed else value}")
+    return number
+
+
 def positive_int(value: str) -> int:
     """A whole number > 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInput(f"expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"expected a number > 0, got {number}")
-    return number
+    return _positive(value, int, "a whole number", "a number > 0", show_parsed=True)
 
 
 def non_negative_int(value: str) -> int:
@@ -34,13 +39,7 @@ def part_of(value: str) -> tuple[int, int]:
 
 def positive_seconds(value: str) -> float:
     """A duration in seconds > 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadInput(f"expected seconds, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"expected seconds > 0, got {value}")
-    return number
+    return _positive(value, float, "seconds", "seconds > 0", show_parsed=False)
 
 
 def json_object(source: str, text: str | None) -> dict[str, Any] | None:

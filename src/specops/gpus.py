@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +41,19 @@ def _number(text: str) -> int | None:
         return None
 
 
-@dataclass
 class Reading:
-    """What nvidia-smi said: `found` False without nvidia-smi; `error` when it failed."""
+    """What nvidia-smi said: `found` False without nvidia-smi; `error` when it failed.
 
-    found: bool
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
+    A plain class, not a dataclass: `job list` reads GPUs on every `invoke status`, and importing
+    dataclasses (with inspect) is a measurable part of the agent's start-up."""
+
+    __slots__ = ("error", "found", "gpus")
+
+    def __init__(self, found: bool, gpus: list[dict[str, Any]] | None = None, error: str | None = None) -> None:
+        self.found, self.gpus, self.error = found, gpus if gpus is not None else [], error
+
+    def __repr__(self) -> str:
+        return f"Reading(found={self.found!r}, gpus={self.gpus!r}, error={self.error!r})"
 
 
 def read() -> Reading:

@@ -72,3 +72,22 @@ def test_hosts_lists_the_inventory(cli: Cli) -> None:
     document = result.json()
     assert document["default"] == "local"
     assert {host["name"] for host in document["hosts"]} == {"local", "loop"}
+
+
+@pytest.mark.ssh
+def test_a_host_whose_digest_file_vanished_is_brought_current(cli: Cli, tmp_path) -> None:
+    assert cli("check", "--host", "loop", "--json").exit_code == 0
+    (tmp_path / "loop-workdir" / "state" / "agent.sha256").unlink()
+    result = cli("check", "--host", "loop", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["round_trips"] == 2  # no digest is a stale host, not a current one
+
+
+@pytest.mark.ssh
+def test_a_workdir_that_cannot_be_made_is_one_line_naming_the_inventory_key(cli: Cli, host_name: str,
+                                                                            tmp_path) -> None:
+    blocker = tmp_path / f"{host_name}-workdir"  # the inventory's workdir, made a file: no folder below it
+    blocker.write_text("not a folder")
+    result = cli("check", "--host", host_name)
+    assert result.exit_code == 1
+    assert f"hosts.{host_name}.workdir" in result.stderr and "cannot create or enter workdir" in result.stderr

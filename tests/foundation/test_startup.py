@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.cli import Cli
+from tests.support.cli import INVOKE, Cli
 from tests.support.repo import REPO
 
 HEAVY = ("paramiko", "fabric", "rich", "pydantic", "pydantic_core", "cryptography", "importlib.metadata")
@@ -36,6 +36,32 @@ def test_importing_tasks_imports_no_ssh_table_or_validation_library() -> None:
     assert heavy_in(modules) == []
 
 
+def test_importing_tasks_loads_only_the_task_faces() -> None:
+    # compat's wheel cache (zipfile, shutil), the inventory and thread pools load inside their tasks
+    proc = subprocess.run([sys.executable, "-c", "import json, sys, tasks; print(json.dumps(sorted(sys.modules)))"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    modules = set(json.loads(proc.stdout))
+    for later in ("remote.inventory", "remote.wheel_cache", "remote.agent", "remote.ssh", "zipfile",
+                  "concurrent.futures.thread"):
+        assert later not in modules, later
+
+
+def test_the_agents_job_list_imports_only_what_listing_needs(tmp_path: Path) -> None:
+    # `invoke status` waits for this command on the host: no launch, stop, tail or wrapper code
+    probe = ("import json, sys; from specops.cli import main; sys.argv = ['specops', 'job', 'list']; main(); "
+             "print(json.dumps(sorted(sys.modules)))")
+    env = {"PATH": "/usr/bin:/bin", "SPECOPS_WORKDIR": str(tmp_path), "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed, modules = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    assert listed["ok"] is True and listed["jobs"] == []
+    for later in ("specops.jobs.launching", "specops.jobs.stopping", "specops.jobs.wrapper", "specops.flags",
+                  "secrets", "dataclasses"):
+        assert later not in modules, later
+
+
 def test_a_task_without_network_imports_no_ssh_or_validation_library(cli: Cli, tmp_path: Path) -> None:
     listing = tmp_path / "modules.json"
     proc = subprocess.run([sys.executable, "-c", IN_PROCESS_CLI, str(listing), "hosts", "--json"], cwd=REPO,
@@ -56,3 +82,15 @@ def test_the_listing_and_help_stay_complete_with_lazy_imports(cli: Cli) -> None:
     helped = cli("--help", "sync")
     assert helped.exit_code == 0
     assert "--dry-run" in helped.stdout and "--sftp" in helped.stdout
+
+
+def test_tasks_keep_bytecode_caches_unless_the_user_says_no(cli: Cli, tmp_path: Path) -> None:
+    # Invoke turns bytecode writing off by default: without this, every task compiled our modules again
+    env = {key: value for key, value in cli.env().items() if key != "PYTHONDONTWRITEBYTECODE"}
+    cached, refused = tmp_path / "cached", tmp_path / "refused"
+    for prefix, extra in ((cached, {}), (refused, {"PYTHONDONTWRITEBYTECODE": "1"})):
+        proc = subprocess.run([str(INVOKE), "hosts", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env={**env, "PYTHONPYCACHEPREFIX": str(prefix), **extra})
+        assert proc.returncode == 0, proc.stderr
+    assert any(cached.rglob("core.cpython-*.pyc")) and any(cached.rglob("inventory.cpython-*.pyc"))
+    assert not refused.exists() or not any(refused.rglob("*.pyc"))

@@ -213,7 +213,7 @@ class SignatureReader:
         if len(positional) != 1 or args.vararg or args.kwarg:
             return False
         name = positional[0].arg
-        returns = [n for n in _own_nodes(receiver) if isinstance(n, ast.Return)]
+        returns = [n for n in own_nodes(receiver) if isinstance(n, ast.Return)]
         return bool(returns) and all(isinstance(r.value, ast.Name) and r.value.id == name for r in returns)
 
     def _dataclass_wrapper(self, klass: DefTarget, decorator: ast.expr) -> str | None:
@@ -353,7 +353,7 @@ def _is_ellipsis(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
-def _own_nodes(function: ast.AST) -> list[ast.AST]:
+def own_nodes(function: ast.AST) -> list[ast.AST]:
     """Nodes of a function body, not those of functions nested in it."""
     found: list[ast.AST] = []
     stack = list(ast.iter_child_nodes(function))

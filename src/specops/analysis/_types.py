@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specops.analysis._index import DefTarget, ModuleIndex, Unresolved
+from specops.analysis._signatures import own_nodes
 
 # torch's Module.__getattr__ answers only what was assigned on the instance (submodules, parameters,
 # buffers): assignments we read. Any other class's __getattr__ may answer anything.
@@ -343,7 +344,7 @@ class TypeReader:
         node = method.node
         scope = Scope(method.owner.module, method.instance, node)
         found: list[Value] = []
-        returns = [n for n in _own_nodes(node) if isinstance(n, ast.Return) and n.value is not None]
+        returns = [n for n in own_nodes(node) if isinstance(n, ast.Return) and n.value is not None]
         if returns and depth < MAX_DEPTH:
             for ret in returns:
                 found += self.of_expr(ret.value, scope, depth + 1)  # type: ignore[arg-type]
@@ -412,17 +413,6 @@ def _is_local(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bo
     if any(a.arg == name for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a):
         return True
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(function))
-
-
-def _own_nodes(function: ast.AST) -> list[ast.AST]:
-    found: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(function))
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            stack.extend(ast.iter_child_nodes(node))
-    return found
 
 
 def _unique(values: list[Value]) -> list[Value]:

@@ -2,6 +2,7 @@
 
 Every command prints one JSON document, except `tail`, which prints JSON lines (one per chunk of
 log, then a final {"done": true, ...}) and `wrap`, the process tmux runs, which prints nothing.
+Each handler imports what only it needs: `job list`, the one `invoke status` waits for, starts lean.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import gpus, paths
+from specops import paths
 from specops.errors import BadInput
-from specops.flags import json_object
-from specops.jobs import liveness, logtail, records, stopping, wrapper
-from specops.jobs.launching import AlreadyRunning, launch
+from specops.jobs import liveness, records
 from specops.jobs.tmux import TmuxServer
 from specops.protocol import ACTIVE_STATES, JobRecord, name_problem
 
@@ -44,6 +43,8 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
+    from specops.flags import json_object
+
     return json_object(f"job launch {flag}", text)
 
 
@@ -63,6 +64,8 @@ def _name(text: str, flag: str = "--name") -> str:
 
 
 def launch_handler(args: argparse.Namespace) -> Result:
+    from specops.jobs.launching import AlreadyRunning, launch
+
     name = _name(args.name)
     run = _name(args.run, "--run") if args.run is not None else None
     try:
@@ -86,6 +89,8 @@ def _shown(every: list[JobRecord], include_all: bool) -> list[JobRecord]:
 
 
 def list_handler(args: argparse.Namespace) -> Result:
+    from specops import gpus
+
     server = _server()
     jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
     return 0, {"ok": True, "jobs": jobs, **gpus.usage()}
@@ -96,6 +101,8 @@ def show_handler(args: argparse.Namespace) -> Result:
 
 
 def stop_handler(args: argparse.Namespace) -> Result:
+    from specops.jobs import stopping
+
     if args.grace < 0:
         raise BadInput(f"job stop --grace {args.grace}: must be zero or more seconds")
     server = _server()
@@ -110,6 +117,8 @@ def _emit_line(document: dict[str, Any]) -> None:
 
 
 def _start_offset(log: Path, offset: int | None, lines: int | None) -> int:
+    from specops.jobs import logtail
+
     size = logtail.log_size(log)
     if offset is not None:
         if offset < 0 or offset > size:
@@ -137,6 +146,8 @@ def tail_handler(args: argparse.Namespace) -> Result:
             last_check = time.monotonic()
         return current
 
+    from specops.jobs import logtail
+
     try:
         logtail.stream(log, offset, follow=args.follow, current_state=current_state, emit=_emit_line)
     except BrokenPipeError:
@@ -147,6 +158,8 @@ def tail_handler(args: argparse.Namespace) -> Result:
 
 
 def wrap_handler(args: argparse.Namespace) -> Result:
+    from specops.jobs import wrapper
+
     return wrapper.run_job(args.job_id), None
 
 

@@ -10,7 +10,6 @@ import fcntl
 import json
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -62,6 +61,8 @@ def slug(name: str) -> str:
 
 def new_job_id(name: str, when: datetime | None = None) -> str:
     stamp = (when or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    import secrets  # only a launch makes an id: listing jobs starts without it
+
     return f"{slug(name)}-{stamp}-{secrets.token_hex(2)}"
 
 
