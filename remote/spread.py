@@ -2,8 +2,13 @@
 
     check + doctor     every host in parallel; one failing refuses the run before anything is launched
     patches            host by host (cheap; hosts sharing one package folder, an NFS home, never race)
+    regenerate --part  one job per host (when the run regenerates): each answers its share of the
+                       conversations (whole one-host batches, in source order; regenerate.shares)
+    gather answers     the shares joined in order onto every host (remote.answers), then
+    regenerate --require-whole   every host: answers for every conversation or exit 1; it records
+                       regenerate done with the one-host inputs hash, so prepare finds it current
     extract --part     one job per host, launched together and watched together (remote.group.Group):
-                       each regenerates (when the run does) and prepares the same N rows, then writes
+                       each prepares the same N rows (from the same answers), then writes
                        share I of the one-host batch plan, so every file is the bytes one host writes
     gather             every share onto every host that lacks rows (remote.gather: tar over the
                        verified connections, renamed in)
@@ -216,6 +221,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
         else:
             timed("patches", patches)
         count = len(hosts)
+        answers = regenerate_across(group, run, timed, steps)
         parts = timed("extract", lambda: run_everywhere(
             group, "extract", lambda rank, _host: ["step", "extract", "--run", run, *sample_args, "--part",
                                                    f"{rank}/{count}"], run))
@@ -231,7 +237,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
         evaluated = timed("evaluate", lambda: run_on(holder, "evaluate", ["step", "evaluate", "--run", run], run,
                                                      env_role="train"))
         fetched = None if no_fetch else fetch_run(holder.conn, holder.host, run)
-    return {"ok": True, "run": run, "hosts": [host.name for host in hosts], "steps": steps,
+    return {"ok": True, "run": run, "hosts": [host.name for host in hosts], "steps": steps, "regenerate": answers,
             "extract": {name: {"rows": report["part"]["rows"], "spans": report["part"]["spans"],
                                "written": report["counts"].get("written", 0), "status": report["status"]}
                         for name, report in parts.items()},
@@ -240,6 +246,30 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
             "train": trained, "evaluated_on": holder.host.name, "evaluation": {
                 key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot")},
             "fetched": fetched and fetched["destination"], "elapsed_s": round(time.perf_counter() - started_all, 1)}
+
+
+def regenerate_across(group: Group, run: str, timed: Callable[[str, Callable[[], Any]], Any],
+                      steps: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Each host answers its share of the conversations; the shares are joined onto every host, and
+    every host checks them whole and records regenerate done (prepare then finds it current). None
+    when the run does not regenerate."""
+    from remote.answers import gather_answers, regenerating
+
+    count = len(group.hosts)
+    parts = timed("regenerate", lambda: run_everywhere(
+        group, "regenerate", lambda rank, _host: ["step", "regenerate", "--run", run, "--part", f"{rank}/{count}"],
+        run))
+    if not regenerating(parts):
+        steps["regenerate"]["status"] = "skipped: the run does not regenerate"
+        return None
+    shares = {name: {"status": report["status"], "rows": report["part"]["rows"],
+                     "answers": report["counts"].get("rows")} for name, report in parts.items()}
+    if all(report["status"] == "skipped: unchanged" for report in parts.values()):
+        return {"shares": shares, "gathered": None}  # every host already holds the whole answers
+    gathered = timed("gather answers", lambda: gather_answers(group, parts))
+    timed("verify answers", lambda: run_everywhere(
+        group, "regenerate", lambda _rank, _host: ["step", "regenerate", "--run", run, "--require-whole"], run))
+    return {"shares": shares, "gathered": gathered}
 
 
 def train_group(group: Group, run: str, port: int) -> dict[str, Any]:

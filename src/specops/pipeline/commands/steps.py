@@ -1,6 +1,6 @@
 """`python -m specops step <name> --run NAME`: one step of a run on this host.
 
-    step regenerate --run R [--backend hf|vllm] [--stop-server] [--port P]
+    step regenerate --run R [--backend hf|vllm] [--stop-server] [--port P] [--part I/COUNT] [--require-whole]
                                                      the target answers the prompts (speculators' rows)
     step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
     step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
@@ -104,7 +104,13 @@ def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
 def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.regenerate.step import regenerate
 
-    report = regenerate(open_run(args.run), args.backend, stop_server=args.stop_server, port=args.port)
+    if args.part and args.require_whole:
+        raise BadInput("--part and --require-whole exclude each other: a share writes, the check does not")
+    run = open_run(args.run)
+    if (args.part or args.require_whole) and not run.config.regenerate.enabled:
+        return 0, {"ok": True, "run": args.run, "step": "regenerate", "status": "skipped: the run does not regenerate"}
+    report = regenerate(run, args.backend, stop_server=args.stop_server, port=args.port, part=args.part,
+                        require_whole=args.require_whole)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -125,6 +131,11 @@ def register(subparsers: Any) -> None:
     regenerate.add_argument("--backend", choices=["hf", "vllm"], default=None)
     regenerate.add_argument("--stop-server", action="store_true", help="vllm: stop the server job afterwards")
     regenerate.add_argument("--port", type=positive_int, help="vllm: the server's port (default: the run's vllm.port)")
+    regenerate.add_argument("--part", type=part_of, metavar="I/COUNT",
+                            help="answer only share I of COUNT of the conversations (one host of several)")
+    regenerate.add_argument("--require-whole", action="store_true",
+                            help="write nothing: exit 1 unless the merged answers cover every conversation, "
+                                 "then record the step done")
     regenerate.set_defaults(handler=step_regenerate)
 
     prepare = steps.add_parser("prepare", help="tokenise conversations, loss mask, token frequencies")

@@ -147,14 +147,22 @@ def _lines(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
-def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
-    """Answer every source row in batches, resuming from the chunks already on disk; join them."""
+def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]],
+                  span: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Answer every source row in batches, resuming from the chunks already on disk; join them.
+
+    span: only source rows [start, stop), on whole-batch boundaries (a host's share): those batches
+    are the one-host run's, numbered and seeded as there, so their rows are the same bytes."""
     size = run.config.regenerate.concurrency
     batches = [list(enumerate(source))[start:start + size] for start in range(0, len(source), size)]
-    todo = [number for number in range(len(batches)) if not chunk_paths(folder, number)[0].is_file()]
-    resumed = len(batches) - len(todo)
+    start, stop = span if span is not None else (0, len(source))
+    if any(end % size and end != len(source) for end in (start, stop)):
+        raise ValueError(f"rows {start}..{stop} do not fall on batches of {size}")
+    numbers = range(start // size, -(-stop // size))
+    todo = [number for number in numbers if not chunk_paths(folder, number)[0].is_file()]
+    resumed = len(numbers) - len(todo)
     if resumed:
-        print(f"regenerate: {resumed} of {len(batches)} batches already written; resuming", file=sys.stderr)
+        print(f"regenerate: {resumed} of {len(numbers)} batches already written; resuming", file=sys.stderr)
     generator = Generator(run) if todo else None
     for done, number in enumerate(todo, start=1):
         assert generator is not None
@@ -165,7 +173,7 @@ def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]]) -> dict[
         print(f"regenerate: batch {number + 1}/{len(batches)} ({done} this run): {len(rows)} answers, "
               f"{len(errors)} failed", file=sys.stderr, flush=True)
     joined, joined_errors = [], []
-    for number in range(len(batches)):
+    for number in numbers:
         rows_file, errors_file = chunk_paths(folder, number)
         joined.append(rows_file.read_text(encoding="utf-8"))
         joined_errors.append(errors_file.read_text(encoding="utf-8") if errors_file.is_file() else "")
@@ -173,4 +181,4 @@ def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]]) -> dict[
 
     atomic.write_text(folder / ERRORS_FILE, "".join(joined_errors))
     atomic.write_text(folder / RESPONSES_FILE, "".join(joined))
-    return {"batches": len(batches), "batches_resumed": resumed}
+    return {"batches": len(numbers), "batches_resumed": resumed}

@@ -37,14 +37,22 @@ def chosen_backend(run: Any, backend: str | None) -> str:
     return backend or run.config.regenerate.backend or run.backend(visible_gpus())
 
 
-def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = False,
-               port: int | None = None) -> dict[str, Any]:
-    """Run (or skip, or resume) the regenerate step; the step's report."""
+def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = False, port: int | None = None,
+               part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
+    """Run (or skip, or resume) the regenerate step; the step's report. `part` and `require_whole`:
+    one host's share, and the check of the merged answers (regenerate.shares)."""
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest
 
     backend = chosen_backend(run, backend)
+    if part is not None or require_whole:
+        from specops.pipeline.regenerate import shares
+
+        if part is not None:
+            return shares.regenerate_part(run, backend, regenerate_inputs(run, backend), part,
+                                          stop_server=stop_server, port=port)
+        return shares.require_whole(run, backend, regenerate_inputs(run, backend))
     folder = run.paths.regenerated
     inputs = regenerate_inputs(run, backend)
     inputs_hash = config_hash(inputs)

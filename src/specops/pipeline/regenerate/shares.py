@@ -1,0 +1,147 @@
+"""Regeneration across hosts: one host's share of the conversations, and the check of the merged answers.
+
+`step regenerate --part I/COUNT` answers share I of source.jsonl into regenerated/parts/part-I-of-COUNT/
+(its own responses.jsonl and errors file) and records the step as "part I of COUNT" with the inputs
+hash a one-host regenerate records; the control side gathers every share and writes the merged file
+on every host; `step regenerate --require-whole` then checks it answers every conversation and
+records the step done, so prepare after it finds regenerate current.
+
+The cut is specops.parallel.row_ranges over the source's batches of `concurrency` rows, in source
+order: each share is a contiguous run of whole one-host batches, so the hf backend answers every
+batch with the very rows and seed one host uses and the merged file is the one-host file byte for
+byte (a batch split between hosts would pad its prompts differently). The vllm backend answers a
+source file holding only the share (speculators has no rank flag).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import CheckFailed
+
+PARTS = "parts"
+
+
+def share_span(total: int, batch: int, part: tuple[int, int]) -> tuple[int, int]:
+    """Source rows [start, stop) of share `part` = (index, count): whole batches of `batch` rows."""
+    from specops.parallel import row_ranges
+
+    batches = -(-total // batch)
+    first, last = row_ranges(batches, part[1])[part[0]]
+    return min(first * batch, total), min(last * batch, total)
+
+
+def share_folder(folder: Path, part: tuple[int, int]) -> Path:
+    return folder / PARTS / f"part-{part[0]}-of-{part[1]}"
+
+
+def _counts(checked: dict[str, Any], source_counts: dict[str, Any]) -> dict[str, Any]:
+    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
+                                            "completion_tokens", "finish_reasons")}
+    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
+    return counts
+
+
+def _slice_whole(folder: Path, share: Path, ids: set[str]) -> None:
+    """A share cut out of answers this host already holds whole (a rerun where only another host lacks them)."""
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, read_jsonl
+
+    for name in (ERRORS_FILE, RESPONSES_FILE):  # errors first: the responses file marks the share written
+        rows, _broken = read_jsonl(folder / name)
+        key = "primary_id" if name == RESPONSES_FILE else "id"
+        kept = [row for row in rows if str(row.get(key)) in ids]
+        atomic.write_text(share / name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
+
+
+def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[int, int], *,
+                    stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
+    """Answer share `part` of the run's conversations into its own folder; the share's report.
+    `inputs`: the step's inputs (regenerate.step.regenerate_inputs), recorded as one host records them."""
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check
+    from specops.pipeline.regenerate.source import SOURCE_FILE, build_source, read_source
+    from specops.pipeline.run import Manifest, config_hash
+
+    folder = run.paths.regenerated
+    inputs_hash = config_hash(inputs)
+    manifest = Manifest(run.paths.run_dir)
+    batch = run.config.regenerate.concurrency
+    share = share_folder(folder, part)
+    whole = manifest.is_current("regenerate", inputs_hash) and (folder / RESPONSES_FILE).is_file()
+    if whole:
+        source = read_source(folder)
+        start, stop = share_span(len(source), batch, part)
+        share.mkdir(parents=True, exist_ok=True)
+        _slice_whole(folder, share, {row["id"] for row in source[start:stop]})
+        status, counts = "skipped: unchanged", (manifest.record("regenerate") or {}).get("counts", {})
+    else:
+        started = manifest.begin("regenerate", inputs_hash, inputs)
+        source_counts = build_source(run)
+        source = read_source(folder)
+        start, stop = share_span(len(source), batch, part)
+        subset = source[start:stop]
+        share.mkdir(parents=True, exist_ok=True)
+        print(f"regenerate: share {part[0]} of {part[1]}: conversations {start}..{stop - 1} of {len(source)} "
+              f"with the {backend} backend", file=sys.stderr, flush=True)
+        if backend == "vllm":
+            from specops.pipeline.regenerate.vllm import regenerate_vllm
+
+            text = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in subset)
+            atomic.write_text(share / SOURCE_FILE, text)  # speculators reads the share's own source file
+            if subset:
+                regenerate_vllm(run, share, subset, stop_server=stop_server, port=port)
+            else:
+                for name in (ERRORS_FILE, RESPONSES_FILE):
+                    atomic.write_text(share / name, "")
+        else:
+            from specops.pipeline.regenerate.hf import regenerate_hf
+
+            regenerate_hf(run, share, source, span=(start, stop))
+        checked = check(share, subset)
+        counts = _counts(checked, source_counts)
+        status = f"part {part[0]} of {part[1]}"
+        if checked["problems"] or (subset and checked["rows"] == 0) or checked["missing"]:
+            manifest.finish("regenerate", started, counts, status="failed")
+            why = "; ".join(checked["problems"]) or f"{checked['missing']} conversations have no answer"
+            raise CheckFailed(f"regenerate --part {part[0]}/{part[1]}: {share / RESPONSES_FILE}: {why}")
+        manifest.finish("regenerate", started, counts, status=status)
+    return {"step": "regenerate", "status": status, "backend": backend, "inputs_hash": inputs_hash,
+            "counts": counts, "part": {"index": part[0], "count": part[1], "rows": [start, stop],
+                                       "source": len(source)},
+            "share": {"responses": str(share / RESPONSES_FILE), "errors": str(share / ERRORS_FILE)},
+            "output": str(folder / RESPONSES_FILE), "errors_output": str(folder / ERRORS_FILE)}
+
+
+def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Check the merged answers cover every conversation (exit 1 naming what is missing), then record
+    regenerate done with its one-host inputs hash; writes no answers."""
+    from specops.pipeline.regenerate.output import RESPONSES_FILE, check
+    from specops.pipeline.regenerate.source import build_source, read_source
+    from specops.pipeline.run import Manifest, config_hash
+
+    folder = run.paths.regenerated
+    inputs_hash = config_hash(inputs)
+    manifest = Manifest(run.paths.run_dir)
+    if manifest.inputs_hash("regenerate") != inputs_hash:
+        # begin() would otherwise remove answers it has no record of
+        raise CheckFailed(f"regenerate --require-whole: {manifest.path}: this host answered no share of these "
+                          "inputs (run `step regenerate --part I/COUNT` first)")
+    source_counts = build_source(run)
+    source = read_source(folder)
+    checked = check(folder, source)
+    path = folder / RESPONSES_FILE
+    if checked["problems"]:
+        raise CheckFailed(f"regenerate --require-whole: {path}: {'; '.join(checked['problems'])}")
+    if checked["missing"] or checked["rows"] == 0:
+        shown = ", ".join(checked["missing_list"][:5]) or "every one"
+        raise CheckFailed(f"regenerate --require-whole: {path}: {checked['missing'] or len(source)} of "
+                          f"{len(source)} conversations have no answer (e.g. {shown})")
+    counts = _counts(checked, source_counts)
+    if not manifest.is_current("regenerate", inputs_hash):
+        started = manifest.begin("regenerate", inputs_hash, inputs)
+        manifest.finish("regenerate", started, counts)
+    return {"step": "regenerate", "status": "done: whole", "backend": backend, "inputs_hash": inputs_hash,
+            "counts": counts, "failed": checked["failed_list"], "output": str(path)}
