@@ -374,6 +374,9 @@ def render_across(summary: dict[str, Any]) -> None:
     rows = [("steps", ", ".join(f"{name} {info['status']}" + (f" {info['seconds']} s" if "seconds" in info else "")
                                 for name, info in summary["steps"].items())),
             ("samples", str(summary["samples"])),
+            ("regenerated", ", ".join(f"{name} rows {info['rows'][0]}..{info['rows'][1]} ({info['status']})"
+                                      for name, info in ((summary.get("regenerate") or {}).get("shares") or {}).items())
+             or "-"),
             ("extracted", ", ".join(f"{name} {info['rows']} rows ({info['written']} written)"
                                     for name, info in summary["extract"].items())),
             ("gathered", render.human_bytes(summary["gathered"]["bytes"])),

@@ -8,6 +8,7 @@ damaged on one host after the gather is refused before anything trains; bad `hos
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -25,19 +26,20 @@ SAMPLES = 12
 RUN = "spread"
 # the host's python, damaging one hidden-state file just before the check that every file is whole
 DAMAGING_PYTHON = """#!/bin/sh
-case " $* " in *" --require-whole "*) truncate -s -100 '{victim}' ;; esac
+case " $* " in *" extract "*" --require-whole "*) truncate -s -100 '{victim}' ;; esac
 exec '{python}' "$@"
 """
 
 
 def write_runs(root: Path, **changes: object) -> Path:
-    """runs/spread.yaml: the tiny demo on 12 rows, one epoch, 4 held-out prompts, across gpu1 and gpu2."""
+    """runs/spread.yaml: the tiny demo on 12 rows, one epoch, 4 held-out prompts, answers regenerated
+    (16 tokens), across gpu1 and gpu2."""
     runs = root / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
     config.update(samples=SAMPLES, hosts=["gpu1", "gpu2"])
     config["train"]["epochs"] = 1
-    config["regenerate"]["enabled"] = False
+    config["regenerate"].update(enabled=True, max_tokens=16)
     config["evaluate"].update(heldout_prompts=4, max_tokens=16)
     config.update(changes)
     (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(config))
@@ -74,8 +76,8 @@ def test_a_run_naming_two_hosts_drives_the_whole_pipeline_and_fetches_a_loadable
     assert result.exit_code == 0, result.stderr[-4000:]
     summary = result.json()
     assert summary["ok"] is True and summary["hosts"] == ["gpu1", "gpu2"] and summary["samples"] == SAMPLES
-    assert list(summary["steps"]) == ["check", "patches", "extract", "gather", "verify", "validate", "vocab",
-                                      "train", "evaluate"]
+    assert list(summary["steps"]) == ["check", "patches", "regenerate", "gather answers", "verify answers", "extract",
+                                      "gather", "verify", "validate", "vocab", "train", "evaluate"]
     assert summary["fidelity"] >= 0.98
     assert set(summary["train"]["states"].values()) == {"succeeded"}
     for host in ("gpu1", "gpu2"):  # both nodes trained in one group of two
@@ -85,6 +87,41 @@ def test_a_run_naming_two_hosts_drives_the_whole_pipeline_and_fetches_a_loadable
     checkpoint = root / "fetched" / summary["evaluated_on"] / RUN / "checkpoint"
     assert summary["fetched"] == str(checkpoint.parent)
     _assert_loads_with_speculators(checkpoint)
+
+
+def regenerated(root: Path, host: str) -> Path:
+    return root / f"{host}-workdir" / "runs" / RUN / "regenerated"
+
+
+def test_each_host_regenerated_its_own_conversations_and_every_host_ends_with_the_one_host_answers(
+        across: tuple) -> None:
+    from specops.pipeline.run import Manifest
+
+    cli, env, root, result = across
+    assert result.exit_code == 0, result.stderr[-4000:]
+    shares = result.json()["regenerate"]["shares"]
+    (start1, stop1), (start2, stop2) = shares["gpu1"]["rows"], shares["gpu2"]["rows"]
+    source = [json.loads(line)["id"] for line in (regenerated(root, "gpu1") / "source.jsonl").read_text().splitlines()]
+    assert start1 == 0 < stop1 == start2 < stop2 == len(source)  # contiguous, disjoint, covering
+    for host, part in (("gpu1", 0), ("gpu2", 1)):  # each answered only its share: the rest came by the gather
+        assert shares[host]["status"] == f"part {part} of 2"
+        start, stop = shares[host]["rows"]
+        written = (regenerated(root, host) / "parts" / f"part-{part}-of-2" / "responses.jsonl").read_text()
+        answered = {json.loads(line)["primary_id"] for line in written.splitlines()}
+        assert answered and answered <= set(source[start:stop])
+        assert not (regenerated(root, host) / "chunks").exists()  # no batch outside the share was answered here
+    gathered = result.json()["regenerate"]["gathered"]
+    assert gathered["shares"]["gpu1"]["responses"] + gathered["shares"]["gpu2"]["responses"] == gathered["answers"]
+
+    alone = cli("regenerate", "--host", "local", "--run", RUN, "--json", timeout=900, **env)
+    assert alone.exit_code == 0, alone.stderr[-3000:]
+    one_host = regenerated(root, "local")
+    records = {host: Manifest(root / f"{host}-workdir" / "runs" / RUN).record("regenerate")
+               for host in ("local", "gpu1", "gpu2")}
+    for host in ("gpu1", "gpu2"):  # byte for byte, recorded done with the one-host inputs hash
+        for name in ("responses.jsonl", "responses.errors.jsonl"):
+            assert (regenerated(root, host) / name).read_bytes() == (one_host / name).read_bytes(), (host, name)
+        assert records[host]["status"] == "done" and records[host]["inputs_hash"] == records["local"]["inputs_hash"]
 
 
 def test_each_host_extracted_its_own_rows_and_every_host_ends_with_the_files_one_host_writes(across: tuple) -> None:
@@ -116,6 +153,8 @@ def test_a_second_run_across_the_hosts_skips_the_work_already_done(across: tuple
     assert again.exit_code == 0, again.stderr[-4000:]
     summary = again.json()
     assert {info["status"] for info in summary["extract"].values()} == {"skipped: unchanged"}
+    assert {info["status"] for info in summary["regenerate"]["shares"].values()} == {"skipped: unchanged"}
+    assert summary["regenerate"]["gathered"] is None and "gather answers" not in summary["steps"]
     assert summary["gathered"]["copies"] == []  # every host already holds every file
     assert summary["train"]["epoch"] == first.json()["train"]["epoch"]
     # both nodes skipped together: no trainer was started on either host
