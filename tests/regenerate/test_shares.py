@@ -111,3 +111,11 @@ def test_bad_share_flags_are_one_error_line_and_exit_2(regen_workdir: Path, tmp_
     code, document, stderr = agent(root, "step", "regenerate", *RUN, *flags)
     assert code == 2 and expected in document["error"] and "\n" not in document["error"], stderr
     assert not _folder(root).exists()
+
+
+def test_shares_are_whole_batches_in_source_order_and_a_host_past_the_last_batch_gets_none() -> None:
+    from specops.pipeline.regenerate.shares import share_span
+
+    assert [share_span(278, 16, (index, 2)) for index in range(2)] == [(0, 144), (144, 278)]
+    assert [share_span(278, 16, (index, 3)) for index in range(3)] == [(0, 96), (96, 192), (192, 278)]
+    assert [share_span(20, 16, (index, 3)) for index in range(3)] == [(0, 16), (16, 20), (20, 20)]

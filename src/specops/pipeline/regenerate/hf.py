@@ -158,7 +158,7 @@ def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]],
     start, stop = span if span is not None else (0, len(source))
     if any(end % size and end != len(source) for end in (start, stop)):
         raise ValueError(f"rows {start}..{stop} do not fall on batches of {size}")
-    numbers = range(start // size, -(-stop // size))
+    numbers = range(-(-start // size), -(-stop // size))  # an empty last share: no batch
     todo = [number for number in numbers if not chunk_paths(folder, number)[0].is_file()]
     resumed = len(numbers) - len(todo)
     if resumed:
