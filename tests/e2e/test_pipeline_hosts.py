@@ -22,7 +22,7 @@ from tests.support.sshd import SshServer, free_port
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
-SAMPLES = 12
+SAMPLES = 48  # regenerated rows are short: 48 of them fill two hf extraction batches, one per host
 RUN = "spread"
 # the host's python, damaging one hidden-state file just before the check that every file is whole
 DAMAGING_PYTHON = """#!/bin/sh
@@ -32,7 +32,7 @@ exec '{python}' "$@"
 
 
 def write_runs(root: Path, **changes: object) -> Path:
-    """runs/spread.yaml: the tiny demo on 12 rows, one epoch, 4 held-out prompts, answers regenerated
+    """runs/spread.yaml: the tiny demo on 48 rows, one epoch, 4 held-out prompts, answers regenerated
     (16 tokens), across gpu1 and gpu2."""
     runs = root / "runs"
     runs.mkdir(parents=True, exist_ok=True)
