@@ -40,8 +40,8 @@ def same_regeneration(parts: dict[str, dict[str, Any]]) -> None:
     plans = {name: (report["inputs_hash"], report["part"]["source"], report["part"]["count"])
              for name, report in parts.items()}
     if len(set(plans.values())) > 1:
-        shown = ", ".join(f"{name}: {digest[:12]} of {count} conversations"
-                          for name, (digest, count, _) in plans.items())
+        shown = ", ".join(f"{name}: {digest[:12]} of {conversations} conversations"
+                          for name, (digest, conversations, _shares) in plans.items())
         raise AgentError(f"regenerate across hosts: the hosts planned different regenerations ({shown}); their "
                          "target, data or sampling settings differ, so their shares would not fit together")
     indexes = sorted(report["part"]["index"] for report in parts.values())
@@ -50,19 +50,14 @@ def same_regeneration(parts: dict[str, dict[str, Any]]) -> None:
 
 
 def _read(group: Group, host: str, path: str) -> bytes:
-    result = group.sessions[host].conn.run(["sh", "-c", READ, "read", path], timeout=1800)
-    if result.exit_code != 0:
-        raise AgentError(f"{host}: reading its answers {path}: {result.stderr.decode(errors='replace')[-300:]}")
-    if result.stdout and not result.stdout.endswith(b"\n"):
+    data = group.run_checked(host, ["sh", "-c", READ, "read", path], f"reading its answers {path}")
+    if data and not data.endswith(b"\n"):
         raise AgentError(f"{host}: {path}: its last line is cut")
-    return result.stdout
+    return data
 
 
 def _write(group: Group, host: str, path: str, data: bytes) -> None:
-    result = group.sessions[host].conn.run(["sh", "-c", WRITE, "write", path], stdin=data, timeout=1800)
-    if result.exit_code != 0:
-        raise AgentError(f"{host}: writing the joined answers {path}: "
-                         f"{result.stderr.decode(errors='replace')[-300:]}")
+    group.run_checked(host, ["sh", "-c", WRITE, "write", path], f"writing the joined answers {path}", stdin=data)
 
 
 def gather_answers(group: Group, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:

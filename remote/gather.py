@@ -40,18 +40,13 @@ def check_folder(host: str, folder: object) -> str:
 
 def tar_out(group: Group, host: str, folder: str, rows: list[int]) -> bytes:
     names = "\n".join(file_names(rows)).encode() + b"\n"
-    result = group.sessions[host].conn.run(["tar", "-C", folder, "-cf", "-", "-T", "-"], stdin=names, timeout=1800)
-    if result.exit_code != 0:
-        raise AgentError(f"{host}: tar of its hidden states in {folder}: "
-                         f"{result.stderr.decode(errors='replace')[-300:]}")
-    return result.stdout
+    return group.run_checked(host, ["tar", "-C", folder, "-cf", "-", "-T", "-"],
+                             f"tar of its hidden states in {folder}", stdin=names)
 
 
 def tar_in(group: Group, host: str, folder: str, archive: bytes) -> None:
-    result = group.sessions[host].conn.run(["sh", "-c", UNPACK, "gather", folder], stdin=archive, timeout=1800)
-    if result.exit_code != 0:
-        raise AgentError(f"{host}: unpacking hidden states into {folder}: "
-                         f"{result.stderr.decode(errors='replace')[-300:]}")
+    group.run_checked(host, ["sh", "-c", UNPACK, "gather", folder], f"unpacking hidden states into {folder}",
+                      stdin=archive)
 
 
 def gather(group: Group, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -125,23 +125,26 @@ class Group:
             self._tar_in(name, states[name]["folder"], archive)
         return {"epoch": epoch, "source": source, "copied_to": behind, "bytes": len(archive)}
 
-    def _tar_out(self, name: str, folder: str, entry: str) -> bytes:
-        session = self.sessions[name]
-        result = session.conn.run(["tar", "-C", folder, "-cf", "-", entry], timeout=600)
+    def run_checked(self, name: str, argv: list[str], what: str, *, stdin: bytes | None = None,
+                    timeout: float = 1800) -> bytes:
+        """`argv` on host `name` over its verified connection; its stdout, or AgentError naming the host,
+        `what` was being done and the tail of its stderr."""
+        result = self.sessions[name].conn.run(argv, stdin=stdin, timeout=timeout)
         if result.exit_code != 0:
-            raise AgentError(f"{name}: tar of {folder}/{entry}: {result.stderr.decode(errors='replace')[-300:]}")
+            raise AgentError(f"{name}: {what}: {result.stderr.decode(errors='replace')[-300:]}")
         return result.stdout
 
+    def _tar_out(self, name: str, folder: str, entry: str) -> bytes:
+        return self.run_checked(name, ["tar", "-C", folder, "-cf", "-", entry], f"tar of {folder}/{entry}",
+                                timeout=600)
+
     def _tar_in(self, name: str, folder: str, archive: bytes) -> None:
-        session = self.sessions[name]
         # unpack beside, then rename into place: a cut transfer never leaves a half checkpoint
         script = ('set -e; mkdir -p "$1"; tmp=$(mktemp -d "$1/.incoming-XXXXXX"); tar -C "$tmp" -xf -; '
                   'for entry in "$tmp"/*; do rm -rf "$1/$(basename "$entry")"; mv "$entry" "$1/"; done; '
                   'rmdir "$tmp"')
-        result = session.conn.run(["sh", "-c", script, "sync", folder], stdin=archive, timeout=600)
-        if result.exit_code != 0:
-            raise AgentError(f"{name}: unpacking the checkpoint into {folder}: "
-                             f"{result.stderr.decode(errors='replace')[-300:]}")
+        self.run_checked(name, ["sh", "-c", script, "sync", folder], f"unpacking the checkpoint into {folder}",
+                         stdin=archive, timeout=600)
 
     def check_training_network(self, run: str, port: int) -> None:
         """Every host whose inventory names a training network holds it, before any node starts: a dry
