@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 from specops.pipeline.training.command import is_complete
 from tests.support.agent import Agent, group_alive, wait_until
 from tests.support.cli import Cli, write_inventory
-from tests.support.netns import NetnsHost, NetnsUnavailable, create_netns_host
+from tests.support.netns import NetnsHost, NetnsUnavailable, netns_hosts
 from tests.support.sshd import free_port
 from tests.training.test_train_cpu import TinyHost
 from tests.training.tiny_inputs import build_data
@@ -39,11 +38,6 @@ CONNECT_TIMEOUT = 3.0
 CHANNEL_TIMEOUT = 5.0
 POLL_S = 1.0  # remote.group.POLL_S
 SLACK_S = 30.0  # invoke's start-up and the stop of gpu1's node on a loaded 2-core machine; a hang is minutes
-SITE_PYTHON = """#!/bin/sh
-PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} exec '{python}' "$@"
-"""
-
-
 def interface_in(host: NetnsHost) -> str:
     """The name of the namespace's own end of its veth pair (the interface holding its address)."""
     listed = subprocess.run(["ip", "netns", "exec", host.namespace, "ip", "-o", "-4", "addr", "show"],
@@ -53,13 +47,9 @@ def interface_in(host: NetnsHost) -> str:
 
 @pytest.fixture(scope="module")
 def routed_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NetnsHost]]:
-    hosts: list[NetnsHost] = []
     try:
-        for tag in ("a", "b"):
-            hosts.append(create_netns_host(tmp_path_factory.mktemp(f"netns-{tag}"), tag, routed=True))
+        hosts = netns_hosts(lambda tag: tmp_path_factory.mktemp(f"netns-{tag}"), ("a", "b"), routed=True)
     except NetnsUnavailable as exc:
-        for host in hosts:
-            host.destroy()
         pytest.skip(f"network namespaces unavailable: {exc}")
     yield hosts
     for host in hosts:
@@ -69,20 +59,17 @@ def routed_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Netn
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, routed_hosts: list[NetnsHost]) -> Iterator[tuple]:
     from tests.support.repo import REPO
-    from tests.support.wheels import site_with
+    from tests.support.wheels import python_with
 
     root = tmp_path_factory.mktemp("partition-training")
-    site = site_with(root / "site", ("speculators", "0.9.0"))
-    python = root / "site-python"
-    python.write_text(SITE_PYTHON.format(site=site, python=sys.executable))
-    python.chmod(0o755)
+    python = python_with(root, ("speculators", "0.9.0"))
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.server.known_hosts_line() for host in routed_hosts if host.server))
     nodes, hosts = {}, {}
     for name, network in zip(HOSTS, routed_hosts, strict=True):
         assert network.server is not None
         node = TinyHost(root / name)
-        node.site = site
+        node.site = root / "site"  # the site python_with made
         build_data(node.workdir / "inputs" / "verifier", node.workdir / "inputs" / "prepared",
                    node.workdir / "inputs" / "hidden_states")
         nodes[name] = node

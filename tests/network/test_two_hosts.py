@@ -13,7 +13,7 @@ import pytest
 from tests.network.conftest import CHANNEL_TIMEOUT, CONNECT_TIMEOUT, PYTHON
 from tests.support.agent import Agent
 from tests.support.cli import Cli, write_inventory
-from tests.support.netns import NetnsHost, NetnsUnavailable, create_netns_host
+from tests.support.netns import NetnsHost, NetnsUnavailable, netns_hosts
 
 pytestmark = pytest.mark.ssh
 
@@ -22,13 +22,9 @@ SLACK_S = 30.0  # invoke's start-up on a loaded machine; a hang would be minutes
 
 @pytest.fixture(scope="module")
 def two_netns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NetnsHost]]:
-    hosts: list[NetnsHost] = []
     try:
-        for tag in ("a", "b"):
-            hosts.append(create_netns_host(tmp_path_factory.mktemp(f"netns-{tag}"), tag))
+        hosts = netns_hosts(lambda tag: tmp_path_factory.mktemp(f"netns-{tag}"), ("a", "b"))
     except NetnsUnavailable as exc:
-        for host in hosts:
-            host.destroy()
         pytest.skip(f"network namespaces unavailable: {exc}")
     yield hosts
     for host in hosts:

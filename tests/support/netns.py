@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,3 +201,17 @@ def create_netns_host(root: Path, tag: str = "", *, routed: bool = False) -> Net
         host.destroy()
         raise
     return host
+
+
+def netns_hosts(root_for: Callable[[str], Path], tags: tuple[str, ...], *, routed: bool = False) -> list[NetnsHost]:
+    """One namespace host per tag (root_for(tag) its folder); all or none: when one cannot be made the
+    others are destroyed and NetnsUnavailable is raised."""
+    hosts: list[NetnsHost] = []
+    try:
+        for tag in tags:
+            hosts.append(create_netns_host(root_for(tag), tag, routed=routed))
+    except NetnsUnavailable:
+        for host in hosts:
+            host.destroy()
+        raise
+    return hosts

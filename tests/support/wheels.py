@@ -63,3 +63,18 @@ def site_with(site: Path, *packages: tuple[str, str]) -> Path:
     for name, version in packages:
         unpack_into(fetch_wheel(name, version), site)
     return site
+
+
+_PYTHON_WITH_SITE = """#!/bin/sh
+PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} exec '{python}' "$@"
+"""
+
+
+def python_with(root: Path, *packages: tuple[str, str]) -> Path:
+    """An interpreter script at root/site-python: this python with the wheels' site (root/site) first on
+    its path — a host env that holds released packages the checkout's venv may lack."""
+    site = site_with(root / "site", *packages)
+    python = root / "site-python"
+    python.write_text(_PYTHON_WITH_SITE.format(site=site, python=sys.executable))
+    python.chmod(0o755)
+    return python

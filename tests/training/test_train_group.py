@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 
@@ -27,11 +26,6 @@ from tests.training.tiny_inputs import build_data
 pytestmark = [pytest.mark.slow, pytest.mark.wheels, pytest.mark.ssh]
 
 HOSTS = ("gpu1", "gpu2")
-SITE_PYTHON = """#!/bin/sh
-PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} exec '{python}' "$@"
-"""
-
-
 @pytest.fixture(scope="module")
 def second_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     server = start_sshd(tmp_path_factory.mktemp("sshd-2"))
@@ -42,19 +36,16 @@ def second_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer, second_sshd: SshServer) -> Iterator[tuple]:
     from tests.support.repo import REPO
-    from tests.support.wheels import site_with
+    from tests.support.wheels import python_with
 
     root = tmp_path_factory.mktemp("group")
-    site = site_with(root / "site", ("speculators", "0.9.0"))
-    python = root / "site-python"
-    python.write_text(SITE_PYTHON.format(site=site, python=sys.executable))
-    python.chmod(0o755)
+    python = python_with(root, ("speculators", "0.9.0"))
     known_hosts = root / "known_hosts"
     known_hosts.write_text(sshd.known_hosts_line() + second_sshd.known_hosts_line())
     nodes = {}
     for name, _server in zip(HOSTS, (sshd, second_sshd), strict=True):
         node = TinyHost(root / name)
-        node.site = site
+        node.site = root / "site"  # the site python_with made
         build_data(node.workdir / "inputs" / "verifier", node.workdir / "inputs" / "prepared",
                    node.workdir / "inputs" / "hidden_states")
         nodes[name] = node
