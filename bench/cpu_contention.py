@@ -18,8 +18,12 @@ under these thread settings:
                      cores the process gets (affinity, cgroup quota), OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0
   specops, 1 thread  (--one-thread) the same with one thread per pool (what the tests use), for comparison
 
-Median seconds and the ratio to `inherited`, with the load average before and after. Prints
-figures, asserts nothing. Takes ~15 min on a 2-core machine at load 10-20 with the defaults.
+Each round times every contender quiet (no hogs) and under the hogs, so the slowdown each one suffers
+is measured side by side with the fair share: with H hogs beside a job that uses C cores' threads, a
+fair scheduler gives the job C/(C+H) of the machine, a slowdown of (C+H)/C (2.0 on 2 cores, 2 hogs).
+Median seconds, the ratio to `inherited`, and each contender's hogs/quiet slowdown against the fair
+share, with the load average before and after. Prints figures, asserts nothing. Takes ~15-25 min on
+a 2-core machine with the defaults; `--no-hogs` times only the quiet side.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ from tests.support.wheels import site_with  # noqa: E402
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
 HOG = "while True: pass"
+HOG_COUNT = 2  # one per core of the 2-core machines this was written for
+
+
+def stop_hogs(hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:
+        hog.send_signal(signal.SIGKILL)
+        hog.wait()
 
 
 def base_env(workdir: Path, site: Path) -> dict[str, str]:
@@ -68,7 +79,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=None,
                         help="rows prepared and extracted (default: the run's; training reads every prepared row)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per timed training")
-    parser.add_argument("--no-hogs", action="store_true", help="leave the two CPU hogs out (the quiet figure)")
+    parser.add_argument("--no-hogs", action="store_true", help="time only the quiet side (no CPU hogs)")
     parser.add_argument("--one-thread", action="store_true", help="add the `specops, 1 thread` contender")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-cpu-"))
@@ -93,40 +104,50 @@ def main() -> int:
             agent(workdir, plain, "step", *step[:1], "--run", "tiny", *step[1:])
         hidden = workdir / "runs" / "tiny" / "hidden_states"
         load_before = os.getloadavg()
-        if not options.no_hogs:
-            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
-        times: dict[tuple[str, str], list[float]] = {}
+        conditions = ["quiet"] if options.no_hogs else ["quiet", "hogs"]
+        times: dict[tuple[str, str, str], list[float]] = {}
         order = list(contenders)
         for round_index in range(options.n):
-            for name in order[round_index % len(order):] + order[:round_index % len(order)]:
-                env = contenders[name]
-                shutil.rmtree(hidden, ignore_errors=True)
-                elapsed, document = agent(workdir, env, "step", "extract", "--run", "tiny", *samples)
-                assert document["status"] == "done" and document["counts"]["written"] > 0, document
-                times.setdefault(("extract", name), []).append(elapsed)
-                elapsed, document = agent(workdir, env, "step", "train", "--run", "tiny", "--fresh", "--epochs",
-                                          str(options.epochs))
-                assert document["status"] == "done", document
-                times.setdefault(("train", name), []).append(elapsed)
-                print(f"  round {round_index + 1} {name:18} extract {times['extract', name][-1]:6.1f} s  "
-                      f"train {times['train', name][-1]:6.1f} s  load {os.getloadavg()[0]:.1f}", flush=True)
+            for condition in conditions:
+                if condition == "hogs":
+                    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(HOG_COUNT)]
+                for name in order[round_index % len(order):] + order[:round_index % len(order)]:
+                    env = contenders[name]
+                    shutil.rmtree(hidden, ignore_errors=True)
+                    elapsed, document = agent(workdir, env, "step", "extract", "--run", "tiny", *samples)
+                    assert document["status"] == "done" and document["counts"]["written"] > 0, document
+                    times.setdefault(("extract", name, condition), []).append(elapsed)
+                    elapsed, document = agent(workdir, env, "step", "train", "--run", "tiny", "--fresh", "--epochs",
+                                              str(options.epochs))
+                    assert document["status"] == "done", document
+                    times.setdefault(("train", name, condition), []).append(elapsed)
+                    print(f"  round {round_index + 1} {condition:5} {name:18} "
+                          f"extract {times['extract', name, condition][-1]:6.1f} s  "
+                          f"train {times['train', name, condition][-1]:6.1f} s  load {os.getloadavg()[0]:.1f}",
+                          flush=True)
+                stop_hogs(hogs)
+                hogs = []
         load_after = os.getloadavg()
-        hogs_text = "no hogs" if options.no_hogs else "two CPU hogs"
-        print(f"specops CPU steps, {hogs_text}, {options.n} rounds, {os.cpu_count()} CPUs ({cores} usable), "
-              f"load {load_before[0]:.1f} before / {load_after[0]:.1f} after (1-min average)")
-        print(f"{'step':8} {'threads':18} {'median s':>9} {'runs':>24} {'x inherited':>12}")
+        fair = (cores + HOG_COUNT) / cores
+        print(f"specops CPU steps, {options.n} rounds of {' and '.join(conditions)}, {os.cpu_count()} CPUs "
+              f"({cores} usable), load {load_before[0]:.1f} before / {load_after[0]:.1f} after (1-min average); "
+              f"fair share with {HOG_COUNT} hogs: {fair:.2f}x slower")
+        print(f"{'step':8} {'threads':18} {'cond.':6} {'median s':>9} {'runs':>24} {'x inherited':>12} "
+              f"{'x quiet':>8} {'x fair':>7}")
         for step in ("extract", "train"):
-            floor = statistics.median(times[step, "inherited"])
-            for name in contenders:
-                runs = times[step, name]
-                listed = ", ".join(f"{value:.1f}" for value in runs)
-                print(f"{step:8} {name:18} {statistics.median(runs):9.1f} {listed:>24} "
-                      f"{statistics.median(runs) / floor:12.2f}")
+            for condition in conditions:
+                floor = statistics.median(times[step, "inherited", condition])
+                for name in contenders:
+                    runs = times[step, name, condition]
+                    median = statistics.median(runs)
+                    listed = ", ".join(f"{value:.1f}" for value in runs)
+                    slowdown = median / statistics.median(times[step, name, "quiet"])
+                    against_fair = f"{slowdown:8.2f} {slowdown / fair:7.2f}" if condition == "hogs" else ""
+                    print(f"{step:8} {name:18} {condition:6} {median:9.1f} {listed:>24} {median / floor:12.2f} "
+                          f"{against_fair}")
         return 0
     finally:
-        for hog in hogs:
-            hog.send_signal(signal.SIGKILL)
-            hog.wait()
+        stop_hogs(hogs)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -10,7 +10,10 @@ and a local host, and times, after one warm-up each, N rounds of all of these in
   bare (in-proc)    connect + `true` in this process (imports already paid), TCP_NODELAY on and off
   agent (in-proc)   connect + one agent call (`job list`) in this process, TCP_NODELAY on and off
   invoke --list / hosts   the CLI with no SSH at all: interpreter, invoke and imports
-  check / status / patch status   the full task, `invoke ... --host H --json`, with its round trips
+  check / status / patch status   the full task, `invoke ... --host H --json`, with its round trips;
+                    status three ways: through a shared OpenSSH master that is up (the usual case
+                    after the first quick task or a sync), opening a master (a control folder of
+                    its own each time), and without sharing (SPECOPS_SSH_PERSIST=0: fabric)
 
 With --before PATH (another checkout, e.g. `git worktree add ../before <commit>`), the process rows
 (bare process, the invoke tasks) are timed for that tree too, interleaved with this one's, against
@@ -189,17 +192,28 @@ def process_measurements(login: Login, host: str, env: dict[str, str], tree: Pat
          lambda: run_checked([PYTHON, "-c", BARE_PROCESS, str(tree), host], env, cwd=tree)),
     ]
 
-    def task(row: Row, args: list[str]) -> None:
+    def task(row: Row, args: list[str], extra: Callable[[], dict[str, str]] = dict) -> None:
         proc = subprocess.run([str(INVOKE), *args, "--host", host, "--json"], capture_output=True, text=True,
-                              env=env, cwd=tree, timeout=120)
+                              env={**env, **extra()}, cwd=tree, timeout=120)
         if proc.returncode not in (0, 1):  # 1: a check failed (no GPU, no torch on this host): still timed
             raise RuntimeError(f"{row.name} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
         row.round_trips = max(row.round_trips or 0, json.loads(proc.stdout)["round_trips"])
 
-    for name, args in (("invoke check", ["check"]), ("invoke status", ["status"]),
-                       ("invoke patch status", ["patch", "status"])):
+    def cold_master() -> dict[str, str]:
+        # A control folder of its own each time: the task opens a master (it lingers 2 s, then ends)
+        return {"SPECOPS_SSH_CONTROL_DIR": tempfile.mkdtemp(dir=env["SPECOPS_SSH_CONTROL_DIR"]),
+                "SPECOPS_SSH_PERSIST": "2"}
+
+    def no_sharing() -> dict[str, str]:
+        return {"SPECOPS_SSH_PERSIST": "0"}
+
+    for name, args, extra in (("invoke check", ["check"], dict),
+                              ("invoke status (master up)", ["status"], dict),
+                              ("invoke status (opens a master)", ["status"], cold_master),
+                              ("invoke status (no sharing: fabric)", ["status"], no_sharing),
+                              ("invoke patch status (master up)", ["patch", "status"], dict)):
         row = Row(name, login.label, label)
-        measurements.append((row, functools.partial(task, row, args)))
+        measurements.append((row, functools.partial(task, row, args, extra)))
     return measurements
 
 
@@ -297,7 +311,10 @@ def main() -> int:
         inventory = write_inventory(root / "inventory.yaml", hosts, default="local")
         env = {key: value for key, value in os.environ.items()
                if not key.startswith("SPECOPS_") and key != "PYTHONDONTWRITEBYTECODE"}
-        env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1")
+        control = root / "mux"
+        control.mkdir(mode=0o700)
+        env.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"), NO_COLOR="1",
+                   SPECOPS_SSH_CONTROL_DIR=str(control))
         if options.no_bytecode:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         os.environ.update(SPECOPS_INVENTORY=str(inventory), SPECOPS_LOGS=str(root / "logs"))
@@ -325,6 +342,10 @@ def main() -> int:
         print(f"(whole bench: {time.perf_counter() - started:.0f} s)")
         return 0
     finally:
+        for socket_path in (root / "mux").rglob("*"):  # end the shared masters before their server
+            if socket_path.is_socket():
+                subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "unused"],
+                               capture_output=True, timeout=10)
         server.stop()
         remove_user(clean)
         if inventory is not None:  # this checkout's record of which host workdirs hold the current agent

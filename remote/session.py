@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 class HostSession:
     """An inventory host and, opened on first use, the one connection this task talks to it through."""
 
-    def __init__(self, host: Host, inventory: Inventory | None = None, *, accept_new_host_key: bool = False) -> None:
+    def __init__(self, host: Host, inventory: Inventory | None = None, *, accept_new_host_key: bool = False,
+                 quick: bool = False) -> None:
         self.host, self.inventory = host, inventory
-        self.accept_new_host_key = accept_new_host_key
+        self.accept_new_host_key, self.quick = accept_new_host_key, quick
         self.connects = 0
         self._conn: Connection | None = None
 
@@ -38,7 +39,7 @@ class HostSession:
             from remote.ssh import open_connection
 
             self._conn = open_connection(self.host, accept_new_host_key=self.accept_new_host_key,
-                                         inventory=self.inventory)
+                                         inventory=self.inventory, quick=self.quick)
             self.connects += 1
         return self._conn
 
@@ -63,19 +64,22 @@ class HostSession:
 
 
 @contextmanager
-def host_session(host_name: str | None, *, accept_new_host_key: bool = False) -> Iterator[HostSession]:
+def host_session(host_name: str | None, *, accept_new_host_key: bool = False,
+                 quick: bool = False) -> Iterator[HostSession]:
     """The task's session: the inventory loaded once, the host chosen, its connection opened lazily."""
     from remote.inventory import load_inventory
 
     inventory = load_inventory()
-    with HostSession(inventory.host(host_name), inventory, accept_new_host_key=accept_new_host_key) as session:
+    with HostSession(inventory.host(host_name), inventory, accept_new_host_key=accept_new_host_key,
+                     quick=quick) as session:
         yield session
 
 
 @contextmanager
-def host_connection(host_name: str | None, *, accept_new_host_key: bool = False) -> Iterator[tuple[Host, Any]]:
-    """For a task of one exchange: the host and its connection, opened now."""
-    with host_session(host_name, accept_new_host_key=accept_new_host_key) as session:
+def host_connection(host_name: str | None, *, accept_new_host_key: bool = False,
+                    quick: bool = False) -> Iterator[tuple[Host, Any]]:
+    """For a task of one exchange: the host and its connection, opened now (`quick`: see open_connection)."""
+    with host_session(host_name, accept_new_host_key=accept_new_host_key, quick=quick) as session:
         yield session.host, session.conn
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +54,19 @@ def inventory(tmp_path: Path, sshd: SshServer, known_hosts: Path) -> Path:
 @pytest.fixture
 def cli(inventory: Path, tmp_path: Path) -> Cli:
     return Cli(inventory, tmp_path / "logs")
+
+
+@pytest.fixture
+def control_dir() -> Iterator[Path]:
+    """A private folder for the shared OpenSSH masters of one test (SPECOPS_SSH_CONTROL_DIR); the
+    masters the test opened are ended after it."""
+    # Short on purpose: a socket path must fit in sun_path (tmp_path is often too deep).
+    folder = Path(tempfile.mkdtemp(prefix="sp-mux-"))
+    yield folder
+    for socket_path in folder.iterdir():
+        subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "unused"], capture_output=True,
+                       timeout=10)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(params=["local", "loop"])

@@ -23,10 +23,18 @@ __all__ = ["CommandResult", "Connection", "HostOutcome", "LocalConnection", "Tar
 
 
 def open_connection(host: Host, *, accept_new_host_key: bool = False,
-                    inventory: Inventory | None = None) -> Connection:
-    """A connection to `host`; use it as a context manager. Host keys verified (see host_keys)."""
+                    inventory: Inventory | None = None, quick: bool = False) -> Connection:
+    """A connection to `host`; use it as a context manager. Host keys verified (see host_keys).
+
+    `quick`: for a task of a few commands that are safe to repeat — through OpenSSH and a shared
+    master when sharing is on (remote.ssh.master), so a second quick task makes no new login."""
     if host.is_local:
         return LocalConnection(host)
+    if quick:
+        from remote.ssh.master import MasterConnection, can_share
+
+        if can_share(host, accept_new_host_key=accept_new_host_key):
+            return MasterConnection(host, inventory)
     from remote.ssh.connection import SSHConnection
 
     return SSHConnection(host, accept_new_host_key=accept_new_host_key, inventory=inventory)

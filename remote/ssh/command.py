@@ -40,6 +40,18 @@ def shell_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str,
     return " ".join(parts)
 
 
+def dead_connection(where: str, dead_after: float) -> str:
+    """The one line for a connection that went silent, whichever client noticed (paramiko or OpenSSH)."""
+    return f"{where}: no data from the host for {dead_after:g} s and no answer to keepalives (connection dead?)"
+
+
+def pump(pipe, callback: Callable[[bytes], None] | None) -> None:
+    """Read a subprocess's pipe to its end, handing each chunk to `callback` (dropped when None)."""
+    while chunk := pipe.read1(READ_CHUNK):
+        if callback:
+            callback(chunk)
+
+
 class Connection(Protocol):
     """A host to run commands on: `local` (bash here) or SSH (fabric), the same calls either way."""
 

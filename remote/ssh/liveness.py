@@ -15,7 +15,7 @@ from collections.abc import Callable
 import paramiko
 
 from remote.errors import ConnectError
-from remote.ssh.command import READ_CHUNK
+from remote.ssh.command import READ_CHUNK, dead_connection
 
 POLL_S = 1.0  # how often a quiet command's connection is checked for life
 
@@ -55,8 +55,7 @@ def drive(channel: paramiko.Channel, transport: paramiko.Transport, probe: Liven
         now = time.monotonic()
         last_sign = max(last_sign, probe.last_reply)
         if now - last_sign > dead_after:
-            raise ConnectError(f"{where}: no data from the host for {dead_after:g} s and no answer to "
-                               "keepalives (connection dead?)")
+            raise ConnectError(dead_connection(where, dead_after))
         if timeout is not None and now - started > timeout:
             raise ConnectError(f"{where}: the command did not finish within {timeout:g} s")
         probe.ask(transport)  # one keepalive in flight at a time, each second of silence

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote.errors import ConnectError
-from remote.ssh.command import READ_CHUNK, CommandResult, shell_command
+from remote.ssh.command import READ_CHUNK, CommandResult, pump, shell_command
 
 if TYPE_CHECKING:
     from remote.inventory import Host
@@ -36,7 +36,7 @@ class LocalConnection:
         proc = subprocess.Popen(["bash", "-c", shell_command(argv, cwd, env)], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None and proc.stderr is not None
-        err_thread = threading.Thread(target=_pump, args=(proc.stderr, on_stderr), daemon=True)
+        err_thread = threading.Thread(target=pump, args=(proc.stderr, on_stderr), daemon=True)
         err_thread.start()
         try:
             while chunk := proc.stdout.read1(READ_CHUNK):  # type: ignore[attr-defined]
@@ -59,9 +59,3 @@ class LocalConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _pump(pipe, callback) -> None:
-    while chunk := pipe.read1(READ_CHUNK):
-        if callback:
-            callback(chunk)

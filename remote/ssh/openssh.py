@@ -1,4 +1,5 @@
-"""OpenSSH client command lines for the tools that bring their own ssh (rsync's `-e`).
+"""OpenSSH client command lines: for the tools that bring their own ssh (rsync's `-e`) and for the
+shared-master connection of quick tasks (remote.ssh.shared).
 
 The same settings as our fabric connections: the inventory's key, port, known_hosts with strict
 checking, timeouts, and the jump host as a ProxyCommand carrying the jump host's own settings.
@@ -6,7 +7,7 @@ checking, timeouts, and the jump host as a ProxyCommand carrying the jump host's
 Connection sharing the field's way: OpenSSH's ControlMaster/ControlPersist. The first command opens
 a master (host key verified then, against the inventory's known_hosts) that stays up for
 `SPECOPS_SSH_PERSIST` seconds (default 120; 0 turns sharing off) after its last session, so the
-next `invoke sync` skips the TCP connect, key exchange and authentication. The socket lives in a
+next `invoke sync` or quick task skips the TCP connect, key exchange and authentication. The socket lives in a
 private folder (`SPECOPS_SSH_CONTROL_DIR`, default ~/.cache/specops/ssh, mode 0700) under a name
 hashed from every option, the destination and the known_hosts file's size and mtime: a host with
 other settings, another key, another jump host or an edited known_hosts never reuses a master.
@@ -16,6 +17,7 @@ paramiko (our own connections) cannot speak OpenSSH's mux protocol, so only Open
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shlex
 import stat
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
 
 DEFAULT_PERSIST_S = 120
+ALIVE_COUNT = 2
 SOCKET_PATH_MAX = 100  # sun_path is 104-108 bytes; OpenSSH appends a random suffix while binding
 
 
@@ -35,9 +38,13 @@ def ssh_options(host: Host) -> list[str]:
     """OpenSSH client options equal to our own connection's: key, port, strict known_hosts, timeouts."""
     target = resolve_target(host)
     known_hosts = os.path.expanduser(host.known_hosts)
+    # Dead after about channel_timeout of silence, as our own connections judge it: a keepalive
+    # after each third of it, given up when the next two go unanswered.
+    alive_interval = max(1, math.ceil(host.channel_timeout / (ALIVE_COUNT + 1)))
     parts = ["-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-             "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"ConnectTimeout={int(host.connect_timeout)}",
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "IPQoS=throughput"]
+             "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"ConnectTimeout={max(1, int(host.connect_timeout))}",
+             "-o", f"ServerAliveInterval={alive_interval}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
+             "-o", "IPQoS=throughput"]
     for identity in target.identity_files:
         parts += ["-i", identity, "-o", "IdentitiesOnly=yes"]
     return parts
@@ -50,6 +57,11 @@ def destination(host: Host) -> str:
 
 def ssh_command(host: Host, inventory: Inventory | None) -> str:
     """The `ssh ...` line (without the destination) for rsync's -e: verified, shared when allowed."""
+    return shlex.join(ssh_argv(host, inventory))
+
+
+def ssh_argv(host: Host, inventory: Inventory | None) -> list[str]:
+    """`ssh` and its options (without the destination): verified, through a shared master when allowed."""
     parts = ["ssh", *ssh_options(host)]
     jump = jump_host(host, inventory)
     if jump is not None:
@@ -57,8 +69,7 @@ def ssh_command(host: Host, inventory: Inventory | None) -> str:
         # carries the jump host's own settings, host-key verification included.
         proxy = shlex.join(["ssh", *ssh_options(jump), "-W", "%h:%p", destination(jump)])
         parts += ["-o", f"ProxyCommand={proxy}"]
-    parts += sharing_options(host, parts[1:])
-    return shlex.join(parts)
+    return parts + sharing_options(host, parts[1:])
 
 
 def persist_seconds() -> int:

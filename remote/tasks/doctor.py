@@ -27,7 +27,8 @@ def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
         run_across(f"doctor — {f'run {run}' if run else 'installed stack'}", several, inventory,
                    lambda chosen, conn: doctor_call(conn, chosen, run), findings_summary, json=json)
         return
-    chosen, code, document = exchange_once(inventory, host, lambda chosen, conn: doctor_call(conn, chosen, run))
+    chosen, code, document = exchange_once(inventory, host, lambda chosen, conn: doctor_call(conn, chosen, run),
+                                           quick=True)
     if json:
         emit_json(document)
     elif "findings" in document:

@@ -70,7 +70,7 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     if several is not None:
         run_across("status", several, inventory, exchange, jobs_summary, json=json, totals=total_eta)
         return
-    chosen, _code, document = exchange_once(inventory, host, exchange)
+    chosen, _code, document = exchange_once(inventory, host, exchange, quick=True)
     if json:
         emit_json(document)
         return

@@ -102,7 +102,8 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         run_across(f"patch {action}", several, inventory, exchange, sets_summary, json=json)
         return
     started = time.perf_counter()
-    with host_connection(host) as (chosen, conn):
+    # verify and status only read: they may ride a shared OpenSSH master (remote.ssh.master)
+    with host_connection(host, quick=action in MANY_HOST_ACTIONS and not dry_run) as (chosen, conn):
         if action == "new" and from_finding:
             args += ["--from-finding", from_finding]
             args += ["--id", id_] if id_ else []

@@ -17,13 +17,15 @@ if TYPE_CHECKING:
 
 def exchange_once(inventory: Inventory, host_name: str | None,
                   exchange: Callable[[Host, Connection], tuple[int, dict[str, Any]]], *,
-                  accept_new_host_key: bool = False) -> tuple[Host, int, dict[str, Any]]:
+                  accept_new_host_key: bool = False, quick: bool = False) -> tuple[Host, int, dict[str, Any]]:
     """A one-host task's exchange through one connection: the host, the exit code, and the document
-    with `host`, `round_trips` and `elapsed_s` added (what check, doctor and status report)."""
+    with `host`, `round_trips` and `elapsed_s` added (what check, doctor and status report).
+    `quick`: the exchange only reads, so it may ride a shared OpenSSH master (open_connection)."""
     from remote.session import HostSession
 
     started = time.perf_counter()
-    with HostSession(inventory.host(host_name), inventory, accept_new_host_key=accept_new_host_key) as session:
+    with HostSession(inventory.host(host_name), inventory, accept_new_host_key=accept_new_host_key,
+                     quick=quick) as session:
         code, document = exchange(session.host, session.conn)
         trips = session.round_trips
     return session.host, code, {**document, "host": session.host.name, "round_trips": trips,

@@ -4,10 +4,7 @@ known_hosts, and run configs kept elsewhere still travel as the bundle lays them
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,17 +13,6 @@ from tests.support.cli import Cli
 from tests.support.sshd import SshServer
 
 pytestmark = pytest.mark.ssh
-
-
-@pytest.fixture
-def control_dir() -> Iterator[Path]:
-    # Short on purpose: a socket path must fit in sun_path (tmp_path is often too deep).
-    folder = Path(tempfile.mkdtemp(prefix="sp-mux-"))
-    yield folder
-    for socket_path in folder.iterdir():  # end the masters this test opened
-        subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "unused"], capture_output=True,
-                       timeout=10)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_second_sync_reuses_the_first_ones_ssh_login(cli: Cli, sshd: SshServer, control_dir: Path) -> None:

@@ -58,6 +58,14 @@ def slow_host_cli(tmp_path: Path, network: NetnsHost, started: Path, release: Pa
     return Cli(write_host_inventory(tmp_path, network, python=str(wrapper)), tmp_path / "logs")
 
 
+@pytest.fixture(params=["shared master", "own connection"])
+def quick_env(request: pytest.FixtureRequest, control_dir: Path) -> dict[str, str]:
+    """`invoke status` both ways: through a shared OpenSSH master, and on our own (fabric) connection."""
+    if request.param == "shared master":
+        return {"SPECOPS_SSH_CONTROL_DIR": str(control_dir)}
+    return {"SPECOPS_SSH_PERSIST": "0"}
+
+
 def where(network: NetnsHost) -> str:
     return f"{HOST} ({network.address}:{network.port})"
 
@@ -81,10 +89,10 @@ def test_check_across_a_partition_fails_within_the_connect_timeout_naming_the_ho
 
 
 def test_a_partition_during_an_agent_call_is_reported_as_a_dead_connection(
-        tmp_path: Path, network: NetnsHost) -> None:
+        tmp_path: Path, network: NetnsHost, quick_env: dict[str, str]) -> None:
     started, release = tmp_path / "call-started", tmp_path / "release"
     cli = slow_host_cli(tmp_path, network, started, release)
-    call = cli.popen("status", "--host", HOST, "--json")
+    call = cli.popen("status", "--host", HOST, "--json", **quick_env)
     try:
         wait_until(started.exists, what="the agent call to be running on the host")
         network.partition()
@@ -103,10 +111,11 @@ def test_a_partition_during_an_agent_call_is_reported_as_a_dead_connection(
     assert elapsed < CHANNEL_TIMEOUT + SLACK_S
 
 
-def test_a_quiet_agent_call_on_a_whole_network_is_not_a_dead_connection(tmp_path: Path, network: NetnsHost) -> None:
+def test_a_quiet_agent_call_on_a_whole_network_is_not_a_dead_connection(
+        tmp_path: Path, network: NetnsHost, quick_env: dict[str, str]) -> None:
     started, release = tmp_path / "call-started", tmp_path / "release"
     cli = slow_host_cli(tmp_path, network, started, release)
-    call = cli.popen("status", "--host", HOST, "--json")
+    call = cli.popen("status", "--host", HOST, "--json", **quick_env)
     try:
         wait_until(started.exists, what="the agent call to be running on the host")
         time.sleep(CHANNEL_TIMEOUT + 1)  # quiet, like an import of vLLM, on a healthy link
