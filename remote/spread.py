@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from remote.session import HostSession
     from remote.ssh import Connection
 
-Check = Callable[["Connection", "Host"], Any]  # check_run + preflight of one host (from the task)
+Check = Callable[["Connection", "Host"], Any]  # check_run + preflight of one host (from the task): its
+# document ("regenerates": whether the run has a regenerate step)
 SERVE_PYTHON = {"SPECOPS_SERVE_PYTHON": "serve"}
 
 
@@ -205,8 +206,13 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
     build_bundle()  # once, before the threads: each would otherwise hash the checkout itself
     with Group(hosts, inventory) as group:
         first = group.sessions[hosts[0].name]
-        timed("check", lambda: first_failure(group.each(lambda s: check(s.conn, s.host)), "check",
-                                                   "; nothing was launched on any host"))
+        def check_everywhere() -> dict[str, Any]:
+            results = group.each(lambda s: check(s.conn, s.host))
+            first_failure(results, "check", "; nothing was launched on any host")
+            return results
+
+        checked = timed("check", check_everywhere)
+        regenerates = any(document.get("regenerates", True) for document in checked.values())
 
         def patches() -> None:
             for session in group.sessions.values():
@@ -221,7 +227,11 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
         else:
             timed("patches", patches)
         count = len(hosts)
-        answers = regenerate_across(group, run, timed, steps)
+        if regenerates:
+            answers = regenerate_across(group, run, timed, steps)
+        else:  # no regenerate job on any host: each would only report that it has nothing to do
+            answers = None
+            steps["regenerate"] = {"status": "skipped: the run does not regenerate"}
         parts = timed("extract", lambda: run_everywhere(
             group, "extract", lambda rank, _host: ["step", "extract", "--run", run, *sample_args, "--part",
                                                    f"{rank}/{count}"], run))

@@ -354,8 +354,8 @@ def pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_f
     run_name = safe_name(run or chosen[0].run, "--run")
 
     def check(conn, member):
-        check_run(conn, member, run_name)
-        return preflight(conn, member, run_name, skip_doctor)
+        checked = check_run(conn, member, run_name)
+        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
     summary = pipeline_across(chosen, inventory, run_name, check, samples=positive(samples, "--samples"),
                               skip_patches=skip_patches, no_fetch=no_fetch, port=positive(port, "--port") or RDZV_PORT)

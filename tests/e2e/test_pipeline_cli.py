@@ -3,7 +3,9 @@
 These are the user's flows: `invoke extract --samples 10`, `invoke validate`, `invoke pipeline` twice
 (the first ends with the draft's acceptance on held-out prompts, the second skips every step), a
 changed draft vocabulary re-running only vocab and train, a killed
-training resuming, and `invoke fetch` bringing home a checkpoint that speculators loads.
+training resuming, and `invoke fetch` bringing home a checkpoint that speculators loads. Over SSH,
+`invoke extract` (doctor, launch, follow) and `invoke pipeline` (doctor, launch, follow, fetch) each
+log in to the real sshd exactly once, counted in its log; on `local` never.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import yaml
 
 from tests.support.cli import Cli
 from tests.support.repo import REPO
+from tests.support.sshd import SshServer
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
@@ -25,9 +28,15 @@ def _workdir(tmp_path: Path, host_name: str) -> Path:
     return tmp_path / ("local-workdir" if host_name == "local" else "loop-workdir")
 
 
-def test_extract_ten_samples_then_validate(cli: Cli, tmp_path: Path, host_name: str) -> None:
+def _logins_expected(host_name: str) -> int:
+    return 0 if host_name == "local" else 1
+
+
+def test_extract_ten_samples_then_validate(cli: Cli, tmp_path: Path, host_name: str, sshd: SshServer) -> None:
+    before = sshd.logins()
     extracted = cli("extract", "--host", host_name, "--samples", "10", "--json", timeout=600)
     assert extracted.exit_code == 0, extracted.stderr[-3000:]
+    assert sshd.logins() - before == _logins_expected(host_name)  # one connection for the whole task
     report = extracted.json()
     assert report["ok"] is True and report["backend"] == "hf"
     assert report["counts"]["samples"] == 10
@@ -68,13 +77,16 @@ def _pipeline(cli: Cli, host_name: str) -> dict:
 
 
 def test_pipeline_runs_then_skips_every_step_and_fetches_a_loadable_checkpoint(
-        cli: Cli, tmp_path: Path, host_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        cli: Cli, tmp_path: Path, host_name: str, sshd: SshServer) -> None:
     fetched = tmp_path / "fetched"
     cli_env = {"SPECOPS_FETCHED": str(fetched)}
+    before = sshd.logins()
     first = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
     assert first.exit_code == 0, first.stderr[-4000:]
+    assert sshd.logins() - before == _logins_expected(host_name)  # doctor, launch, follow and fetch: one
     summary = first.json()
     assert summary["ok"] is True
+    assert summary["fetched"] == str(fetched / host_name / "tiny")
     assert {name: info["status"] for name, info in summary["steps"].items()} == {
         "doctor": "ok (checked before launch)", "patches": "ok", "regenerate": "done", "prepare": "done",
         "extract": "done", "validate": "done", "vocab": "done", "train": "done", "evaluate": "done"}
