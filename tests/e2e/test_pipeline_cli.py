@@ -76,15 +76,8 @@ def _pipeline(cli: Cli, host_name: str) -> dict:
     return result.json()
 
 
-def test_pipeline_runs_then_skips_every_step_and_fetches_a_loadable_checkpoint(
-        cli: Cli, tmp_path: Path, host_name: str, sshd: SshServer) -> None:
-    fetched = tmp_path / "fetched"
-    cli_env = {"SPECOPS_FETCHED": str(fetched)}
-    before = sshd.logins()
-    first = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
-    assert first.exit_code == 0, first.stderr[-4000:]
-    assert sshd.logins() - before == _logins_expected(host_name)  # doctor, launch, follow and fetch: one
-    summary = first.json()
+def _assert_first_run(summary: dict, fetched: Path, host_name: str) -> None:
+    """Every step ran; the draft learned; the fetch brought a checkpoint, the plots and the evaluation."""
     assert summary["ok"] is True
     assert summary["fetched"] == str(fetched / host_name / "tiny")
     assert {name: info["status"] for name, info in summary["steps"].items()} == {
@@ -104,14 +97,25 @@ def test_pipeline_runs_then_skips_every_step_and_fetches_a_loadable_checkpoint(
     assert fetched_evaluation["report"] == trained
     assert not (checkpoint / "optimizer_state_dict.pt").exists()
 
-    second = cli("pipeline", "--host", host_name, "--json", timeout=900, **cli_env)
-    assert second.exit_code == 0, second.stderr[-4000:]
-    statuses = {name: info["status"] for name, info in second.json()["steps"].items()}
+
+def _assert_all_skipped(summary: dict) -> None:
+    statuses = {name: info["status"] for name, info in summary["steps"].items()}
     for step in ("regenerate", "prepare", "extract", "validate", "vocab", "train", "evaluate"):
         assert statuses[step] == "skipped: unchanged", statuses
 
-    if host_name == "local":
-        _assert_loads_with_speculators(checkpoint)
+
+def test_pipeline_over_ssh_runs_then_skips_every_step_and_fetches_the_checkpoint(
+        cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
+    fetched = tmp_path / "fetched"
+    cli_env = {"SPECOPS_FETCHED": str(fetched)}
+    before = sshd.logins()
+    first = cli("pipeline", "--host", "loop", "--json", timeout=900, **cli_env)
+    assert first.exit_code == 0, first.stderr[-4000:]
+    assert sshd.logins() - before == 1  # doctor, launch, follow and fetch: one connection
+    _assert_first_run(first.json(), fetched, "loop")
+    second = cli("pipeline", "--host", "loop", "--json", timeout=900, **cli_env)
+    assert second.exit_code == 0, second.stderr[-4000:]
+    _assert_all_skipped(second.json())
 
 
 def _assert_loads_with_speculators(checkpoint: Path) -> None:
@@ -131,14 +135,15 @@ def _assert_loads_with_speculators(checkpoint: Path) -> None:
     assert captured and captured[0].shape == (1, seq, config["draft_vocab_size"])
 
 
-def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
-        cli: Cli, tmp_path: Path) -> None:
+def test_on_local_the_pipeline_runs_skips_and_a_new_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
+        cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
     # Run configs kept outside the checkout (SPECOPS_RUNS_DIR): the user's edit travels to the host.
     runs = tmp_path / "my-runs"
     runs.mkdir()
     config_file = runs / "tiny.yaml"
     config_file.write_text((REPO / "runs" / "tiny.yaml").read_text())
-    env = {"SPECOPS_RUNS_DIR": str(runs)}
+    fetched = tmp_path / "fetched"
+    env = {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(fetched)}
     workdir = _workdir(tmp_path, "local")
 
     def pipeline() -> dict:
@@ -146,7 +151,12 @@ def test_changing_the_draft_vocab_reruns_only_vocab_and_train_and_a_killed_train
         assert result.exit_code == 0, result.stderr[-4000:]
         return result.json()
 
-    pipeline()
+    before = sshd.logins()
+    _assert_first_run(pipeline(), fetched, "local")
+    assert sshd.logins() == before  # the local host is no SSH host
+    _assert_all_skipped(pipeline())
+    _assert_loads_with_speculators(fetched / "local" / "tiny" / "checkpoint")
+
     config = yaml.safe_load(config_file.read_text())
     config["draft"]["vocab_size"] = 128
     config_file.write_text(yaml.safe_dump(config))

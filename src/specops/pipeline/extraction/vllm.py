@@ -81,7 +81,7 @@ def vllm_share(plan: ExtractionPlan, part: tuple[int, int]) -> tuple[dict[str, A
 def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *, host_gpus: int | None = None,
                          concurrency: int = DEFAULT_CONCURRENCY,
                          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, part: tuple[int, int] | None = None,
-                         require_whole: bool = False) -> dict[str, Any]:
+                         require_whole: bool = False, plan: ExtractionPlan | None = None) -> dict[str, Any]:
     """Extract hidden states of prepared rows 0..N-1 through a ready extraction server.
 
     run        the loaded run; step 1 (prepare) runs first if its outputs are missing or stale
@@ -95,12 +95,15 @@ def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *,
     part       (I, COUNT): write only share I of COUNT hosts (recorded as a part, not done)
     require_whole  write nothing (no endpoint needed): exit 1 unless every file 0..N-1 is whole, then
                record the step done (the check on every host after a gather)
+    plan       the plan the caller already made for these arguments (extract_with_server: made to
+               decide whether a server is needed; nothing else writes the files meanwhile)
 
     Returns the step report {"step": "extract", "status": "done" | "skipped: unchanged", "counts",
     "inputs_hash", "layer_ids", "dtype", "seconds", "samples_per_s", "tokens_per_s", "output",
     "backend": "vllm"}. Raises CheckFailed (exit 1) when speculators fails or a file is not whole.
     """
-    plan = plan_for(run, samples, gpus.device_count() if host_gpus is None else host_gpus)
+    if plan is None:
+        plan = plan_for(run, samples, gpus.device_count() if host_gpus is None else host_gpus)
     if require_whole:
         plan.require_all_whole()
     share, share_rows = vllm_share(plan, part) if part else (None, None)
@@ -201,7 +204,7 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
         _, rows = vllm_share(plan, part)
         if all(row not in rows for row in plan.problems) and plan.current:
             # this host's share is whole already: record it without a server
-            return run_generate_offline(run, None, samples, host_gpus=host_gpus, part=part)
+            return run_generate_offline(run, None, samples, host_gpus=host_gpus, part=part, plan=plan)
     if plan.unchanged:
         print("extract: hidden states of these samples are already extracted from the same inputs; "
               "no server needed", file=sys.stderr, flush=True)
@@ -213,7 +216,7 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
     server = vllm.start_server_job(run, host_gpus, port=port, serve_python=serve_python,
                                    ready_timeout_s=ready_timeout_s)
     try:
-        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus, part=part)
+        report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus, part=part, plan=plan)
     finally:
         stopped = server.stop("--stop-server") if stop_server else None
     report["server"] = server.describe(stopped)
