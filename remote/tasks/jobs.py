@@ -176,7 +176,8 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
     lines = positive(lines, "--lines")
     collected: list[str] = []
     show = collected.append if json else lambda text: (sys.stdout.write(text), sys.stdout.flush())
-    with host_session(host) as session:  # one connection: find the job, then tail or follow it
+    # one connection: find the job, then tail or follow it; a tail only reads (a shared master may carry it)
+    with host_session(host, quick=not follow_) as session:
         chosen = session.host
         job_id = job
         if job_id is None:

@@ -132,3 +132,19 @@ def test_the_quick_path_loads_no_paramiko() -> None:
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_log_tail_rides_the_master_and_a_follow_does_not(cli: Cli, sshd: SshServer, control_dir: Path) -> None:
+    env = {"SPECOPS_SSH_CONTROL_DIR": str(control_dir)}
+    assert cli("status", "--host", "loop", **env).exit_code == 0  # opens the master
+    launched = cli("run", "--host", "loop", "--name", "hello", "--", "echo", "hello from the host", **env)
+    assert launched.exit_code == 0, launched.stderr
+    before = sshd.logins()
+    tail = cli("logs", "--host", "loop", "--job", "hello", **env)
+    assert tail.exit_code == 0, tail.stderr
+    assert "hello from the host" in tail.stdout
+    assert sshd.logins() == before
+    followed = cli("logs", "--host", "loop", "--job", "hello", "--follow", **env)
+    assert followed.exit_code == 0, followed.stderr
+    assert "hello from the host" in followed.stdout
+    assert sshd.logins() == before + 1  # a follow may reconnect and resume: our own connection
