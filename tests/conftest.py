@@ -18,6 +18,8 @@ from tests.support.sshd import SshServer, start_sshd
 # is several session fixtures (the patch set applied, a server started, once per conftest).
 from tests.support.vllm import patched_vllm, shared_vllm  # noqa: F401
 
+pytest_plugins = ["tests.support.workers"]  # modules sharing a module fixture stay in one worker
+
 PYTHON = sys.executable  # the host env of the test hosts is this checkout's .venv
 
 
