@@ -1,7 +1,8 @@
 """'N samples' through the real `invoke`, on `local` and over the real sshd: the same N rows in every step.
 
-The README's own flow: `invoke extract --samples 10`, then `invoke train`, then `invoke pipeline
---samples 10`; all three read the same ten rows (the manifest says which), and a later run with
+The README's own flow: `invoke extract --samples 10` (one SSH login for the whole task; the job records
+the doctor and the synced revision), `invoke validate`, then `invoke train`, then `invoke pipeline
+--samples 10`; all of them read the same ten rows (the manifest says which), and a later run with
 more samples extends the extraction instead of redoing it. One training epoch keeps it quick.
 """
 
@@ -15,6 +16,7 @@ import yaml
 
 from tests.support.cli import Cli
 from tests.support.repo import REPO
+from tests.support.sshd import SshServer
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
@@ -29,20 +31,33 @@ def _one_epoch_runs(tmp_path: Path) -> dict[str, str]:
 
 
 def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_extend_the_work(
-        cli: Cli, tmp_path: Path, host_name: str) -> None:
+        cli: Cli, tmp_path: Path, host_name: str, sshd: SshServer) -> None:
     env = _one_epoch_runs(tmp_path)
     run_dir = tmp_path / ("local-workdir" if host_name == "local" else "loop-workdir") / "runs" / "tiny"
 
     def manifest() -> dict:
         return json.loads((run_dir / "manifest.json").read_text())["steps"]
 
+    before = sshd.logins()
     extracted = cli("extract", "--host", host_name, "--samples", "10", "--json", timeout=600, **env)
     assert extracted.exit_code == 0, extracted.stderr[-3000:]
-    assert extracted.json()["counts"]["samples"] == 10
+    assert sshd.logins() - before == (0 if host_name == "local" else 1)  # doctor, launch, follow: one login
+    report = extracted.json()
+    assert report["ok"] is True and report["backend"] == "hf"
+    assert report["counts"]["samples"] == 10
     prepared = manifest()["prepare"]["counts"]
     assert prepared["rows"] == 10 and len(prepared["source_lines"]) == 10  # which rows: lines of the data
     assert sorted(path.name for path in (run_dir / "hidden_states").glob("hs_*.safetensors")) == sorted(
         f"hs_{index}.safetensors" for index in range(10))
+    jobs = cli("status", "--host", host_name, "--json", **env).json()["jobs"]
+    extract_job = next(job for job in jobs if job["name"] == "extract")
+    assert extract_job["state"] == "succeeded" and extract_job["meta"]["doctor"]["ok"] is True
+    assert extract_job["revision"]["commit"]  # the synced revision is recorded
+    validated = cli("validate", "--host", host_name, "--json", timeout=600, **env)
+    assert validated.exit_code == 0, validated.stderr[-3000:]
+    checks = validated.json()["checks"]
+    assert checks["files"]["ok"] and checks["fidelity"]["ok"]
+    assert checks["fidelity"]["detail"]["agreement"] >= 0.98
 
     trained = cli("train", "--host", host_name, "--skip-doctor", "--json", timeout=900, **env)
     assert trained.exit_code == 0, trained.stderr[-3000:]
