@@ -31,10 +31,11 @@ def open_connection(host: Host, *, accept_new_host_key: bool = False,
     if host.is_local:
         return LocalConnection(host)
     if quick:
-        from remote.ssh.master import MasterConnection, can_share
+        from remote.ssh.master import shared_connection
 
-        if can_share(host, accept_new_host_key=accept_new_host_key):
-            return MasterConnection(host, inventory)
+        shared = shared_connection(host, inventory, accept_new_host_key=accept_new_host_key)
+        if shared is not None:
+            return shared
     from remote.ssh.connection import SSHConnection
 
     return SSHConnection(host, accept_new_host_key=accept_new_host_key, inventory=inventory)

@@ -21,13 +21,13 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote.errors import ConnectError
 from remote.ssh.command import READ_CHUNK, CommandResult, Connection, dead_connection, pump, shell_command
-from remote.ssh.openssh import destination, sharing_options, ssh_argv
+from remote.ssh.openssh import client_argv, control_socket, destination, master_options
 from remote.ssh.target import resolve_target
 
 if TYPE_CHECKING:
@@ -43,32 +43,32 @@ _NO_ANSWER = re.compile(r"timed out", re.IGNORECASE)  # connect or banner: the h
 _WENT_SILENT = re.compile(r"Timeout, server .* not responding", re.IGNORECASE)  # keepalives unanswered
 
 
-def can_share(host: Host, *, accept_new_host_key: bool) -> bool:
-    """A shared master is used for SSH hosts when sharing is on and no new host key is to be accepted
-    (accepting one is paramiko's job: it records the key and journals it)."""
-    return not host.is_local and not accept_new_host_key and bool(sharing_options(host, []))
+def shared_connection(host: Host, inventory: Inventory | None, *,
+                      accept_new_host_key: bool) -> MasterConnection | None:
+    """The quick connection to an SSH host, or None: sharing is off (or its folder unsafe), or a new host
+    key is to be accepted (paramiko's job: it records the key and journals it)."""
+    if host.is_local or accept_new_host_key:
+        return None
+    client = client_argv(host, inventory)
+    socket_path = control_socket(host, client[1:])
+    return None if socket_path is None else MasterConnection(host, inventory, client, socket_path)
 
 
 class MasterConnection:
-    """Commands through `ssh` with the shared master's options; the same calls as every connection."""
+    """Commands through `ssh` and the shared master at `socket_path`; the same calls as every connection."""
 
-    def __init__(self, host: Host, inventory: Inventory | None) -> None:
+    def __init__(self, host: Host, inventory: Inventory | None, client: list[str], socket_path: Path) -> None:
         self.host, self.inventory = host, inventory
         self.round_trips = 0
         target = resolve_target(host)
         self._where = f"{host.name} ({target.hostname}:{target.port})"
-        options = ssh_argv(host, inventory)
-        socket_path = next((option.split("=", 1)[1] for option in options if option.startswith("ControlPath=")), None)
         # ssh's own messages go to a log beside the socket: a mux client says nothing when its master
         # dies, the master writes why (a keepalive timeout) there, whichever task opened it.
-        self._log = Path(f"{socket_path}.log") if socket_path else None
-        log_option = ["-E", str(self._log)] if self._log else []
-        self._ssh = [*options, *log_option, "-T", "--", destination(host)]
+        self._log = socket_path.with_name(f"{socket_path.name}.log")
+        self._ssh = [*client, *master_options(socket_path), "-E", str(self._log), "-T", "--", destination(host)]
         self._fallback: Connection | None = None
 
     def _log_offset(self) -> int:
-        if self._log is None:
-            return 0
         try:
             size = self._log.stat().st_size
         except FileNotFoundError:
@@ -80,8 +80,6 @@ class MasterConnection:
 
     def _messages(self, stderr: bytes, offset: int) -> bytes:
         """What ssh said about this call: its stderr and what it (or its master) logged since `offset`."""
-        if self._log is None:
-            return stderr
         try:
             with open(self._log, "rb") as log:
                 log.seek(offset)
@@ -89,33 +87,34 @@ class MasterConnection:
         except FileNotFoundError:
             return stderr
 
-    def _argv(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> list[str]:
-        return [*self._ssh, shell_command(argv, cwd, env)]
-
     def run(self, argv, *, cwd=None, env=None, stdin=None, timeout=None) -> CommandResult:
-        if self._fallback is not None:
-            return self._fallback.run(argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        self.round_trips += 1
-        offset = self._log_offset()
-        try:
-            proc = subprocess.run(self._argv(argv, cwd, env), input=stdin or b"", capture_output=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise ConnectError(f"{self._where}: the command did not finish within {timeout:g} s") from None
-        if proc.returncode == SSH_FAILED and not proc.stdout:
-            self._explain(self._messages(proc.stderr, offset))
-            assert self._fallback is not None
-            return self._fallback.run(argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
-        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+        if self._fallback is None:
+            out, err = bytearray(), bytearray()
+            code = self._drive(argv, cwd, env, stdin, timeout, out.extend, err.extend)
+            if code is not None:
+                return CommandResult(code, bytes(out), bytes(err))
+        assert self._fallback is not None
+        return self._fallback.run(argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout)
 
     def stream(self, argv, *, on_stdout, on_stderr=None, cwd=None, env=None, timeout=None) -> int:
-        if self._fallback is not None:
-            return self._fallback.stream(argv, on_stdout=on_stdout, on_stderr=on_stderr, cwd=cwd, env=env,
-                                         timeout=timeout)
+        if self._fallback is None:
+            code = self._drive(argv, cwd, env, None, timeout, on_stdout, on_stderr)
+            if code is not None:
+                return code
+        assert self._fallback is not None
+        return self._fallback.stream(argv, on_stdout=on_stdout, on_stderr=on_stderr, cwd=cwd, env=env,
+                                     timeout=timeout)
+
+    def _drive(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None, stdin: bytes | None,
+               timeout: float | None, on_stdout: Callable[[bytes], None],
+               on_stderr: Callable[[bytes], None] | None) -> int | None:
+        """Run one command; its exit status, or None when ssh could not run it and the fallback
+        connection (set by `_explain`) is to run it instead."""
         self.round_trips += 1
         offset = self._log_offset()
-        proc = subprocess.Popen(self._argv(argv, cwd, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen([*self._ssh, shell_command(argv, cwd, env)],
+                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert proc.stdout is not None and proc.stderr is not None
         errors = bytearray()
         got_output = False
@@ -125,8 +124,11 @@ class MasterConnection:
             if on_stderr:
                 on_stderr(chunk)
 
-        err_thread = threading.Thread(target=pump, args=(proc.stderr, on_err), daemon=True)
-        err_thread.start()
+        helpers = [threading.Thread(target=pump, args=(proc.stderr, on_err), daemon=True)]
+        if stdin:
+            helpers.append(threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True))
+        for helper in helpers:
+            helper.start()
         timer = threading.Timer(timeout, proc.kill) if timeout else None
         if timer:
             timer.start()
@@ -141,14 +143,13 @@ class MasterConnection:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            err_thread.join(timeout=1)
+            for helper in helpers:
+                helper.join(timeout=1)
         if timer is not None and code < 0:
             raise ConnectError(f"{self._where}: the command did not finish within {timeout:g} s")
         if code == SSH_FAILED and not got_output:
             self._explain(self._messages(bytes(errors), offset))
-            assert self._fallback is not None
-            return self._fallback.stream(argv, on_stdout=on_stdout, on_stderr=on_stderr, cwd=cwd, env=env,
-                                         timeout=timeout)
+            return None
         return code
 
     def _explain(self, stderr: bytes) -> None:
@@ -184,3 +185,12 @@ class MasterConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _feed(pipe, data: bytes) -> None:
+    """Write a command's stdin and close it (the remote side may stop reading early)."""
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):
+        pass

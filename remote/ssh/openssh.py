@@ -1,5 +1,5 @@
 """OpenSSH client command lines: for the tools that bring their own ssh (rsync's `-e`) and for the
-shared-master connection of quick tasks (remote.ssh.shared).
+shared-master connection of quick tasks (remote.ssh.master).
 
 The same settings as our fabric connections: the inventory's key, port, known_hosts with strict
 checking, timeouts, and the jump host as a ProxyCommand carrying the jump host's own settings.
@@ -62,6 +62,12 @@ def ssh_command(host: Host, inventory: Inventory | None) -> str:
 
 def ssh_argv(host: Host, inventory: Inventory | None) -> list[str]:
     """`ssh` and its options (without the destination): verified, through a shared master when allowed."""
+    parts = client_argv(host, inventory)
+    return parts + sharing_options(host, parts[1:])
+
+
+def client_argv(host: Host, inventory: Inventory | None) -> list[str]:
+    """`ssh` and the host's own options (jump host included), without connection sharing."""
     parts = ["ssh", *ssh_options(host)]
     jump = jump_host(host, inventory)
     if jump is not None:
@@ -69,7 +75,7 @@ def ssh_argv(host: Host, inventory: Inventory | None) -> list[str]:
         # carries the jump host's own settings, host-key verification included.
         proxy = shlex.join(["ssh", *ssh_options(jump), "-W", "%h:%p", destination(jump)])
         parts += ["-o", f"ProxyCommand={proxy}"]
-    return parts + sharing_options(host, parts[1:])
+    return parts
 
 
 def persist_seconds() -> int:
@@ -95,10 +101,19 @@ def control_dir() -> Path | None:
 
 def sharing_options(host: Host, options: list[str]) -> list[str]:
     """ControlMaster/ControlPath/ControlPersist for this exact set of options, or none."""
-    seconds = persist_seconds()
-    folder = control_dir() if seconds else None
+    socket_path = control_socket(host, options)
+    return [] if socket_path is None else master_options(socket_path)
+
+
+def master_options(socket_path: Path) -> list[str]:
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={socket_path}", "-o", f"ControlPersist={persist_seconds()}"]
+
+
+def control_socket(host: Host, options: list[str]) -> Path | None:
+    """The shared master's socket for this exact set of options; None when sharing is off or unsafe."""
+    folder = control_dir() if persist_seconds() else None
     if folder is None:
-        return []
+        return None
     known_hosts = Path(host.known_hosts).expanduser()
     try:
         known = known_hosts.stat()
@@ -108,8 +123,8 @@ def sharing_options(host: Host, options: list[str]) -> list[str]:
     key = "\0".join([*options, destination(host), known_key])
     socket_path = folder / hashlib.sha256(key.encode()).hexdigest()[:24]
     if len(str(socket_path)) > SOCKET_PATH_MAX:
-        return []
+        return None
     # ControlPath is read with ssh's %-expansion: a literal % in the folder would be mangled.
     if "%" in str(socket_path):
-        return []
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={socket_path}", "-o", f"ControlPersist={seconds}"]
+        return None
+    return socket_path

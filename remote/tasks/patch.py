@@ -103,7 +103,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         return
     started = time.perf_counter()
     # verify and status only read: they may ride a shared OpenSSH master (remote.ssh.master)
-    with host_connection(host, quick=action in MANY_HOST_ACTIONS and not dry_run) as (chosen, conn):
+    with host_connection(host, quick=action in MANY_HOST_ACTIONS) as (chosen, conn):
         if action == "new" and from_finding:
             args += ["--from-finding", from_finding]
             args += ["--id", id_] if id_ else []
