@@ -15,7 +15,6 @@ else on the CPU; finished batches go to background writer threads through a boun
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import threading
@@ -137,16 +136,21 @@ class Extractor:
         host, event, release = self._host_copy(buffer)
         torch = self.torch
 
-        def write_row(row: int, index: int, tokens: list[int]) -> None:
-            if event is not None:
-                event.synchronize()  # the batch's copy to the host is done (at once after the first row)
-            size = write_sample(folder, index, torch.tensor(tokens, dtype=torch.int64), host[row, : len(tokens)])
-            if on_written is not None:
-                on_written(len(tokens), size)
+        def write_batch() -> None:
+            try:
+                if event is not None:
+                    event.synchronize()
+                for row, (index, tokens) in enumerate(zip(indices, token_lists, strict=True)):
+                    if index not in wanted:
+                        continue
+                    size = write_sample(folder, index, torch.tensor(tokens, dtype=torch.int64),
+                                        host[row, : len(tokens)])
+                    if on_written is not None:
+                        on_written(len(tokens), size)
+            finally:
+                release()
 
-        jobs = [functools.partial(write_row, row, index, tokens)
-                for row, (index, tokens) in enumerate(zip(indices, token_lists, strict=True)) if index in wanted]
-        self.writer.submit_batch(jobs, on_done=release)  # the pinned buffer goes back after its last row
+        self.writer.submit(write_batch)
 
 
 def plan_batches(lengths: list[int], batch_tokens: int, window: int = WINDOW_ROWS) -> list[list[int]]:

@@ -104,18 +104,14 @@ def verify_header(path: Path, seq_len: int, n_layers: int, hidden: int, dtype: s
 
 
 class BackgroundWriter:
-    """Runs write jobs on a few threads, so compute is not held up by disk.
+    """Runs write jobs on a few threads behind a bounded queue, so compute is not held up by disk.
 
-    Jobs come in batches (`submit_batch`: one job per row of a forward pass) and any thread takes
-    any job, so the rows of the last batch are written by every thread at once instead of one.
-    At most `depth` batches are pending: when writers fall behind, the producer blocks, which keeps
-    memory in check. A batch's `on_done` (e.g. giving back its page-locked buffer) runs after its
-    last job, whatever happened. The first error of any job is raised by `submit_batch` or `close`.
+    The bound keeps memory in check: when writers fall behind, `submit` blocks the producer.
+    The first error of any job is raised by `submit` or `close`.
     """
 
     def __init__(self, threads: int = 1, depth: int = 4) -> None:
-        self._queue: queue.Queue[tuple[Callable[[], None], Callable[[], None]] | None] = queue.Queue()
-        self._slots = threading.BoundedSemaphore(depth)
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._threads = [threading.Thread(target=self._work, daemon=True, name=f"hs-writer-{n}")
                          for n in range(threads)]
@@ -124,48 +120,24 @@ class BackgroundWriter:
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, finished = item
+            job = self._queue.get()
             try:
+                if job is None:
+                    return
                 if self._error is None:
                     job()
             except BaseException as exc:
                 self._error = exc
             finally:
-                finished()
+                self._queue.task_done()
 
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
 
-    def submit_batch(self, jobs: list[Callable[[], None]], on_done: Callable[[], None] | None = None) -> None:
-        self._raise()
-        self._slots.acquire()
-        remaining = len(jobs)
-        lock = threading.Lock()
-
-        def finished() -> None:
-            nonlocal remaining
-            with lock:
-                remaining -= 1
-                last = remaining == 0
-            if last:
-                try:
-                    if on_done is not None:
-                        on_done()
-                finally:
-                    self._slots.release()
-
-        if not jobs:
-            remaining = 1
-            finished()
-        for job in jobs:
-            self._queue.put((job, finished))
-
     def submit(self, job: Callable[[], None]) -> None:
-        self.submit_batch([job])
+        self._raise()
+        self._queue.put(job)
 
     def close(self) -> None:
         for _ in self._threads:
