@@ -2,8 +2,9 @@
 
 What vLLM does when it serves the draft as the target's speculator, in plain transformers:
 greedy decoding of the target never depends on the drafts, so the target's own continuation is
-computed once (generate), and one forward over prompt + continuation gives its auxiliary hidden
-states. Then, round by round as vLLM drafts: with the first L tokens verified, the draft reads
+computed once per evaluation (one batched generate, whatever the number of drafts scored), and one
+forward over prompt + continuation gives its auxiliary hidden states. Then, round by round as vLLM
+drafts: with the first L tokens verified, the draft reads
 position i as (embedding of token i+1, fc(auxiliary states at i)) for i < L-1 and proposes k
 tokens, each step feeding its own pre-norm output and the embedding of its proposal to the next
 position; the target accepts the longest prefix that equals its own continuation, and the
@@ -16,6 +17,8 @@ tokens, accepted tokens, accepted per position.
 from __future__ import annotations
 
 from typing import Any
+
+ANSWER_BATCH = 16  # held-out prompts per generate call of the target
 
 
 class Counts:
@@ -40,6 +43,30 @@ class Counts:
                 "generated_tokens": self.generated}
 
 
+def greedy_answers(target: Any, prompts: list[list[int]], max_tokens: int, eos: int | None, pad: int | None,
+                   device: Any) -> list[list[int]]:
+    """The target's greedy answers (the end-of-turn token included when it stops), one batch.
+
+    Left padding, as the regenerate step batches: every prompt ends at the same column and
+    generate derives the positions from the mask, so each row is its own greedy decode."""
+    import torch
+
+    pad = pad if pad is not None else (eos if eos is not None else 0)
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    with torch.no_grad():
+        out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                              max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=pad)
+    answers = []
+    for tokens in out[:, width:].tolist():
+        answers.append(tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens)
+    return answers
+
+
 class Replay:
     def __init__(self, target: Any, draft: Any, k: int, device: Any) -> None:
         import torch
@@ -51,16 +78,6 @@ class Replay:
         self.device = device
         self.aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
         self.dtype = draft.fc.weight.dtype
-
-    def continuation(self, prompt: list[int], max_tokens: int, eos: int | None) -> list[int]:
-        """The target's greedy answer (its end-of-turn token included when it stops)."""
-        torch = self.torch
-        ids = torch.tensor([prompt], device=self.device)
-        with torch.no_grad():
-            out = self.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                       max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=eos)
-        tokens = out[0, len(prompt):].tolist()
-        return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
 
     def aux_states(self, tokens: list[int]) -> Any:
         """[len(tokens), n_aux * hidden]: the hidden states entering the draft's auxiliary layers."""
@@ -86,13 +103,12 @@ class Replay:
             return draft.lm_head(normed), normed
         return draft.lm_head(draft.norm(last)), last
 
-    def score(self, prompt: list[int], max_tokens: int, eos: int | None, counts: Counts) -> list[int]:
+    def score(self, prompt: list[int], answer: list[int], counts: Counts) -> None:
+        """Counts the drafting of one prompt whose greedy answer by the target is `answer`."""
         torch = self.torch
         draft = self.draft
-        answer = self.continuation(prompt, max_tokens, eos)
-        counts.generated += len(answer)
         if len(answer) < 2:
-            return answer
+            return
         sequence = prompt + answer
         with torch.no_grad():
             aux = draft.fc(self.aux_states(sequence[:-1]))
@@ -120,12 +136,14 @@ class Replay:
                 counts.add(self.k, accepted)
                 produced += accepted + 1
                 verified += accepted + 1
-        return answer
 
 
 def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
-           target: Any = None) -> dict[str, Any]:
-    """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids)."""
+           target: Any = None, answers: dict[int, list[int]] | None = None) -> dict[str, Any]:
+    """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids).
+
+    answers: the target's greedy answers by prompt index, filled as they are generated; pass the
+    same dict for every draft of one evaluation (the answers do not depend on the draft)."""
     import torch
 
     from specops.pipeline.data import load_tokenizer
@@ -136,9 +154,18 @@ def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_to
     if target is None:
         target = load_target(run, device, torch.float32)
     draft = load_draft(draft_folder, torch.float32).to(device)
-    eos = load_tokenizer(run).eos_token_id
+    tokenizer = load_tokenizer(run)
+    eos = tokenizer.eos_token_id
     counts = Counts(k)
     replayer = Replay(target, draft, k, device)
-    for prompt in prompts:
-        replayer.score(prompt, max_tokens, eos, counts)
+    answers = {} if answers is None else answers
+    missing = [index for index in range(len(prompts)) if index not in answers]
+    for start in range(0, len(missing), ANSWER_BATCH):
+        batch = missing[start: start + ANSWER_BATCH]
+        for index, answer in zip(batch, greedy_answers(target, [prompts[i] for i in batch], max_tokens, eos,
+                                                               tokenizer.pad_token_id, device), strict=True):
+            answers[index] = answer
+    for index, prompt in enumerate(prompts):
+        counts.generated += len(answers[index])
+        replayer.score(prompt, answers[index], counts)
     return counts.as_dict()

@@ -59,6 +59,7 @@ class Scorer:
         self.k = run.config.evaluate.num_speculative_tokens
         self.max_tokens = run.config.evaluate.max_tokens
         self.target = None
+        self.answers: dict[int, list[int]] = {}  # hf: the target's greedy answers, shared by every draft
         self.base_tokens_per_s: float | None = None
         self.servers: list[dict[str, Any]] = []
         self.total = 0
@@ -78,7 +79,8 @@ class Scorer:
 
             if self.target is None:
                 self.target = load_target(self.run, torch.device("cpu"), torch.float32)
-            counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target)
+            counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target,
+                            answers=self.answers)
             return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
         from specops.pipeline.evaluation.served import run_prompts
         from specops.pipeline.vllm import eagle3_config, generating_server
