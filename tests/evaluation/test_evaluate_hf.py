@@ -104,3 +104,24 @@ def test_fewer_prompts_and_a_checkpoint_by_number(evaluated, tmp_path) -> None:
     code, document, _ = agent(root, "step", "evaluate", "--run", "tiny", "--checkpoint", "9")
     assert code == 2 and "epoch 9 has no finished checkpoint" in document["error"]
     assert "\n" not in document["error"]
+
+
+def test_prompts_drafted_together_count_what_each_prompt_drafted_alone_counts(evaluated, monkeypatch) -> None:
+    import torch
+
+    from specops.pipeline.evaluation import replay as replay_module
+    from specops.pipeline.evaluation.step import heldout_token_ids
+    from specops.pipeline.run import Run
+    from specops.pipeline.target import load_target
+
+    root, summary = evaluated
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(root))
+    run = Run("tiny", root)
+    prompts = heldout_token_ids(run, 8)
+    target = load_target(run, torch.device("cpu"), torch.float32)
+    draft = root / "runs" / "tiny" / "checkpoints" / summary["evaluation"]["report"]["checkpoint"]
+    together = replay_module.replay(run, draft, prompts, 3, 64, target=target)
+    monkeypatch.setattr(replay_module, "ANSWER_BATCH", 1)
+    alone = replay_module.replay(run, draft, prompts, 3, 64, target=target)
+    assert together == alone
+    assert together["num_accepted_tokens"] > 0 and together["generated_tokens"] > 8

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ANSWER_BATCH = 16  # held-out prompts per generate call of the target
+ANSWER_BATCH = 16  # held-out prompts answered by the target, then drafted, together
 
 
 class Counts:
@@ -86,56 +86,78 @@ class Replay:
             out = self.target(input_ids=torch.tensor([tokens], device=self.device), output_hidden_states=True)
         return torch.cat([out.hidden_states[layer][0] for layer in self.aux_ids], dim=-1).to(self.dtype)
 
-    def _draft_forward(self, embeds: Any, hiddens: Any) -> tuple[Any, Any]:
-        """(logits over the draft vocabulary, pre-norm output) at the last of the positions."""
+    def _draft_forward(self, inputs: list[Any]) -> tuple[Any, Any]:
+        """(logits over the draft vocabulary, pre-norm output) at the last position of each row.
+
+        inputs: per row, [positions, embedding + fc(hidden)]; the rows are right-padded to one
+        width: attention is causal, so a row's positions never see the padding after them."""
         torch = self.torch
         draft = self.draft
-        states = torch.cat([embeds, hiddens], dim=-1).unsqueeze(0)
-        length = states.shape[1]
-        positions = torch.arange(length, device=self.device).unsqueeze(0)
+        lengths = torch.tensor([len(row) for row in inputs], device=self.device)
+        states = torch.nn.utils.rnn.pad_sequence(inputs, batch_first=True)
+        positions = torch.arange(states.shape[1], device=self.device).unsqueeze(0)
         rotary = draft.rotary_emb(states, positions)
         for layer in draft.layers:
             states = layer(states, attention_mask=None, position_ids=positions, past_key_values=None,
                            cache_position=positions[0], position_embeddings=rotary)
-        last = states[0, -1]
+        last = states[torch.arange(len(inputs), device=self.device), lengths - 1]
         if draft.config.norm_output:
             normed = draft.norm(last)
             return draft.lm_head(normed), normed
         return draft.lm_head(draft.norm(last)), last
 
-    def score(self, prompt: list[int], answer: list[int], counts: Counts) -> None:
-        """Counts the drafting of one prompt whose greedy answer by the target is `answer`."""
+    def _row(self, prompt: list[int], answer: list[int]) -> _Row:
         torch = self.torch
         draft = self.draft
-        if len(answer) < 2:
-            return
         sequence = prompt + answer
+        aux = draft.fc(self.aux_states(sequence[:-1]))
+        embeds = draft.embed_tokens(torch.tensor(sequence, device=self.device)).to(self.dtype)
+        # Position i reads token i+1 and the target's state at i.
+        return _Row(answer, torch.cat([embeds[1:], aux], dim=-1), verified=len(prompt) + 1)
+
+    def score(self, prompts: list[list[int]], answers: list[list[int]], counts: Counts) -> None:
+        """Counts the drafting of the prompts whose greedy answers by the target are `answers`; the
+        prompts draft together, round by round, as a server batches its requests."""
+        torch = self.torch
+        draft = self.draft
+        d2t = draft.d2t
         with torch.no_grad():
-            aux = draft.fc(self.aux_states(sequence[:-1]))
-            embeds_all = draft.embed_tokens(torch.tensor(sequence, device=self.device)).to(self.dtype)
-            d2t = draft.d2t
-            verified = len(prompt) + 1  # the prefill's own token
-            produced = 1
-            while produced < len(answer):
-                # Position i reads token i+1 and the target's state at i, for i < verified - 1.
-                embeds = embeds_all[1:verified]
-                hiddens = aux[: verified - 1]
-                proposals = []
+            rows = [self._row(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True)
+                    if len(answer) >= 2]
+            while rows:
+                inputs = [row.inputs[: row.verified - 1] for row in rows]
+                proposals: list[list[int]] = [[] for _ in rows]
                 for _step in range(self.k):
-                    logits, pre_norm = self._draft_forward(embeds, hiddens)
-                    draft_id = int(torch.argmax(logits))
-                    token = draft_id + int(d2t[draft_id]) if d2t is not None else draft_id
-                    proposals.append(token)
-                    embeds = torch.cat([embeds, draft.embed_tokens(torch.tensor([token], device=self.device))
-                                        .to(self.dtype)], dim=0)
-                    hiddens = torch.cat([hiddens, pre_norm.unsqueeze(0)], dim=0)
-                expected = answer[produced: produced + self.k]
-                accepted = 0
-                while accepted < len(expected) and proposals[accepted] == expected[accepted]:
-                    accepted += 1
-                counts.add(self.k, accepted)
-                produced += accepted + 1
-                verified += accepted + 1
+                    logits, pre_norm = self._draft_forward(inputs)
+                    draft_ids = torch.argmax(logits, dim=-1)
+                    tokens = draft_ids + d2t[draft_ids] if d2t is not None else draft_ids
+                    embeds = draft.embed_tokens(tokens).to(self.dtype)
+                    fed = torch.cat([embeds, pre_norm], dim=-1)
+                    for index, token in enumerate(tokens.tolist()):
+                        proposals[index].append(token)
+                        inputs[index] = torch.cat([inputs[index], fed[index: index + 1]], dim=0)
+                for row, proposed in zip(rows, proposals, strict=True):
+                    row.accept(proposed, self.k, counts)
+                rows = [row for row in rows if row.produced < len(row.answer)]
+
+
+class _Row:
+    """One prompt being drafted: its answer, its inputs at every verified position, how far it got."""
+
+    def __init__(self, answer: list[int], inputs: Any, verified: int) -> None:
+        self.answer = answer
+        self.inputs = inputs
+        self.verified = verified  # the prefill's own token included
+        self.produced = 1
+
+    def accept(self, proposed: list[int], k: int, counts: Counts) -> None:
+        expected = self.answer[self.produced: self.produced + k]
+        accepted = 0
+        while accepted < len(expected) and proposed[accepted] == expected[accepted]:
+            accepted += 1
+        counts.add(k, accepted)
+        self.produced += accepted + 1
+        self.verified += accepted + 1
 
 
 def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
@@ -165,7 +187,8 @@ def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_to
         for index, answer in zip(batch, greedy_answers(target, [prompts[i] for i in batch], max_tokens, eos,
                                                                tokenizer.pad_token_id, device), strict=True):
             answers[index] = answer
-    for index, prompt in enumerate(prompts):
-        counts.generated += len(answers[index])
-        replayer.score(prompt, answers[index], counts)
+    for start in range(0, len(prompts), ANSWER_BATCH):
+        batch = range(start, min(start + ANSWER_BATCH, len(prompts)))
+        counts.generated += sum(len(answers[index]) for index in batch)
+        replayer.score([prompts[index] for index in batch], [answers[index] for index in batch], counts)
     return counts.as_dict()
