@@ -16,6 +16,7 @@ import yaml
 
 from tests.support.cli import Cli
 from tests.support.repo import REPO
+from tests.support.runs import from_source_conversations
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
@@ -28,12 +29,14 @@ def _job_state(cli: Cli, job_id: str) -> str:
 
 
 def test_fetch_while_training_runs_brings_home_a_consistent_snapshot(cli: Cli, tmp_path: Path) -> None:
-    # the demo run with fewer rows and many epochs: checkpoints come often and training outlasts the fetches
+    # the demo run with fewer rows and many epochs: checkpoints come often and training outlasts the
+    # fetches; on the dataset's own answers (nothing here needs the target's: no regenerate, no evaluate)
     runs = tmp_path / "my-runs"
     runs.mkdir()
     config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
     config["samples"], config["train"]["epochs"] = 40, 40
     (runs / "tiny.yaml").write_text(yaml.safe_dump(config))
+    from_source_conversations(runs / "tiny.yaml")
     env = {"SPECOPS_RUNS_DIR": str(runs)}
     fetched = tmp_path / "fetched"
     checkpoints = tmp_path / "loop-workdir" / "runs" / "tiny" / "checkpoints"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from specops.analysis import ModuleIndex
 from specops.doctor import _import_probe
@@ -26,11 +27,34 @@ from specops.paths import workdir
 CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources")
 
 
+def without_own_code(search_path: list[str]) -> list[str]:
+    """The search path as the run's Python sees it: without the folders that are only there because
+    specops runs — a specops package folder (first on the path when the agent runs as a script) and
+    a bundle folder holding nothing but specops. Nothing the doctor judges lives there, and without
+    them every workdir of one host reads the same path: the cached analysis and import probe are
+    shared by all of them."""
+    import os
+
+    kept = []
+    for entry in search_path:
+        folder = Path(entry or ".")
+        if folder.name == "specops" and (folder / "protocol.py").is_file() and (folder / "__main__.py").is_file():
+            continue
+        try:
+            names = set(os.listdir(folder)) - {"__pycache__"}
+        except OSError:
+            names = set()
+        if names == {"specops"}:
+            continue
+        kept.append(entry)
+    return kept
+
+
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                checks: tuple[str, ...] = CHECKS) -> dict:
     """{"ok", "findings", "timing_s", "versions"}: ok is False when any finding is an error."""
     started = time.perf_counter()
-    path = search_path if search_path is not None else sys.path
+    path = without_own_code(search_path if search_path is not None else sys.path)
     index = ModuleIndex(path)
     installed = distributions(path)
     versions = {name: (installed[normalise(name)].version if normalise(name) in installed else None)
