@@ -23,6 +23,23 @@ pytest_plugins = ["tests.support.workers"]  # modules sharing a module fixture s
 PYTHON = sys.executable  # the host env of the test hosts is this checkout's .venv
 
 
+@pytest.fixture(scope="session", autouse=True)
+def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One vLLM cache for the servers this worker starts (VLLM_CACHE_ROOT, inherited by the agents and
+    their jobs; a host's own VLLM_CACHE_ROOT is kept by the serve command): its model-info cache
+    spares every later server load the architecture-inspecting subprocess."""
+    import os
+
+    folder = tmp_path_factory.mktemp("vllm-cache")
+    before = os.environ.get("VLLM_CACHE_ROOT")
+    os.environ["VLLM_CACHE_ROOT"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("VLLM_CACHE_ROOT", None)
+    else:
+        os.environ["VLLM_CACHE_ROOT"] = before
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     server = start_sshd(tmp_path_factory.mktemp("sshd"))

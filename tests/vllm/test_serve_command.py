@@ -30,9 +30,10 @@ def _flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_serve_command_carries_the_run_config(run, tmp_path):
+def test_serve_command_carries_the_run_config(run, tmp_path, monkeypatch):
     from specops.pipeline.vllm import build_serve_command
 
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
     argv, env = build_serve_command(run, 0, 8123, tmp_path, serve_python="/envs/serve/bin/python",
                                     vllm_version="0.32.0+cpu")
     assert argv[:3] == ["/envs/serve/bin/vllm", "serve", str(tmp_path / "models" / "tiny-llama")]
@@ -51,6 +52,16 @@ def test_serve_command_carries_the_run_config(run, tmp_path):
     # TMPDIR is the workdir's, unless zmq's IPC socket names (TMPDIR/<uuid>, at most 107 bytes) would not fit
     assert Path(env["TMPDIR"]).is_relative_to(tmp_path) or Path(env["TMPDIR"]).name.startswith("specops-vllm-")
     assert len(f"ipc://{env['TMPDIR']}/") + 36 < 107
+
+
+def test_a_vllm_cache_root_set_on_the_host_is_kept(run, tmp_path, monkeypatch):
+    from specops.pipeline.vllm import build_serve_command
+
+    shared = tmp_path / "host-cache"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(shared))
+    _argv, env = build_serve_command(run, 0, 8123, tmp_path / "workdir", serve_python="/envs/serve/bin/python",
+                                     vllm_version="0.32.0+cpu")
+    assert env["VLLM_CACHE_ROOT"] == str(shared) and shared.is_dir()
 
 
 def test_gpu_host_gets_tensor_parallel_and_no_eager_and_old_vllm_no_scale_out(run, tmp_path):

@@ -108,7 +108,8 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
     host_gpus    GPUs of the host: the run's tensor x data parallel sizes default to fill them
                  (0 = a CPU host: --enforce-eager, 1 x 1)
     port         the port to serve on, bound to 127.0.0.1 only (clients run on the host)
-    workdir      the host's workdir: TMPDIR and VLLM_CACHE_ROOT point inside it
+    workdir      the host's workdir: TMPDIR and VLLM_CACHE_ROOT point inside it (a VLLM_CACHE_ROOT
+                 already set on the host is kept: vLLM's caches then serve every workdir)
     serve_python the serve env's interpreter (inventory `envs.serve`); its `vllm` script runs the
                  server. Default: this interpreter.
     vllm_version the serve env's vLLM version, to decide flags that depend on it; asked of
@@ -139,7 +140,7 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
     argv += list(run.config.vllm.serve_args)
 
     tmp = server_tmpdir(workdir)
-    cache = workdir / "cache" / "vllm"
+    cache = vllm_cache_root(workdir)
     for folder in (tmp, cache):
         folder.mkdir(parents=True, exist_ok=True)
     env = {"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(cache)}
@@ -150,6 +151,13 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
 
 # vLLM's engine talks over zmq IPC sockets named TMPDIR/<uuid>; a socket path is limited to 107 bytes.
 IPC_PATH_LIMIT = 107
+
+
+def vllm_cache_root(workdir: Path) -> Path:
+    """vLLM's cache folder for a server (its model-info cache saves a subprocess per load): the host's
+    own VLLM_CACHE_ROOT when one is set, else inside the workdir."""
+    configured = os.environ.get("VLLM_CACHE_ROOT")
+    return Path(configured) if configured else workdir / "cache" / "vllm"
 
 
 def server_tmpdir(workdir: Path) -> Path:

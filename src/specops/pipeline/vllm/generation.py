@@ -67,9 +67,9 @@ def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, ve
         argv.append("--enforce-eager")
     argv += list(run.config.vllm.serve_args)
     root = workdir()
-    from specops.pipeline.vllm.command import server_tmpdir
+    from specops.pipeline.vllm.command import server_tmpdir, vllm_cache_root
 
-    env = {"TMPDIR": str(server_tmpdir(root)), "VLLM_CACHE_ROOT": str(root / "cache" / "vllm")}
+    env = {"TMPDIR": str(server_tmpdir(root)), "VLLM_CACHE_ROOT": str(vllm_cache_root(root))}
     for folder in env.values():
         Path(folder).mkdir(parents=True, exist_ok=True)
     if run.model_path.is_dir():
