@@ -72,3 +72,18 @@ def test_stop_reaches_a_worker_that_started_a_session_of_its_own(agent: Agent) -
     finally:
         if _pid_alive(worker_pid):  # outside the job's group: the fixture's clean-up would miss it
             os.kill(worker_pid, signal.SIGKILL)
+
+
+def test_a_group_this_process_started_ends_by_sigterm_without_waiting_for_its_own_reaping() -> None:
+    import subprocess
+
+    from specops.jobs import processes
+
+    # the wrapper stopping the child it just started, or a caller of stop_server: the ended leader is
+    # this process's zombie until it waits, so waiting for it to be reaped could only time out
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert processes.terminate_group(child.pid, grace_s=30) == "SIGTERM"
+    finally:
+        child.kill()
+        assert child.wait(timeout=10) == -signal.SIGTERM

@@ -95,13 +95,23 @@ def job_groups(pgid: int) -> set[int]:
 
 def _wait_groups_gone(pgid: int, groups: set[int], timeout_s: float) -> bool:
     """Until no process of `groups` runs and the job's own group `pgid` is reaped. Zombies of the other
-    groups do not count: an orphaned trainer is reparented to init, which may reap it late."""
+    groups do not count: an orphaned trainer is reparented to init, which may reap it late. Nor do
+    zombies of `pgid` whose parent is this process: it reaps them itself once this returns (the
+    wrapper stopping the child it started, a caller of stop_server), and waiting for that would only
+    run out the grace and then the SIGKILL wait."""
     deadline = time.monotonic() + timeout_s
     while any(group in groups and state not in ("Z", "X") for _parent, group, state in _process_table().values()):
         if time.monotonic() >= deadline:
             return False
         time.sleep(_POLL_S)
-    return wait_group_gone(pgid, max(deadline - time.monotonic(), 0))  # the job's wrapper reaps its own
+    me = os.getpid()
+    while group_alive(pgid):  # the job's wrapper reaps its own
+        if all(parent == me for parent, group, _state in _process_table().values() if group == pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True
 
 
 def terminate_group(pgid: int, grace_s: float) -> str | None:
