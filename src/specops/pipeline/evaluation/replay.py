@@ -172,9 +172,9 @@ def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_to
     from specops.pipeline.evaluation.drafts import load_draft
     from specops.pipeline.target import load_target
 
-    device = torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda")
     if target is None:
-        target = load_target(run, device, torch.float32)
+        target = load_target(run, torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32)
+    device = next(target.parameters()).device  # the draft and every input go where the target is
     draft = load_draft(draft_folder, torch.float32).to(device)
     tokenizer = load_tokenizer(run)
     eos = tokenizer.eos_token_id

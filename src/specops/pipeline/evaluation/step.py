@@ -77,8 +77,9 @@ class Scorer:
             from specops.pipeline.evaluation.replay import replay
             from specops.pipeline.target import load_target
 
-            if self.target is None:
-                self.target = load_target(self.run, torch.device("cpu"), torch.float32)
+            if self.target is None:  # on the GPU when there is one: the replay follows the target
+                self.target = load_target(self.run, torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+                                          torch.float32)
             counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target,
                             answers=self.answers)
             return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
