@@ -28,16 +28,10 @@ def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One vLLM cache for the servers this worker starts (VLLM_CACHE_ROOT, inherited by the agents and
     their jobs; a host's own VLLM_CACHE_ROOT is kept by the serve command): its model-info cache
     spares every later server load the architecture-inspecting subprocess."""
-    import os
-
     folder = tmp_path_factory.mktemp("vllm-cache")
-    before = os.environ.get("VLLM_CACHE_ROOT")
-    os.environ["VLLM_CACHE_ROOT"] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop("VLLM_CACHE_ROOT", None)
-    else:
-        os.environ["VLLM_CACHE_ROOT"] = before
+    with pytest.MonkeyPatch.context() as session_env:
+        session_env.setenv("VLLM_CACHE_ROOT", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,3 @@
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,6 @@ __all__ = ["site_030", "site_0401"]
 def analysis_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The doctor's analysis cache lives in this session's temp folder, never in the user's home."""
     folder = tmp_path_factory.mktemp("analysis-cache")
-    before = os.environ.get("SPECOPS_ANALYSIS_CACHE")
-    os.environ["SPECOPS_ANALYSIS_CACHE"] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop("SPECOPS_ANALYSIS_CACHE", None)
-    else:
-        os.environ["SPECOPS_ANALYSIS_CACHE"] = before
+    with pytest.MonkeyPatch.context() as session_env:
+        session_env.setenv("SPECOPS_ANALYSIS_CACHE", str(folder))
+        yield folder

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,8 +34,6 @@ def without_own_code(search_path: list[str]) -> list[str]:
     a bundle folder holding nothing but specops. Nothing the doctor judges lives there, and without
     them every workdir of one host reads the same path: the cached analysis and import probe are
     shared by all of them."""
-    import os
-
     kept = []
     for entry in search_path:
         folder = Path(entry or ".")

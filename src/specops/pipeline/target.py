@@ -36,6 +36,20 @@ def load_target(run: Run, device: Any, dtype: Any) -> Any:
     return model.to(device).eval()
 
 
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[Any, Any]:
+    """(input ids, attention mask) of prompts left-padded to one width: every prompt ends at the
+    same column, so a batched generate continues each as it would alone."""
+    import torch
+
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
 def hidden_size(run: Run) -> int:
     from specops.pipeline.run import read_model_config, text_config
 

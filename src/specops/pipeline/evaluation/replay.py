@@ -51,13 +51,11 @@ def greedy_answers(target: Any, prompts: list[list[int]], max_tokens: int, eos: 
     generate derives the positions from the mask, so each row is its own greedy decode."""
     import torch
 
+    from specops.pipeline.target import left_padded
+
     pad = pad if pad is not None else (eos if eos is not None else 0)
-    width = max(len(prompt) for prompt in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
+    ids, mask = left_padded(prompts, pad)
+    width = ids.shape[1]
     with torch.no_grad():
         out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
                               max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=pad)

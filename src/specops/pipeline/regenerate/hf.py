@@ -59,13 +59,11 @@ class Generator:
 
     def complete(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], str]]:
         """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it."""
+        from specops.pipeline.target import left_padded
+
         torch = self.torch
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: every prompt ends at the same column
-            ids[row, width - len(prompt):] = torch.tensor(prompt)
-            mask[row, width - len(prompt):] = 1
+        ids, mask = left_padded(prompts, self.pad)
+        width = ids.shape[1]
         settings = self.settings
         options: dict[str, Any] = {"do_sample": False}
         if settings.temperature > 0:
