@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import Cli, write_inventory
+from tests.support.finished import finished_pipeline
 from tests.support.sshd import SshServer, start_sshd
 
 # One definition of each serve-env fixture for the whole tree: a fixture imported into several conftests
@@ -32,6 +33,13 @@ def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as session_env:
         session_env.setenv("VLLM_CACHE_ROOT", str(folder))
         yield folder
+
+
+@pytest.fixture(scope="session")
+def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(workdir, summary) of the demo run after a whole pipeline, built once per test run for every
+    worker (tests/support/finished.py); copy it (`copy_of`) before changing anything."""
+    return finished_pipeline(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,12 @@
 """The pipeline through the real `invoke` tasks, on `local` and over the real sshd, on the tiny model.
 
 These are the user's flows (`invoke extract --samples 10` and `invoke validate`: test_samples_cli.py): a
-doctor error refusing a launch, `invoke pipeline` twice
-(the first ends with the draft's acceptance on held-out prompts, the second skips every step), a
-changed draft vocabulary re-running only vocab and train, a killed
-training resuming, and `invoke fetch` bringing home a checkpoint that speculators loads. Over SSH,
-`invoke pipeline` (doctor, launch, follow, fetch) logs in to the real sshd exactly once, counted in its log.
+doctor error refusing a launch, `invoke pipeline` twice over SSH (the first ends with the draft's
+acceptance on held-out prompts, the second skips every step), and on `local`, in a copy of a finished
+run (tests/support/finished.py), a pipeline that skips every step and fetches, a changed draft
+vocabulary re-running only vocab and train, a killed training resuming, and `invoke fetch` bringing
+home a checkpoint that speculators loads. Over SSH, `invoke pipeline` (doctor, launch, follow,
+fetch) logs in to the real sshd exactly once, counted in its log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from tests.support.cli import Cli
+from tests.support.finished import copy_of
 from tests.support.repo import REPO
 from tests.support.sshd import SshServer
 
@@ -46,14 +48,19 @@ def test_extract_refuses_to_start_when_the_doctor_finds_an_error(cli: Cli, tmp_p
 
 def _assert_first_run(summary: dict, fetched: Path, host_name: str) -> None:
     """Every step ran; the draft learned; the fetch brought a checkpoint, the plots and the evaluation."""
-    assert summary["ok"] is True
-    assert summary["fetched"] == str(fetched / host_name / "tiny")
     assert {name: info["status"] for name, info in summary["steps"].items()} == {
         "doctor": "ok (checked before launch)", "patches": "ok", "regenerate": "done", "prepare": "done",
         "extract": "done", "validate": "done", "vocab": "done", "train": "done", "evaluate": "done"}
     assert summary["samples"] == 200 and summary["fidelity"] >= 0.98
     assert summary["loss_last"] < summary["loss_first"]
-    # the run ends with the draft's acceptance on held-out prompts, trained against untrained
+    _assert_evaluated_and_fetched(summary, fetched, host_name)
+
+
+def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str) -> None:
+    """The run ends with the draft's acceptance on held-out prompts, trained against untrained; the
+    fetch brought a checkpoint, the plots and the evaluation."""
+    assert summary["ok"] is True
+    assert summary["fetched"] == str(fetched / host_name / "tiny")
     trained, untrained = summary["evaluation"]["report"], summary["evaluation"]["untrained"]
     assert trained["prompts"] == 20 and trained["backend"] == "hf"
     assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
@@ -103,8 +110,8 @@ def _assert_loads_with_speculators(checkpoint: Path) -> None:
     assert captured and captured[0].shape == (1, seq, config["draft_vocab_size"])
 
 
-def test_on_local_the_pipeline_runs_skips_and_a_new_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
-        cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
+def test_on_local_a_finished_run_skips_and_a_new_vocab_reruns_only_vocab_and_train_and_a_killed_training_resumes(
+        cli: Cli, tmp_path: Path, sshd: SshServer, finished: tuple[Path, dict]) -> None:
     # Run configs kept outside the checkout (SPECOPS_RUNS_DIR): the user's edit travels to the host.
     runs = tmp_path / "my-runs"
     runs.mkdir()
@@ -112,7 +119,7 @@ def test_on_local_the_pipeline_runs_skips_and_a_new_vocab_reruns_only_vocab_and_
     config_file.write_text((REPO / "runs" / "tiny.yaml").read_text())
     fetched = tmp_path / "fetched"
     env = {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(fetched)}
-    workdir = _workdir(tmp_path, "local")
+    workdir = copy_of(finished, _workdir(tmp_path, "local"))  # every step done (a copy of it, elsewhere)
 
     def pipeline() -> dict:
         result = cli("pipeline", "--host", "local", "--json", timeout=900, **env)
@@ -120,9 +127,10 @@ def test_on_local_the_pipeline_runs_skips_and_a_new_vocab_reruns_only_vocab_and_
         return result.json()
 
     before = sshd.logins()
-    _assert_first_run(pipeline(), fetched, "local")
+    again = pipeline()
     assert sshd.logins() == before  # the local host is no SSH host
-    _assert_all_skipped(pipeline())
+    _assert_all_skipped(again)
+    _assert_evaluated_and_fetched(again, fetched, "local")
     _assert_loads_with_speculators(fetched / "local" / "tiny" / "checkpoint")
 
     config = yaml.safe_load(config_file.read_text())

@@ -12,11 +12,6 @@ import json
 
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import run_agent as agent
-from tests.support.vllm import in_vllm_worker
-
-# The worker of the vllm evaluation: `evaluated` (a whole pipeline run) is a session fixture, made
-# once per worker, and that module needs it too.
-pytestmark = [in_vllm_worker]
 
 KEYS = {"mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "num_drafts", "num_draft_tokens",
         "num_accepted_tokens", "prompts", "checkpoint", "backend"}

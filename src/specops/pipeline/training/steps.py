@@ -104,15 +104,35 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     )
 
 
-def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int) -> dict[str, Any]:
+def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, *, relative: bool = True) -> dict[str, Any]:
+    """What the training depends on. Paths inside the workdir count relative to it, so a workdir moved or
+    copied elsewhere (a new disk, a colleague's copy) is still trained; `relative=False` gives the
+    absolute-path inputs that runs trained before this rule recorded."""
     manifest = _manifest(run)
     # Epochs stay out: asking for more epochs continues the same training instead of restarting it.
     # Unset optimizer/log_freq/loader_workers stay out too: runs trained before these settings existed
     # keep their hash (and are not trained again).
-    settings = {key: str(value) for key, value in vars(replace(plan, epochs=0)).items()
+    settings = {key: _within(run.paths.workdir, value) if relative else str(value)
+                for key, value in vars(replace(plan, epochs=0)).items()
                 if not (value is None and key in ("optimizer", "log_freq", "loader_workers"))}
     return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
             "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+
+
+def _within(workdir: Path, value: object) -> str:
+    """A setting as hashed: a path inside the workdir as `./relative/path`, anything else as str()."""
+    if isinstance(value, (Path, str)) and os.path.isabs(value):
+        relative = os.path.relpath(value, workdir)
+        if relative != ".." and not relative.startswith(".." + os.sep):
+            return f"./{relative}"
+    return str(value)
+
+
+def _legacy_hash(run: Run, plan: train.TrainPlan, gpus: int, nodes: train.Nodes | None) -> str:
+    inputs = _train_inputs(run, plan, gpus, relative=False)
+    if nodes is not None:
+        inputs["nodes"] = nodes.count
+    return _hash(inputs)
 
 
 def first_epoch(state: train.CheckpointState) -> int:
@@ -167,11 +187,14 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     inputs_hash = _hash(inputs)
     manifest = _manifest(run)
     record = manifest.record("train") or {}
+    # a run trained before paths counted relative recorded the absolute-path hash: the same inputs
+    current = manifest.is_current("train", inputs_hash) or (
+        record.get("inputs_hash") is not None and manifest.is_current("train", _legacy_hash(run, plan, gpus, nodes)))
     # a node of a group counts the epochs on its disk too: only global rank 0 saved them, and the
     # group's checkpoint sync brought them here afterwards; every node must skip together, or the
     # others would wait in a rendezvous no one joins
     on_disk = _finished_epochs(train.checkpoint_state(plan.save_path)) if nodes is not None else 0
-    if (not fresh and manifest.is_current("train", inputs_hash)
+    if (not fresh and current
             and max(record.get("counts", {}).get("epochs", 0), on_disk) >= plan.epochs):
         return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
     moved_aside = train.start_fresh(plan.save_path) if fresh else None

@@ -1,0 +1,61 @@
+"""The demo run through the whole pipeline, made once per test run and shared by every xdist worker.
+
+`finished_pipeline(config, tmp_path_factory)` is a workdir after `python -m specops pipeline --run tiny`
+(regenerated answers, held-out prompts, a trained draft and its hf evaluation) and the pipeline's
+summary. The first worker to ask builds it under a file lock in the run's shared temporary folder;
+the others wait for it and read the same folder. Tests never change it: they copy it (`copy_of`)
+and work on the copy, which skips every step, since a run's inputs count paths inside its workdir
+relative to it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent import REPO, run_agent
+
+BUILD_TIMEOUT_S = 1500  # a whole tiny pipeline on a loaded 2-core machine
+
+
+def shared_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every worker of this test run sees (the parent of the workers' own temp folders),
+    or this process's own temp folder without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
+def finished_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(workdir, the pipeline's summary): built by the first caller of this test run, read by the rest."""
+    folder = shared_folder(config, tmp_path_factory) / "finished-tiny"
+    folder.mkdir(exist_ok=True)
+    root, summary_file = folder / "w", folder / "summary.json"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
+        if not summary_file.is_file():
+            _build(root)
+            code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny", "--skip-doctor",
+                                              timeout=BUILD_TIMEOUT_S)
+            assert code == 0, f"{summary}\n{stderr[-4000:]}"
+            summary_file.write_text(json.dumps(summary))
+    return root, json.loads(summary_file.read_text())
+
+
+def _build(root: Path) -> None:
+    from specops.pipeline.data import tiny
+
+    shutil.rmtree(root, ignore_errors=True)  # a build that failed in another worker
+    root.mkdir()
+    shutil.copytree(REPO / "runs", root / "runs")
+    (root / "patches").symlink_to(REPO / "patches")
+    tiny.generate(root)
+
+
+def copy_of(finished: tuple[Path, dict], target: Path) -> Path:
+    """A copy of the finished workdir to change freely."""
+    shutil.copytree(finished[0], target, symlinks=True)
+    return target
