@@ -15,7 +15,7 @@ def digests(root: Path) -> dict[str, str]:
 
 
 def test_generating_twice_gives_byte_identical_files(tiny_workdir, tmp_path):
-    tiny.generate(tmp_path)
+    assert tiny.generate(tmp_path, force=True)["from_cache"] is False  # built here, not copied
     assert digests(tmp_path) == digests(tiny_workdir)
     assert {"models/tiny-llama/model.safetensors", "models/tiny-llama/tokenizer.json",
             "models/tiny-llama/tokenizer_config.json", "data/tiny-chat.jsonl"} <= set(digests(tmp_path))
@@ -55,3 +55,22 @@ def test_the_data_mixes_both_shapes_and_holds_malformed_lines(tiny_workdir):
 
 def test_generate_skips_a_complete_tree_unless_forced(tiny_workdir):
     assert tiny.generate(tiny_workdir)["generated"] is False
+
+
+def test_a_new_workdir_copies_the_model_from_the_hosts_cache_and_a_damaged_entry_is_built_again(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path / "cache"))
+    first = tiny.generate(tmp_path / "first")
+    assert first["generated"] is True and first["from_cache"] is False
+    entry = tiny.cache_entry()
+    assert entry is not None and (entry / "model.safetensors").is_file()
+    second = tiny.generate(tmp_path / "second")
+    assert second["from_cache"] is True and digests(tmp_path / "second") == digests(tmp_path / "first")
+
+    (entry / "model.safetensors").unlink()  # an entry that lost a file is not used
+    third = tiny.generate(tmp_path / "third")
+    assert third["from_cache"] is False and digests(tmp_path / "third") == digests(tmp_path / "first")
+    assert (entry / "model.safetensors").is_file()  # and the build put it back
+
+    monkeypatch.setenv(tiny.CACHE_ENV, "off")
+    assert tiny.cache_entry() is None and tiny.generate(tmp_path / "fourth")["from_cache"] is False

@@ -48,32 +48,36 @@ def test_serve_command_carries_the_run_config(run, tmp_path, monkeypatch):
     assert _flag(argv, "--tensor-parallel-size") == "1" and _flag(argv, "--dtype") == "float32"
     assert "--enforce-eager" in argv and "--enable-scale-out" in argv and "--trust-remote-code" not in argv
     assert argv[-2:] == ["--max-model-len", "512"]  # the run's serve_args come last
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # a CPU host's one worker runs inside the engine process
     assert Path(env["VLLM_CACHE_ROOT"]).is_relative_to(tmp_path)
     # TMPDIR is the workdir's, unless zmq's IPC socket names (TMPDIR/<uuid>, at most 107 bytes) would not fit
     assert Path(env["TMPDIR"]).is_relative_to(tmp_path) or Path(env["TMPDIR"]).name.startswith("specops-vllm-")
     assert len(f"ipc://{env['TMPDIR']}/") + 36 < 107
 
 
-def test_a_vllm_cache_root_set_on_the_host_is_kept(run, tmp_path, monkeypatch):
+def test_a_vllm_cache_root_and_engine_processes_set_on_the_host_are_kept(run, tmp_path, monkeypatch):
     from specops.pipeline.vllm import build_serve_command
 
     shared = tmp_path / "host-cache"
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(shared))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     _argv, env = build_serve_command(run, 0, 8123, tmp_path / "workdir", serve_python="/envs/serve/bin/python",
                                      vllm_version="0.32.0+cpu")
     assert env["VLLM_CACHE_ROOT"] == str(shared) and shared.is_dir()
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env  # the host's own choice stands
 
 
 def test_gpu_host_gets_tensor_parallel_and_no_eager_and_old_vllm_no_scale_out(run, tmp_path):
     from specops.pipeline.vllm import build_serve_command
 
     run.config.trust_remote_code = True
-    argv, _ = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.25.1")
+    argv, env = build_serve_command(run, 8, 8000, tmp_path, serve_python="/p/bin/python", vllm_version="0.25.1")
     # the tiny target has 2 attention heads: vLLM refuses tensor parallel 8 for it (2 % 8), so the 8 GPUs
     # are 4 data-parallel replicas of tensor parallel 2 (the largest size its heads split over)
     assert _flag(argv, "--tensor-parallel-size") == "2" and _flag(argv, "--data-parallel-size") == "4"
     assert _flag(argv, "--dtype") == "bfloat16"
     assert "--enforce-eager" not in argv and "--enable-scale-out" not in argv and "--trust-remote-code" in argv
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env  # a GPU host keeps vLLM's worker processes
 
 
 def test_the_run_names_its_parallel_sizes_and_a_left_out_one_fills_the_host(run, tmp_path):

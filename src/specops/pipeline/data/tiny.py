@@ -144,11 +144,74 @@ def is_complete(root: Path) -> bool:
 
 
 def generate(root: Path, force: bool = False) -> dict[str, Any]:
-    """Write the tiny model and data under root (the workdir). Skips what is already complete."""
+    """Write the tiny model and data under root (the workdir). Skips what is already complete.
+
+    The model comes from this host's cache of earlier generations when one matches (the same
+    generator and library versions give the same bytes), which spares every new workdir importing
+    torch and transformers; `force` builds it again and refreshes the cache."""
     model_dir, data_file = root / MODEL_DIR, root / DATA_FILE
     if is_complete(root) and not force:
         return {"generated": False, "model": str(model_dir), "data": str(data_file)}
-    print(f"generating the embedded tiny model in {model_dir}", file=sys.stderr)
-    replace_folder(model_dir, _save_model_and_tokenizer)
+    from_cache = not force and _copy_from_cache(model_dir)
+    if not from_cache:
+        print(f"generating the embedded tiny model in {model_dir}", file=sys.stderr)
+        replace_folder(model_dir, _save_model_and_tokenizer)
+        _store_in_cache(model_dir)
     atomic.write_text(data_file, "\n".join(chat_lines()) + "\n")
-    return {"generated": True, "model": str(model_dir), "data": str(data_file)}
+    return {"generated": True, "from_cache": from_cache, "model": str(model_dir), "data": str(data_file)}
+
+
+CACHE_ENV = "SPECOPS_TINY_CACHE"  # a folder, or "off"; default ~/.cache/specops/tiny
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def cache_entry() -> Path | None:
+    """This generator's folder in the cache: named by the hash of this file and the versions of the
+    libraries that write the model's bytes; None when the cache is off."""
+    import hashlib
+    import importlib.metadata
+    import os
+
+    configured = os.environ.get(CACHE_ENV, "")
+    if configured == "off":
+        return None
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for package in ("torch", "transformers", "tokenizers", "safetensors"):
+        try:
+            digest.update(f"{package}=={importlib.metadata.version(package)}\0".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(f"{package}: absent\0".encode())
+    folder = Path(configured) if configured else Path.home() / ".cache" / "specops" / "tiny"
+    return folder / digest.hexdigest()[:16]
+
+
+def _copy_from_cache(model_dir: Path) -> bool:
+    """The cached model copied into model_dir; False (nothing changed) when there is none to copy."""
+    entry = cache_entry()
+    if entry is None or not all((entry / name).is_file() for name in MODEL_FILES):
+        return False
+    try:
+        replace_folder(model_dir, lambda staging: _copy_files(entry, staging))
+    except OSError:  # another process replacing the entry right now: generate instead
+        return False
+    return True
+
+
+def _copy_files(source: Path, target: Path) -> None:
+    import shutil
+
+    for file in source.iterdir():
+        if file.is_file():
+            shutil.copy2(file, target / file.name)
+
+
+def _store_in_cache(model_dir: Path) -> None:
+    """Best effort: a cache that cannot be written (read-only home, full disk) costs the next workdir
+    a generation, nothing more. The entry appears whole or not at all (replace_folder)."""
+    entry = cache_entry()
+    if entry is None:
+        return
+    try:
+        replace_folder(entry, lambda staging: _copy_files(model_dir, staging))
+    except OSError as exc:
+        print(f"specops: the tiny model was not cached in {entry}: {exc}", file=sys.stderr)

@@ -125,12 +125,13 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
     workdir = Path(workdir)
     staging = staging_dir(run)
     staging.mkdir(parents=True, exist_ok=True)
+    sizes = run.parallel_sizes(host_gpus, gpu_memory_bytes())
     argv = [str(python.parent / "vllm"), "serve", str(run.model_path),
             "--host", "127.0.0.1", "--port", str(port),
             "--dtype", serve_dtype(run, host_gpus),
             "--speculative_config", json.dumps(speculative_config(run.layer_ids()), separators=(",", ":")),
             "--kv_transfer_config", json.dumps(kv_transfer_config(staging), separators=(",", ":")),
-            *parallel_args(run.parallel_sizes(host_gpus, gpu_memory_bytes()))]
+            *parallel_args(sizes)]
     if run.config.trust_remote_code:
         argv.append("--trust-remote-code")
     if needs_scale_out(version):
@@ -143,10 +144,25 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
     cache = vllm_cache_root(workdir)
     for folder in (tmp, cache):
         folder.mkdir(parents=True, exist_ok=True)
-    env = {"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(cache)}
+    env = {"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(cache), **one_process_engine(host_gpus, sizes)}
     if run.model_path.is_dir():
         env["HF_HUB_OFFLINE"] = "1"  # a local model: never reach for the hub
     return argv, env
+
+
+# vLLM reads this to run a one-process engine's model inside the engine process (its uniproc executor).
+ENGINE_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def one_process_engine(host_gpus: int, sizes: ParallelSizes) -> dict[str, str]:
+    """On a CPU host with one engine of one worker: the engine runs the model itself.
+
+    vLLM's CPU platform otherwise starts a separate worker process for it (its `mp` executor), which
+    imports vLLM and torch once more: on 2 cores a server starts in ~20 s instead of ~30 s and
+    uses a third less CPU. A value the host sets itself is kept."""
+    if host_gpus or sizes.tensor * sizes.data != 1 or ENGINE_MULTIPROCESSING in os.environ:
+        return {}
+    return {ENGINE_MULTIPROCESSING: "0"}
 
 
 # vLLM's engine talks over zmq IPC sockets named TMPDIR/<uuid>; a socket path is limited to 107 bytes.

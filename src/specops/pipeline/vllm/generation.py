@@ -49,12 +49,19 @@ def per_request_metrics_supported(python: Path) -> bool:
 def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, version: str | None,
                            speculative: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
     """`vllm serve` argv and env additions for a generating server (no hidden-state extraction)."""
-    from specops.pipeline.vllm.command import gpu_memory_bytes, needs_scale_out, parallel_args, serve_dtype
+    from specops.pipeline.vllm.command import (
+        gpu_memory_bytes,
+        needs_scale_out,
+        one_process_engine,
+        parallel_args,
+        serve_dtype,
+    )
     from specops.pipeline.vllm.job import CPU_KVCACHE_GIB
 
     # the run's vllm tensor x data parallel sizes, as for the extraction server
+    sizes = run.parallel_sizes(host_gpus, gpu_memory_bytes())
     argv = [str(python.parent / "vllm"), "serve", str(run.model_path), "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", serve_dtype(run, host_gpus), *parallel_args(run.parallel_sizes(host_gpus, gpu_memory_bytes()))]
+            "--dtype", serve_dtype(run, host_gpus), *parallel_args(sizes)]
     if speculative is not None:
         argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
         if per_request_metrics_supported(python):
@@ -76,6 +83,7 @@ def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, ve
         env["HF_HUB_OFFLINE"] = "1"
     if host_gpus == 0 and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
+    env.update(one_process_engine(host_gpus, sizes))
     return argv, env
 
 
