@@ -35,6 +35,7 @@ def test_extract_refuses_to_start_when_the_doctor_finds_an_error(cli: Cli, tmp_p
     assert cli("check", "--host", "local").exit_code == 0  # installs the agent and runs/tiny.yaml
     config = yaml.safe_load((workdir / "runs" / "tiny.yaml").read_text())
     config["train"]["extra_args"] = ["--no-such-flag"]
+    config["regenerate"]["enabled"] = False  # the launch is what this is about, not the answers before it
     (workdir / "runs" / "tiny.yaml").write_text(yaml.safe_dump(config))
     refused = cli("extract", "--host", "local", "--samples", "2", timeout=600)
     assert refused.exit_code == 1

