@@ -3,8 +3,8 @@
 The README's own flow: `invoke extract --samples 10` (one SSH login for the whole task; the job records
 the doctor and the synced revision), `invoke validate`, then `invoke train`, then `invoke pipeline
 --samples 10`; all of them read the same ten rows (the manifest says which), and a later run with
-more samples extends the extraction instead of redoing it. One training epoch and no evaluation (the
-held-out prompts are still set aside) keep it quick.
+more samples extends the extraction instead of redoing it. One training epoch, short regenerated
+answers (32 tokens) and no evaluation (the held-out prompts are still set aside) keep it quick.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def _one_epoch_runs(tmp_path: Path) -> dict[str, str]:
     runs.mkdir()
     config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
     config["train"]["epochs"] = 1
+    config["regenerate"]["max_tokens"] = 32
     config["evaluate"]["enabled"] = False
     (runs / "tiny.yaml").write_text(yaml.safe_dump(config))
     return {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(tmp_path / "fetched")}
