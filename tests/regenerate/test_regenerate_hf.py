@@ -133,3 +133,33 @@ def test_a_changed_target_regenerates_and_invalidates_everything_after(regenerat
         (regenerated / "runs" / "tiny" / "manifest.json").read_text())["steps"]["regenerate"]["inputs"]["model_digest"]
     assert manifest.record("prepare")["inputs"]["regenerate"] == manifest.inputs_hash("regenerate")
     assert (_folder(root) / "responses.jsonl").read_bytes() != before  # the new target's own answers
+
+
+def test_ten_samples_are_answered_first_and_more_samples_later_to_the_same_bytes(
+        regen_workdir: Path, regenerated: Path, tmp_path: Path) -> None:
+    from specops.pipeline.run import Manifest
+
+    root = tmp_path / "w"
+    shutil.copytree(regen_workdir, root, symlinks=True)
+    code, extracted, stderr = agent(root, "step", "extract", *RUN, "--samples", "10", timeout=600)
+    assert code == 0, stderr[-3000:]
+    assert extracted["counts"]["samples"] == 10
+    counts = Manifest(root / "runs" / "tiny").record("regenerate")["counts"]
+    # one batch of 16 conversations holds ten rows: the other 262 conversations were not asked
+    assert counts["answered"] == 16 and counts["complete"] is False and counts["missing"] == 0
+    whole = (_folder(regenerated) / "responses.jsonl").read_bytes()
+    first = (_folder(root) / "responses.jsonl").read_bytes()
+    assert whole.startswith(first) and len(first) < len(whole) / 10  # the whole run's first answers, to the byte
+    hidden = root / "runs" / "tiny" / "hidden_states" / "hs_0.safetensors"
+    written_at = hidden.stat().st_mtime_ns
+
+    code, prepared, stderr = agent(root, "step", "prepare", *RUN, "--samples", "60", timeout=600)
+    assert code == 0 and prepared["counts"]["rows"] == 60, stderr[-3000:]
+    counts = Manifest(root / "runs" / "tiny").record("regenerate")["counts"]
+    assert 16 < counts["answered"] < 278 and counts["answered"] % 16 == 0 and counts["complete"] is False
+    more = (_folder(root) / "responses.jsonl").read_bytes()
+    assert more.startswith(first) and whole.startswith(more) and len(more) > len(first)
+    manifest = Manifest(root / "runs" / "tiny")
+    assert manifest.record("extract")["status"] == "done" and hidden.stat().st_mtime_ns == written_at  # kept
+    code, again, _ = agent(root, "step", "extract", *RUN, "--samples", "10", timeout=600)
+    assert code == 0 and again["status"] == "skipped: unchanged"

@@ -63,6 +63,21 @@ def vllm_regen_workdir(patched_vllm, tmp_path_factory) -> Path:
     assert code == 0, stopped
 
 
+def test_five_samples_ask_the_server_only_the_first_conversations(vllm_regen_workdir: Path) -> None:
+    from specops.pipeline.run import Manifest
+
+    root = vllm_regen_workdir
+    code, prepared, stderr = agent(root, "step", "prepare", "--run", "tiny", "--samples", "5", timeout=900,
+                                   env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)})
+    assert code == 0 and prepared["counts"]["rows"] == 5, stderr[-4000:]
+    counts = Manifest(root / "runs" / "tiny").record("regenerate")["counts"]
+    source = (root / "runs" / "tiny" / "regenerated" / "source.jsonl").read_text().splitlines()
+    assert 5 <= counts["answered"] < len(source) and counts["complete"] is False and counts["missing"] == 0
+    asked = {json.loads(line)["id"] for line in source[:counts["answered"]]}
+    assert {row["primary_id"] for row in _rows(root)} <= asked  # speculators' client saw the first ones only
+    shutil.rmtree(root / "runs" / "tiny")  # the tests below start from nothing (the server job lives on)
+
+
 def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen_workdir: Path) -> None:
     root = vllm_regen_workdir
     responses = root / "runs" / "tiny" / "regenerated" / "responses.jsonl"

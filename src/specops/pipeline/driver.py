@@ -94,7 +94,7 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
         else:
             step("patches", _patches)
         if run.config.regenerate.enabled:
-            step("regenerate", lambda: _regenerate(run, chosen_backend.name))
+            step("regenerate", lambda: _regenerate(run, chosen_backend.name, samples))
         prepared = step("prepare", lambda: _prepare(run, samples))
         extracted = step("extract", lambda: chosen_backend.extract(run, samples, extraction.Options()))
         validated = step("validate", lambda: _validate(run))
@@ -129,10 +129,12 @@ def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_pat
     return 0, summary
 
 
-def _regenerate(run: Any, backend: str) -> dict[str, Any]:
+def _regenerate(run: Any, backend: str, samples: int | None) -> dict[str, Any]:
     from specops.pipeline.regenerate.step import regenerate
 
-    return regenerate(run, run.config.regenerate.backend or backend)
+    # as many answers as prepare's N rows need (N: --samples, else the run's `samples`, else all)
+    return regenerate(run, run.config.regenerate.backend or backend,
+                      samples=samples if samples is not None else run.config.samples)
 
 
 def _evaluate(run: Any, backend: str) -> dict[str, Any]:

@@ -29,19 +29,20 @@ from specops.flags import part_of, positive_int
 from specops.pipeline import open_run
 
 
-def _regenerated_first(run: Any) -> Any:
-    """The answers prepare reads, when the run regenerates them: made (or found unchanged) first."""
+def _regenerated_first(run: Any, samples: int | None) -> Any:
+    """The answers prepare reads, when the run regenerates them: made (or found enough) first, as many
+    as prepare's N rows need (N: --samples, else the run's `samples`, else every conversation)."""
     if run.config.regenerate.enabled:
         from specops.pipeline.regenerate.step import regenerate
 
-        regenerate(run)
+        regenerate(run, samples=samples if samples is not None else run.config.samples)
     return run
 
 
 def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import prepare
 
-    report = prepare(_regenerated_first(open_run(args.run)), args.samples, args.strict)
+    report = prepare(_regenerated_first(open_run(args.run), args.samples), args.samples, args.strict)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -52,7 +53,8 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                  processes=args.processes, part=args.part, require_whole=args.require_whole)
     if args.part and args.require_whole:
         raise BadInput("--part and --require-whole exclude each other: a share writes, the check does not")
-    report = extraction.extract(_regenerated_first(open_run(args.run)), args.samples, args.backend, options)
+    run = _regenerated_first(open_run(args.run), args.samples)
+    report = extraction.extract(run, args.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
 
 

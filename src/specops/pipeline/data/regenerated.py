@@ -56,6 +56,17 @@ def ordered_rows(folder: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: ((row.get("metadata") or {}).get("idx", 0), generation_number(row)))
 
 
+def usable(mask: list[int], max_seq_len: int) -> bool:
+    """A row prepare keeps: at least one generated token within the run's max_seq_len."""
+    return any(mask[:max_seq_len])
+
+
+def usable_rows(folder: Path, max_seq_len: int) -> int:
+    """How many rows of responses.jsonl prepare would keep (regenerate answers until there are enough)."""
+    rows, _broken = read_jsonl(folder / RESPONSES_FILE)
+    return sum(1 for row in rows if usable(list(row.get("loss_mask") or []), max_seq_len))
+
+
 def regenerated_rows(run: Any, samples: int | None) -> dict[str, Any]:
     """The fields of prepare's rows (input_ids, loss_mask, source_lines, skipped, truncated)."""
     folder = run.paths.regenerated
@@ -74,7 +85,7 @@ def regenerated_rows(run: Any, samples: int | None) -> dict[str, Any]:
         if len(ids) > limit:
             ids, mask = ids[:limit], mask[:limit]
             out["truncated"] += 1
-        if not any(mask):
+        if not usable(mask, limit):
             out["skipped"].append(Malformed(line, f"{row.get('id')}: no generated tokens within max_seq_len {limit}"))
             continue
         out["input_ids"].append(ids)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
+from specops.pipeline.data import regenerated
 
 CHUNKS = "chunks"
 ENDPOINT = "hf"
@@ -145,31 +146,43 @@ def _lines(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
-def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]],
-                  span: tuple[int, int] | None = None) -> dict[str, Any]:
+def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]], span: tuple[int, int] | None = None,
+                  samples: int | None = None) -> dict[str, Any]:
     """Answer every source row in batches, resuming from the chunks already on disk; join them.
 
     span: only source rows [start, stop), on whole-batch boundaries (a host's share): those batches
-    are the one-host run's, numbered and seeded as there, so their rows are the same bytes."""
+    are the one-host run's, numbered and seeded as there, so their rows are the same bytes.
+    samples: only the first batches, until their answers hold that many rows prepare keeps; the
+    report's `answered` says how many source rows they cover."""
     size = run.config.regenerate.concurrency
     batches = [list(enumerate(source))[start:start + size] for start in range(0, len(source), size)]
     start, stop = span if span is not None else (0, len(source))
     if any(end % size and end != len(source) for end in (start, stop)):
         raise ValueError(f"rows {start}..{stop} do not fall on batches of {size}")
     numbers = range(-(-start // size), -(-stop // size))  # an empty last share: no batch
-    todo = [number for number in numbers if not chunk_paths(folder, number)[0].is_file()]
-    resumed = len(numbers) - len(todo)
-    if resumed:
-        print(f"regenerate: {resumed} of {len(numbers)} batches already written; resuming", file=sys.stderr)
-    generator = Generator(run) if todo else None
-    for done, number in enumerate(todo, start=1):
-        assert generator is not None
-        rows, errors = generator.batch(batches[number], run.config.regenerate.seed + number)
+    written = {number for number in numbers if chunk_paths(folder, number)[0].is_file()}
+    if written:
+        print(f"regenerate: {len(written)} of {len(numbers)} batches already written; resuming", file=sys.stderr)
+    generator: Generator | None = None
+    kept, done = 0, 0
+    for number in numbers:
         rows_file, errors_file = chunk_paths(folder, number)
-        atomic.write_text(errors_file, _lines(errors))  # errors first: the rows file marks the batch done
-        atomic.write_text(rows_file, _lines(rows))
-        print(f"regenerate: batch {number + 1}/{len(batches)} ({done} this run): {len(rows)} answers, "
-              f"{len(errors)} failed", file=sys.stderr, flush=True)
+        if number in written:
+            rows, _broken = regenerated.read_jsonl(rows_file) if samples is not None else ([], 0)
+        else:
+            generator = generator or Generator(run)
+            rows, errors = generator.batch(batches[number], run.config.regenerate.seed + number)
+            atomic.write_text(errors_file, _lines(errors))  # errors first: the rows file marks the batch done
+            atomic.write_text(rows_file, _lines(rows))
+            done += 1
+            print(f"regenerate: batch {number + 1}/{len(batches)} ({done} this run): {len(rows)} answers, "
+                  f"{len(errors)} failed", file=sys.stderr, flush=True)
+        if samples is not None:
+            kept += sum(1 for row in rows if regenerated.usable(row["loss_mask"], run.config.max_seq_len))
+            if kept >= samples:
+                numbers = range(numbers.start, number + 1)
+                break
+    resumed = len(written & set(numbers))
     joined, joined_errors = [], []
     for number in numbers:
         rows_file, errors_file = chunk_paths(folder, number)
@@ -179,4 +192,7 @@ def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]],
 
     atomic.write_text(folder / ERRORS_FILE, "".join(joined_errors))
     atomic.write_text(folder / RESPONSES_FILE, "".join(joined))
-    return {"batches": len(numbers), "batches_resumed": resumed}
+    report: dict[str, Any] = {"batches": len(numbers), "batches_resumed": resumed}
+    if samples is not None:
+        report["answered"] = min(len(source), numbers.stop * size)
+    return report

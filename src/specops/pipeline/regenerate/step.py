@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from specops.errors import CheckFailed
-from specops.pipeline.run import config_hash
+from specops.pipeline.run import config_hash, dependents
 
 
 def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
@@ -37,10 +37,24 @@ def chosen_backend(run: Any, backend: str | None) -> str:
     return backend or run.config.regenerate.backend or run.backend(visible_gpus())
 
 
-def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = False, port: int | None = None,
-               part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
-    """Run (or skip, or resume) the regenerate step; the step's report. `part` and `require_whole`:
-    one host's share, and the check of the merged answers (regenerate.shares)."""
+def enough_answers(run: Any, record: dict[str, Any], samples: int | None) -> bool:
+    """The answers on disk serve `samples` rows (None: every conversation answered)."""
+    from specops.pipeline.data import regenerated
+
+    if record.get("counts", {}).get("complete", True):  # records of whole runs, older ones included
+        return True
+    return samples is not None and regenerated.usable_rows(run.paths.regenerated, run.config.max_seq_len) >= samples
+
+
+def regenerate(run: Any, backend: str | None = None, *, samples: int | None = None, stop_server: bool = False,
+               port: int | None = None, part: tuple[int, int] | None = None,
+               require_whole: bool = False) -> dict[str, Any]:
+    """Run (or skip, or resume, or extend) the regenerate step; the step's report.
+
+    `samples` N: answer the conversations in source order only until prepare has N rows to take
+    (`extract --samples 10` needs ten answers, not the whole dataset's); a later call asking for
+    more, or for all (None), answers the rest, and the first answers stay the same bytes. `part` and
+    `require_whole`: one host's share, and the check of the merged answers (regenerate.shares)."""
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest
@@ -57,28 +71,35 @@ def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = Fals
     inputs = regenerate_inputs(run, backend)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
-    if manifest.is_current("regenerate", inputs_hash) and (folder / RESPONSES_FILE).is_file():
-        record = manifest.record("regenerate") or {}
+    record = manifest.record("regenerate") or {}
+    if (manifest.is_current("regenerate", inputs_hash) and (folder / RESPONSES_FILE).is_file()
+            and enough_answers(run, record, samples)):
         return {"step": "regenerate", "status": "skipped: unchanged", "backend": backend,
                 "inputs_hash": inputs_hash, "counts": record.get("counts", {}), "output": str(folder / RESPONSES_FILE)}
-    resuming = (manifest.record("regenerate") or {}).get("inputs_hash") == inputs_hash
-    started = manifest.begin("regenerate", inputs_hash, inputs)  # other inputs: old answers go
+    resuming = record.get("inputs_hash") == inputs_hash
+    # other inputs: old answers go, and all that was made of them; the same inputs answer more of the
+    # same prompts, and the first answers (all that prepare's rows were made of) stay as they are
+    started = manifest.begin("regenerate", inputs_hash, inputs, keep=tuple(dependents("regenerate")) if resuming
+                             else ())
     source_counts = build_source(run)
     source = read_source(folder)
-    print(f"regenerate: {len(source)} conversations ({source_counts['held_out']} held out) with the {backend} "
-          f"backend{' (resuming)' if resuming else ''}", file=sys.stderr, flush=True)
+    wanted = f"until {samples} rows can be prepared, " if samples is not None else ""
+    print(f"regenerate: {len(source)} conversations ({source_counts['held_out']} held out), {wanted}with the "
+          f"{backend} backend{' (resuming)' if resuming else ''}", file=sys.stderr, flush=True)
     if backend == "vllm":
         from specops.pipeline.regenerate.vllm import regenerate_vllm
 
-        details = regenerate_vllm(run, folder, source, stop_server=stop_server, port=port)
+        details = regenerate_vllm(run, folder, source, samples=samples, stop_server=stop_server, port=port)
     else:
         from specops.pipeline.regenerate.hf import regenerate_hf
 
-        details = regenerate_hf(run, folder, source)
-    checked = check(folder, source)
+        details = regenerate_hf(run, folder, source, samples=samples)
+    answered = details.pop("answered", len(source))  # conversations answered: a prefix of the source
+    checked = check(folder, source[:answered])
     counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
                                             "completion_tokens", "finish_reasons")}
-    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
+    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]),
+                  answered=answered, complete=answered == len(source))
     for failure in checked["failed_list"]:
         print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
     if checked["problems"] or checked["rows"] == 0:
@@ -87,7 +108,9 @@ def regenerate(run: Any, backend: str | None = None, *, stop_server: bool = Fals
         raise CheckFailed(f"regenerate: {folder / RESPONSES_FILE}: {why}")
     manifest.finish("regenerate", started, counts)
     print(f"regenerate: {counts['rows']} answers for {counts['conversations']} conversations, "
-          f"{counts['failed']} failed, {counts['empty']} empty", file=sys.stderr, flush=True)
+          f"{counts['failed']} failed, {counts['empty']} empty"
+          f"{'' if counts['complete'] else f' ({answered} of {len(source)} conversations asked so far)'}",
+          file=sys.stderr, flush=True)
     return {"step": "regenerate", "status": "done", "backend": backend, "inputs_hash": inputs_hash,
             "counts": counts, "failed": checked["failed_list"], "missing": checked["missing_list"],
             "output": str(folder / RESPONSES_FILE), **details}

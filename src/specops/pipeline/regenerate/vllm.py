@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+PREFIX_FILE = "source.prefix.jsonl"  # the first conversations of source.jsonl, when only some are asked
 
-def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: str | None = None) -> list[str]:
+
+def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: str | None = None,
+                    dataset: Path | None = None) -> list[str]:
     from specops.pipeline.regenerate.hf import sampling_params
     from specops.pipeline.regenerate.output import RESPONSES_FILE
     from specops.pipeline.regenerate.source import SOURCE_FILE
@@ -22,7 +25,7 @@ def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: s
     settings = run.config.regenerate
     return [python or sys.executable, "-m", "speculators", "regenerate-responses",
             "--endpoint", f"{endpoint}/v1/chat/completions", "--model", model,
-            "--dataset", str(folder / SOURCE_FILE), "--outfile", str(folder / RESPONSES_FILE), "--resume",
+            "--dataset", str(dataset or folder / SOURCE_FILE), "--outfile", str(folder / RESPONSES_FILE), "--resume",
             "--concurrency", str(settings.concurrency), "--max-tokens", str(settings.max_tokens),
             "--sampling-params", json.dumps(sampling_params(settings), sort_keys=True)]
 
@@ -42,11 +45,16 @@ def run_client(argv: list[str]) -> int:
     return process.returncode
 
 
-def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, stop_server: bool = False,
-                    port: int | None = None) -> dict[str, Any]:
+def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, samples: int | None = None,
+                    stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
+    """speculators' client over the source; with `samples`, over its first conversations only (as many as
+    rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the
+    conversations answered before), and the report's `answered` says how many."""
+    from specops import atomic
     from specops.errors import CheckFailed
+    from specops.pipeline.data import regenerated
     from specops.pipeline.regenerate.output import tidy
-    from specops.pipeline.regenerate.source import prompt_turns
+    from specops.pipeline.regenerate.source import SOURCE_FILE, prompt_turns
     from specops.pipeline.vllm import generating_server, stop_generating_server
 
     expected = {row["id"]: sum(1 for turn in prompt_turns(row["messages"]) if turn["role"] == "user") for row in source}
@@ -55,14 +63,38 @@ def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, sto
         print(f"regenerate: removed {tidied['cut_lines']} cut lines and {tidied['partial_rows']} rows of partly "
               "written conversations before resuming", file=sys.stderr)
     server = generating_server(run, port=port)
-    # The model name the server knows is its path; the client loads the tokenizer from it too.
-    argv = regenerate_argv(run, server["endpoint"], str(run.model_path), folder)
+    lines = (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
+    answered = len(source) if samples is None else min(len(source), max(samples, 1, _asked_before(folder)))
     try:
-        code = run_client(argv)
+        while True:
+            dataset = None
+            if answered < len(source):
+                dataset = folder / PREFIX_FILE
+                atomic.write_text(dataset, "".join(lines[:answered]))
+            # The model name the server knows is its path; the client loads the tokenizer from it too.
+            argv = regenerate_argv(run, server["endpoint"], str(run.model_path), folder, dataset=dataset)
+            code = run_client(argv)
+            if code != 0 or answered == len(source) or samples is None:
+                break
+            if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
+                break
+            answered = min(len(source), 2 * answered)
     finally:
         if stop_server:
             server["stopped"] = stop_generating_server(server, "--stop-server")
     server.pop("server")
     if code != 0:
         raise CheckFailed(f"speculators regenerate-responses exited {code} (log: the job log)")
-    return {"tidied": tidied, "server": server, "command": argv}
+    report: dict[str, Any] = {"tidied": tidied, "server": server, "command": argv}
+    if samples is not None:
+        report["answered"] = answered
+    return report
+
+
+def _asked_before(folder: Path) -> int:
+    """How many source conversations an earlier client run was given (its rows' and errors' positions)."""
+    from specops.pipeline.data import regenerated
+
+    rows = [*regenerated.read_jsonl(folder / regenerated.RESPONSES_FILE)[0],
+            *regenerated.read_jsonl(folder / regenerated.ERRORS_FILE)[0]]
+    return max(((row.get("metadata") or {}).get("idx", -1) for row in rows), default=-1) + 1
