@@ -139,7 +139,7 @@ def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, A
         shown = ", ".join(checked["missing_list"][:5]) or "every one"
         raise CheckFailed(f"regenerate --require-whole: {path}: {checked['missing'] or len(source)} of "
                           f"{len(source)} conversations have no answer (e.g. {shown})")
-    counts = _counts(checked, source_counts)
+    counts = {**_counts(checked, source_counts), "answered": len(source), "complete": True}
     if not manifest.is_current("regenerate", inputs_hash):
         started = manifest.begin("regenerate", inputs_hash, inputs)
         manifest.finish("regenerate", started, counts)
