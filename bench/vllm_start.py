@@ -47,6 +47,14 @@ def tree_cpu(root: int) -> tuple[float, int]:
     return total, count
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def one_load(argv: list[str], env: dict[str, str], port: int, log: Path) -> dict[str, float]:
     started = time.monotonic()
     with log.open("w") as out:
@@ -91,7 +99,6 @@ def main() -> int:
     from specops.pipeline.run import Run
     from specops.pipeline.vllm.command import ENGINE_MULTIPROCESSING, build_serve_command
     from specops.pipeline.vllm.job import CPU_KVCACHE_GIB
-    from tests.support.sshd import free_port
 
     with tempfile.TemporaryDirectory(prefix="vllm-start-") as folder:
         root = Path(folder)
