@@ -81,3 +81,11 @@ def check(folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
             "empty": empty, "missing": len(missing), "missing_list": missing[:20],
             "finish_reasons": dict(sorted(finish.items())),
             "completion_tokens": sum(sum(row.get("loss_mask") or []) for row in rows), "problems": problems}
+
+
+def counts_of(checked: dict[str, Any], source_counts: dict[str, Any]) -> dict[str, Any]:
+    """The step's counts for the manifest: what `check` found and what building the source left out."""
+    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
+                                            "completion_tokens", "finish_reasons")}
+    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
+    return counts

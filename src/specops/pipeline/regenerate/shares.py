@@ -39,13 +39,6 @@ def share_folder(folder: Path, part: tuple[int, int]) -> Path:
     return folder / PARTS / f"part-{part[0]}-of-{part[1]}"
 
 
-def _counts(checked: dict[str, Any], source_counts: dict[str, Any]) -> dict[str, Any]:
-    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
-                                            "completion_tokens", "finish_reasons")}
-    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
-    return counts
-
-
 def _slice_whole(folder: Path, share: Path, ids: set[str]) -> None:
     """A share cut out of answers this host already holds whole (a rerun where only another host lacks them)."""
     from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, read_jsonl
@@ -61,7 +54,7 @@ def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[
                     stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
     """Answer share `part` of the run's conversations into its own folder; the share's report.
     `inputs`: the step's inputs (regenerate.step.regenerate_inputs), recorded as one host records them."""
-    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check, counts_of
     from specops.pipeline.regenerate.source import SOURCE_FILE, build_source, read_source
     from specops.pipeline.run import Manifest, config_hash
 
@@ -101,7 +94,7 @@ def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[
 
             regenerate_hf(run, share, source, span=(start, stop))
         checked = check(share, subset)
-        counts = _counts(checked, source_counts)
+        counts = counts_of(checked, source_counts)
         status = f"part {part[0]} of {part[1]}"
         if checked["problems"] or (subset and checked["rows"] == 0) or checked["missing"]:
             manifest.finish("regenerate", started, counts, status="failed")
@@ -118,7 +111,7 @@ def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[
 def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """Check the merged answers cover every conversation (exit 1 naming what is missing), then record
     regenerate done with its one-host inputs hash; writes no answers."""
-    from specops.pipeline.regenerate.output import RESPONSES_FILE, check
+    from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest, config_hash
 
@@ -139,7 +132,7 @@ def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, A
         shown = ", ".join(checked["missing_list"][:5]) or "every one"
         raise CheckFailed(f"regenerate --require-whole: {path}: {checked['missing'] or len(source)} of "
                           f"{len(source)} conversations have no answer (e.g. {shown})")
-    counts = {**_counts(checked, source_counts), "answered": len(source), "complete": True}
+    counts = {**counts_of(checked, source_counts), "answered": len(source), "complete": True}
     if not manifest.is_current("regenerate", inputs_hash):
         started = manifest.begin("regenerate", inputs_hash, inputs)
         manifest.finish("regenerate", started, counts)

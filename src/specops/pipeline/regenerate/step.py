@@ -55,7 +55,7 @@ def regenerate(run: Any, backend: str | None = None, *, samples: int | None = No
     (`extract --samples 10` needs ten answers, not the whole dataset's); a later call asking for
     more, or for all (None), answers the rest, and the first answers stay the same bytes. `part` and
     `require_whole`: one host's share, and the check of the merged answers (regenerate.shares)."""
-    from specops.pipeline.regenerate.output import RESPONSES_FILE, check
+    from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest
 
@@ -96,10 +96,7 @@ def regenerate(run: Any, backend: str | None = None, *, samples: int | None = No
         details = regenerate_hf(run, folder, source, samples=samples)
     answered = details.pop("answered", len(source))  # conversations answered: a prefix of the source
     checked = check(folder, source[:answered])
-    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
-                                            "completion_tokens", "finish_reasons")}
-    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]),
-                  answered=answered, complete=answered == len(source))
+    counts = {**counts_of(checked, source_counts), "answered": answered, "complete": answered == len(source)}
     for failure in checked["failed_list"]:
         print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
     if checked["problems"] or checked["rows"] == 0:

@@ -104,7 +104,8 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     )
 
 
-def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, *, relative: bool = True) -> dict[str, Any]:
+def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: train.Nodes | None, *,
+                  relative: bool = True) -> dict[str, Any]:
     """What the training depends on. Paths inside the workdir count relative to it, so a workdir moved or
     copied elsewhere (a new disk, a colleague's copy) is still trained; `relative=False` gives the
     absolute-path inputs that runs trained before this rule recorded."""
@@ -115,8 +116,11 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, *, relative: bool 
     settings = {key: _within(run.paths.workdir, value) if relative else str(value)
                 for key, value in vars(replace(plan, epochs=0)).items()
                 if not (value is None and key in ("optimizer", "log_freq", "loader_workers"))}
-    return {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
-            "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+    inputs = {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
+              "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+    if nodes is not None:  # the group's shape is an input; the rendezvous id of one launch is not
+        inputs["nodes"] = nodes.count
+    return inputs
 
 
 def _within(workdir: Path, value: object) -> str:
@@ -126,13 +130,6 @@ def _within(workdir: Path, value: object) -> str:
         if relative != ".." and not relative.startswith(".." + os.sep):
             return f"./{relative}"
     return str(value)
-
-
-def _legacy_hash(run: Run, plan: train.TrainPlan, gpus: int, nodes: train.Nodes | None) -> str:
-    inputs = _train_inputs(run, plan, gpus, relative=False)
-    if nodes is not None:
-        inputs["nodes"] = nodes.count
-    return _hash(inputs)
 
 
 def first_epoch(state: train.CheckpointState) -> int:
@@ -181,15 +178,14 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
         if needed is not None and not needed.exists():
             raise BadInput(f"{needed}: missing; run the {step} step first")
-    inputs = _train_inputs(run, plan, gpus)
-    if nodes is not None:  # the group's shape is an input; the rendezvous id of one launch is not
-        inputs["nodes"] = nodes.count
+    inputs = _train_inputs(run, plan, gpus, nodes)
     inputs_hash = _hash(inputs)
     manifest = _manifest(run)
     record = manifest.record("train") or {}
     # a run trained before paths counted relative recorded the absolute-path hash: the same inputs
     current = manifest.is_current("train", inputs_hash) or (
-        record.get("inputs_hash") is not None and manifest.is_current("train", _legacy_hash(run, plan, gpus, nodes)))
+        record.get("inputs_hash") is not None
+        and manifest.is_current("train", _hash(_train_inputs(run, plan, gpus, nodes, relative=False))))
     # a node of a group counts the epochs on its disk too: only global rank 0 saved them, and the
     # group's checkpoint sync brought them here afterwards; every node must skip together, or the
     # others would wait in a rendezvous no one joins
