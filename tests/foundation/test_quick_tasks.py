@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ssh_host
+from tests.support.agent import wait_until
 from tests.support.cli import Cli, write_inventory
 from tests.support.sshd import SshServer, free_port
 
@@ -113,6 +114,8 @@ def test_a_stale_master_socket_does_not_fail_the_task(cli: Cli, sshd: SshServer,
     (socket_path,) = sockets(control_dir)
     subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "unused"], capture_output=True,
                    timeout=10)
+    # the master unlinks its socket on its way out, after `-O exit` has answered
+    wait_until(lambda: not socket_path.exists(), timeout_s=30, what="the master to remove its socket")
     # A socket file nobody listens on, where the master was (as after a crash of the master)
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(socket_path))
