@@ -1,12 +1,12 @@
 """The pipeline through the real `invoke` tasks, on `local` and over the real sshd, on the tiny model.
 
 These are the user's flows (`invoke extract --samples 10` and `invoke validate`: test_samples_cli.py): a
-doctor error refusing a launch, `invoke pipeline` twice over SSH (the first ends with the draft's
-acceptance on held-out prompts, the second skips every step), and on `local`, in a copy of a finished
-run (tests/support/finished.py), a pipeline that skips every step and fetches, a changed draft
-vocabulary re-running only vocab and train, a killed training resuming, and `invoke fetch` bringing
-home a checkpoint that speculators loads. Over SSH, `invoke pipeline` (doctor, launch, follow,
-fetch) logs in to the real sshd exactly once, counted in its log.
+doctor error refusing a launch, `invoke pipeline` twice over SSH on a smaller run (the first runs every
+step and ends with the draft's acceptance on held-out prompts, the second skips every step), and on
+`local`, in a copy of a finished run (tests/support/finished.py), a pipeline that skips every step and
+fetches, a changed draft vocabulary re-running only vocab and train, a killed training resuming, and
+`invoke fetch` bringing home a checkpoint that speculators loads. Over SSH, `invoke pipeline` (doctor,
+launch, follow, fetch) logs in to the real sshd exactly once, counted in its log.
 """
 
 from __future__ import annotations
@@ -47,24 +47,45 @@ def test_extract_refuses_to_start_when_the_doctor_finds_an_error(cli: Cli, tmp_p
     assert job["meta"]["doctor"] == {"skipped": True}
 
 
+# Over SSH the flow is what is tested, not how well the draft learns (the local run below checks
+# that on the demo's own settings): fewer rows, shorter answers, two short epochs, four prompts.
+SSH_SAMPLES, SSH_PROMPTS = 48, 4
+
+
+def _small_runs(tmp_path: Path) -> Path:
+    runs = tmp_path / "my-runs"
+    runs.mkdir()
+    config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
+    config["samples"] = SSH_SAMPLES
+    config["train"]["epochs"] = 2
+    config["regenerate"]["max_tokens"] = 32
+    config["evaluate"].update(heldout_prompts=SSH_PROMPTS, max_tokens=16)
+    (runs / "tiny.yaml").write_text(yaml.safe_dump(config))
+    return runs
+
+
 def _assert_first_run(summary: dict, fetched: Path, host_name: str) -> None:
-    """Every step ran; the draft learned; the fetch brought a checkpoint, the plots and the evaluation."""
+    """Every step ran; the loss fell; the fetch brought a checkpoint, the plots and the evaluation."""
     assert {name: info["status"] for name, info in summary["steps"].items()} == {
         "doctor": "ok (checked before launch)", "patches": "ok", "regenerate": "done", "prepare": "done",
         "extract": "done", "validate": "done", "vocab": "done", "train": "done", "evaluate": "done"}
-    assert summary["samples"] == 200 and summary["fidelity"] >= 0.98
+    assert summary["samples"] == SSH_SAMPLES and summary["fidelity"] >= 0.98
     assert summary["loss_last"] < summary["loss_first"]
-    _assert_evaluated_and_fetched(summary, fetched, host_name)
+    _assert_evaluated_and_fetched(summary, fetched, host_name, prompts=SSH_PROMPTS, learned=False)
 
 
-def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str) -> None:
-    """The run ends with the draft's acceptance on held-out prompts, trained against untrained; the
-    fetch brought a checkpoint, the plots and the evaluation."""
+def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str, prompts: int = 20,
+                                  learned: bool = True) -> None:
+    """The run ends with the draft's acceptance on held-out prompts, trained against untrained (on the
+    demo's settings the trained draft is clearly better: `learned`); the fetch brought a checkpoint, the
+    plots and the evaluation."""
     assert summary["ok"] is True
     assert summary["fetched"] == str(fetched / host_name / "tiny")
     trained, untrained = summary["evaluation"]["report"], summary["evaluation"]["untrained"]
-    assert trained["prompts"] == 20 and trained["backend"] == "hf"
-    assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
+    assert trained["prompts"] == untrained["prompts"] == prompts and trained["backend"] == "hf"
+    assert trained["mean_acceptance_length"] >= 1.0 and untrained["mean_acceptance_length"] >= 1.0
+    if learned:
+        assert trained["mean_acceptance_length"] > untrained["mean_acceptance_length"] + 0.4
     checkpoint = fetched / host_name / "tiny" / "checkpoint"
     assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "config.json").is_file()
     assert (fetched / host_name / "tiny" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -83,7 +104,7 @@ def _assert_all_skipped(summary: dict) -> None:
 def test_pipeline_over_ssh_runs_then_skips_every_step_and_fetches_the_checkpoint(
         cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
     fetched = tmp_path / "fetched"
-    cli_env = {"SPECOPS_FETCHED": str(fetched)}
+    cli_env = {"SPECOPS_FETCHED": str(fetched), "SPECOPS_RUNS_DIR": str(_small_runs(tmp_path))}
     before = sshd.logins()
     first = cli("pipeline", "--host", "loop", "--json", timeout=900, **cli_env)
     assert first.exit_code == 0, first.stderr[-4000:]
