@@ -3,12 +3,14 @@
 Each step's inputs count paths inside the workdir relative to it (the training's verifier, data,
 hidden states, vocabulary and checkpoints), so a copy of a finished run skips every step instead of
 training again; a run trained before that rule, whose record holds the absolute-path inputs, is
-still current where it was trained.
+still current where it was trained. Where the workdir was trained is gone once it has moved: its
+checkpoints still name the target there, and evaluating them again loads the run's own target.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from tests.support.agent import run_agent
@@ -44,3 +46,22 @@ def test_a_run_recorded_with_absolute_paths_is_still_current_where_it_was_traine
     code, document, stderr = run_agent(root, "step", "train", "--run", "tiny", timeout=600)
     assert code == 0, stderr[-3000:]
     assert document["status"] == "skipped: unchanged"
+
+
+def test_a_moved_run_evaluates_its_checkpoints_again_with_its_own_target(
+        finished: tuple[Path, dict], tmp_path: Path) -> None:
+    trained_at = copy_of(finished, tmp_path / "trained-here")
+    for config_file in (trained_at / "runs" / "tiny").glob("**/config.json"):
+        config = json.loads(config_file.read_text())
+        verifier = config.get("speculators_config", {}).get("verifier")
+        if verifier:  # the target where this copy was trained, as its own training would have written it
+            verifier["name_or_path"] = str(trained_at / "models" / "tiny-llama")
+            config_file.write_text(json.dumps(config))
+    root = tmp_path / "moved"
+    shutil.move(trained_at, root)
+    assert not trained_at.exists()
+
+    code, document, stderr = run_agent(root, "step", "evaluate", "--run", "tiny", "--prompts", "4", timeout=600)
+    assert code == 0, stderr[-3000:]
+    assert document["status"] == "done" and document["report"]["prompts"] == document["untrained"]["prompts"] == 4
+    assert document["report"]["mean_acceptance_length"] > document["untrained"]["mean_acceptance_length"]

@@ -51,12 +51,30 @@ def choose_checkpoint(checkpoints: Path, which: str) -> Path:
     raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {which!r}")
 
 
-def load_draft(folder: Path, dtype: Any) -> Any:
-    """speculators' Eagle3DraftModel from a checkpoint folder, in `dtype`, eval mode."""
+def checkpoint_config(folder: Path, target: Path) -> Any:
+    """The checkpoint's speculators config, its verifier pointed at `target` (the run's own model)
+    when the path it recorded is gone: a workdir copied or moved elsewhere keeps its checkpoints,
+    whose config names the target where it was trained, and speculators loads the verifier's
+    embedding and LM head from that path."""
+    from speculators.models.eagle3 import Eagle3SpeculatorConfig
+
+    config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
+    verifier = config.speculators_config.verifier
+    if verifier.name_or_path is None or not Path(verifier.name_or_path).exists():
+        verifier.name_or_path = str(target)
+    return config
+
+
+def load_checkpoint(folder: Path, target: Path) -> Any:
+    """speculators' Eagle3DraftModel from a checkpoint folder (see checkpoint_config)."""
     from speculators.models.eagle3 import Eagle3DraftModel
 
-    model = Eagle3DraftModel.from_pretrained(str(folder))
-    return prepared(model, dtype)
+    return Eagle3DraftModel.from_pretrained(str(folder), config=checkpoint_config(folder, target))
+
+
+def load_draft(folder: Path, target: Path, dtype: Any) -> Any:
+    """The draft of a checkpoint folder for the run whose model is `target`, in `dtype`, eval mode."""
+    return prepared(load_checkpoint(folder, target), dtype)
 
 
 def prepared(model: Any, dtype: Any) -> Any:
@@ -70,15 +88,12 @@ def prepared(model: Any, dtype: Any) -> Any:
 def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
     """Build (once) the untrained draft for `trained_folder`'s config and mapping; its folder."""
     import torch
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.models.eagle3 import Eagle3DraftModel
 
     if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
         return out
-    config = Eagle3SpeculatorConfig.from_pretrained(str(trained_folder))
-    if config.speculators_config.verifier.name_or_path is None or not Path(
-            config.speculators_config.verifier.name_or_path).exists():
-        config.speculators_config.verifier.name_or_path = str(target)
-    trained = Eagle3DraftModel.from_pretrained(str(trained_folder))
+    config = checkpoint_config(trained_folder, target)
+    trained = load_checkpoint(trained_folder, target)
     torch.manual_seed(SEED)
     model = Eagle3DraftModel(config)
     model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())

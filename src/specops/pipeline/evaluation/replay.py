@@ -173,7 +173,7 @@ def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_to
     if target is None:
         target = load_target(run, torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32)
     device = next(target.parameters()).device  # the draft and every input go where the target is
-    draft = load_draft(draft_folder, torch.float32).to(device)
+    draft = load_draft(draft_folder, run.model_path, torch.float32).to(device)
     tokenizer = load_tokenizer(run)
     eos = tokenizer.eos_token_id
     counts = Counts(k)
