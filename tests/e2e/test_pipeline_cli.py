@@ -157,7 +157,7 @@ def test_on_local_a_finished_run_skips_and_a_new_vocab_reruns_only_vocab_and_tra
 
     config = yaml.safe_load(config_file.read_text())
     config["draft"]["vocab_size"] = 128
-    config["train"]["epochs"] = 2  # a new training from scratch: two epochs are enough to kill and resume below
+    config["train"]["epochs"] = 1  # a new training from scratch: one epoch, then more epochs continue it below
     config_file.write_text(yaml.safe_dump(config))
     changed = pipeline()
     statuses = {name: info["status"] for name, info in changed["steps"].items()}
@@ -167,20 +167,20 @@ def test_on_local_a_finished_run_skips_and_a_new_vocab_reruns_only_vocab_and_tra
     assert changed["coverage"][0]["draft_vocab"] == 128
 
     # more epochs continue the same training; kill it mid-way and launch again: it resumes
-    launched = cli("train", "--host", "local", "--epochs", "4", "--detach", "--json", "--skip-doctor", **env)
+    launched = cli("train", "--host", "local", "--epochs", "3", "--detach", "--json", "--skip-doctor", **env)
     assert launched.exit_code == 0, launched.stderr
     job_id = launched.json()["job"]["id"]
     checkpoints = workdir / "runs" / "tiny" / "checkpoints"
     deadline = time.monotonic() + 300
-    while not (checkpoints / "2" / "model.safetensors").exists():
-        assert time.monotonic() < deadline, "training never reached epoch 3"
+    while not (checkpoints / "1" / "model.safetensors").exists():
+        assert time.monotonic() < deadline, "training never finished epoch 2"
         assert cli("status", "--host", "local", "--json").json()["jobs"][-1]["state"] in ("running", "pending")
         time.sleep(0.5)
     stopped = cli("stop", "--host", "local", "--job", job_id, "--json")
     assert stopped.exit_code == 0 and stopped.json()["job"]["state"] == "stopped"
-    resumed = cli("train", "--host", "local", "--epochs", "4", "--json", "--skip-doctor", timeout=900, **env)
+    resumed = cli("train", "--host", "local", "--epochs", "3", "--json", "--skip-doctor", timeout=900, **env)
     assert resumed.exit_code == 0, resumed.stderr[-4000:]
     result = resumed.json()
     assert result["resume"].startswith("resuming from epoch")
-    assert result["checkpoints"]["newest_epoch"] == 3
+    assert result["checkpoints"]["newest_epoch"] == 2
     assert (checkpoints / "0").exists()  # nothing restarted from scratch into a new folder
