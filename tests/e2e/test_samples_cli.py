@@ -2,9 +2,11 @@
 
 The README's own flow: `invoke extract --samples 10` (one SSH login for the whole task; the job records
 the doctor and the synced revision), `invoke validate`, then `invoke train`, then `invoke pipeline
---samples 10`; all of them read the same ten rows (the manifest says which), and a later run with
-more samples extends the extraction instead of redoing it. One training epoch, short regenerated
-answers (32 tokens) and no evaluation (the held-out prompts are still set aside) keep it quick.
+--samples 10`; all of them read the same ten rows (the manifest says which), and a later run with more
+samples extends the extraction instead of redoing it. On `local` (the embedded default) the quick first
+check, extract and validate, is run; the rest is the same code on either host. One training epoch, short
+regenerated answers (32 tokens) and no evaluation (the held-out prompts are still set aside) keep it
+quick.
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ def _one_epoch_runs(tmp_path: Path) -> dict[str, str]:
     return {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(tmp_path / "fetched")}
 
 
-def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_extend_the_work(
-        cli: Cli, tmp_path: Path, host_name: str, sshd: SshServer) -> None:
-    env = _one_epoch_runs(tmp_path)
-    run_dir = tmp_path / ("local-workdir" if host_name == "local" else "loop-workdir") / "runs" / "tiny"
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())["steps"]
 
-    def manifest() -> dict:
-        return json.loads((run_dir / "manifest.json").read_text())["steps"]
 
+def _extract_and_validate_ten(cli: Cli, env: dict[str, str], host_name: str, run_dir: Path,
+                              sshd: SshServer) -> dict:
+    """`invoke extract --samples 10` then `invoke validate`; the prepare step's counts."""
     before = sshd.logins()
     extracted = cli("extract", "--host", host_name, "--samples", "10", "--json", timeout=600, **env)
     assert extracted.exit_code == 0, extracted.stderr[-3000:]
@@ -48,7 +49,7 @@ def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_e
     report = extracted.json()
     assert report["ok"] is True and report["backend"] == "hf"
     assert report["counts"]["samples"] == 10
-    prepared = manifest()["prepare"]["counts"]
+    prepared = _manifest(run_dir)["prepare"]["counts"]
     assert prepared["rows"] == 10 and len(prepared["source_lines"]) == 10  # which rows: lines of the data
     assert sorted(path.name for path in (run_dir / "hidden_states").glob("hs_*.safetensors")) == sorted(
         f"hs_{index}.safetensors" for index in range(10))
@@ -61,11 +62,27 @@ def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_e
     checks = validated.json()["checks"]
     assert checks["files"]["ok"] and checks["fidelity"]["ok"]
     assert checks["fidelity"]["detail"]["agreement"] >= 0.98
+    return prepared
+
+
+def test_the_quick_first_check_on_the_embedded_default_extracts_and_validates_ten_rows(
+        cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
+    # the README's first command on host `local`; what follows it is the same code as over SSH, below
+    _extract_and_validate_ten(cli, _one_epoch_runs(tmp_path), "local", tmp_path / "local-workdir" / "runs" / "tiny",
+                              sshd)
+
+
+def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_extend_the_work(
+        cli: Cli, tmp_path: Path, sshd: SshServer) -> None:
+    host_name = "loop"
+    env = _one_epoch_runs(tmp_path)
+    run_dir = tmp_path / "loop-workdir" / "runs" / "tiny"
+    prepared = _extract_and_validate_ten(cli, env, host_name, run_dir, sshd)
 
     trained = cli("train", "--host", host_name, "--skip-doctor", "--json", timeout=900, **env)
     assert trained.exit_code == 0, trained.stderr[-3000:]
     assert trained.json()["status"] == "done"
-    assert manifest()["train"]["inputs"]["samples"] == 10
+    assert _manifest(run_dir)["train"]["inputs"]["samples"] == 10
 
     ten = cli("pipeline", "--host", host_name, "--samples", "10", "--skip-doctor", "--json", timeout=900, **env)
     assert ten.exit_code == 0, ten.stderr[-3000:]
@@ -82,7 +99,7 @@ def test_ten_samples_are_the_same_ten_rows_through_every_step_and_more_samples_e
                timeout=900, **env)
     assert more.exit_code == 0, more.stderr[-3000:]
     assert more.json()["samples"] == 20
-    steps = manifest()
+    steps = _manifest(run_dir)
     assert steps["extract"]["counts"]["samples"] == 20 and steps["extract"]["counts"]["written"] == 10
     assert steps["prepare"]["counts"]["source_lines"][:10] == prepared["source_lines"]
     assert steps["train"]["inputs"]["samples"] == 20
