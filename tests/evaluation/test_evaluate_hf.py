@@ -3,14 +3,18 @@
 The replay of greedy EAGLE-3 drafting (speculators' Eagle3DraftModel, the transformers target)
 counts drafts and accepted tokens like vLLM's spec-decode counters; the report carries the keys
 scripts rely on; held-out prompts never reach training; a second evaluation finds the first one
-as `previous`; --all-epochs scores every epoch and draws acceptance length per epoch.
+as `previous`; --all-epochs scores every epoch and draws acceptance length per epoch; a re-run of an
+evaluated run decides to skip without loading a tokenizer, and still sees changed held-out prompts.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from tests.evaluation.conftest import copy_of
+from tests.support.agent import agent_env, one_document
 from tests.support.agent import run_agent as agent
 
 KEYS = {"mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "num_drafts", "num_draft_tokens",
@@ -88,6 +92,33 @@ def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_
     assert document["epochs"][0]["mean_acceptance_length"] < document["epochs"][-1]["mean_acceptance_length"]
     report = json.loads((root / "runs" / "tiny" / "evaluation" / "report.json").read_text())
     assert report["epochs"] == document["epochs"]
+
+
+# The step in a process of its own, which then says whether it imported transformers (the tokenizer).
+EVALUATE_AND_TELL = """
+import json, sys
+from specops.pipeline.data import open_run
+from specops.pipeline.evaluation.step import evaluate
+document = evaluate(open_run("tiny"))
+print(json.dumps({"status": document["status"], "prompts": document["report"]["prompts"],
+                  "transformers": "transformers" in sys.modules}))
+"""
+
+
+def test_a_re_run_decides_without_a_tokenizer_and_still_sees_changed_prompts(evaluated, tmp_path) -> None:
+    root = copy_of(evaluated, tmp_path / "w")
+
+    def evaluate() -> dict:
+        done = subprocess.run([sys.executable, "-c", EVALUATE_AND_TELL], cwd=root, env=agent_env(root),
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return one_document(done.stdout, done.stderr)
+
+    assert evaluate() == {"status": "skipped: unchanged", "prompts": 20, "transformers": False}
+    prompts_file = root / "runs" / "tiny" / "heldout" / "prompts.jsonl"
+    prompts_file.write_text("".join(prompts_file.read_text().splitlines(keepends=True)[:-1]))  # one prompt fewer
+    assert evaluate() == {"status": "done", "prompts": 19, "transformers": True}
+    assert evaluate() == {"status": "skipped: unchanged", "prompts": 19, "transformers": False}
 
 
 def test_fewer_prompts_and_a_checkpoint_by_number(evaluated, tmp_path) -> None:

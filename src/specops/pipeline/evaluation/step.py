@@ -39,6 +39,26 @@ def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
     return [render_ids(tokenizer, row["messages"], generation_prompt=True) for row in rows]
 
 
+# render_ids lives here: its code is part of what the prompts' token ids are a function of
+RENDER_SOURCE = Path(__file__).resolve().parents[1] / "data" / "preparation.py"
+
+
+def prompt_source(run: Any, limit: int | None) -> dict[str, Any]:
+    """What the held-out prompts' token ids are a function of, read without loading a tokenizer:
+    the prompts file, the tokenizer's files (and a remote-code tokenizer's code), the limit, our
+    rendering code and the installed versions. Equal sources give equal token ids."""
+    from specops.pipeline.data.heldout import PROMPTS_FILE
+    from specops.pipeline.run import file_digest, tokenizer_digest
+    from specops.pipeline.run.manifest import package_versions
+
+    prompts_file = run.paths.heldout / PROMPTS_FILE
+    return {"prompts_file": file_digest(prompts_file) if prompts_file.is_file() else None,
+            "tokenizer": tokenizer_digest(run.model_path), "limit": limit,
+            "remote_code": ({path.name: file_digest(path) for path in sorted(run.model_path.glob("*.py"))}
+                            if run.config.trust_remote_code else None),
+            "render": file_digest(RENDER_SOURCE), "versions": package_versions()}
+
+
 def _progress(run: Any, **fields: Any) -> None:
     atomic.write_json(run.paths.evaluation / PROGRESS_FILE, {"step": "evaluate", "updated_at": time.time(), **fields})
 
@@ -102,7 +122,8 @@ class Scorer:
                 "server_counters": result["counters"], "generated_tokens": result["generated_tokens"]}
 
 
-def evaluate_inputs(run: Any, folders: list[Path], prompts: list[list[int]], backend: str) -> dict[str, Any]:
+def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -> dict[str, Any]:
+    """The step's inputs; `prompts`: the prompts' token ids (or, for the quick check, their source)."""
     from specops.pipeline.run import Manifest
 
     settings = run.config.evaluate
@@ -121,18 +142,24 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())
-    token_ids = heldout_token_ids(run, prompts)
     chosen = choose_checkpoint(run.paths.checkpoints, checkpoint or settings.checkpoint)
     folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
-    inputs = {**evaluate_inputs(run, folders, token_ids, backend), "chosen": chosen.name}
-    inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
     report_path = run.paths.evaluation / REPORT_FILE
+    # A re-run decides without a tokenizer (importing transformers is most of a skip's seconds):
+    # the last evaluation recorded the same inputs with its prompts' source in place of their ids.
+    quick_hash = config_hash({**evaluate_inputs(run, folders, prompt_source(run, prompts), backend),
+                              "chosen": chosen.name})
+    recorded = manifest.record("evaluate") or {}
+    if recorded.get("status") == "done" and recorded.get("quick_hash") == quick_hash and report_path.is_file():
+        return _skipped(report_path)
+    token_ids = heldout_token_ids(run, prompts)
+    inputs = {**evaluate_inputs(run, folders, token_ids, backend), "chosen": chosen.name}
+    inputs_hash = config_hash(inputs)
     if manifest.is_current("evaluate", inputs_hash) and report_path.is_file():
-        import json
-
-        document = json.loads(report_path.read_text())
-        return {**document, "step": "evaluate", "status": "skipped: unchanged"}
+        manifest.steps["evaluate"]["quick_hash"] = quick_hash  # the next re-run decides quickly
+        manifest.save()
+        return _skipped(report_path)
     history = manifest.document.get("evaluations") or []
     previous = history[-1] if history else None
     started = manifest.begin("evaluate", inputs_hash, inputs)
@@ -162,6 +189,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     atomic.write_json(report_path, document)
     _progress(run, state="done", prompts=len(token_ids), backend=backend)
     manifest = Manifest(run.paths.run_dir)
+    manifest.steps["evaluate"]["quick_hash"] = quick_hash
     entry = {key: trained[key] for key in ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance",
                                            "num_drafts", "num_draft_tokens", "num_accepted_tokens", "prompts",
                                            "checkpoint", "backend")}
@@ -172,3 +200,9 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
                                           "untrained": untrained["mean_acceptance_length"],
                                           "prompts": len(token_ids), "backend": backend})
     return {**document, "step": "evaluate", "status": "done", "inputs_hash": inputs_hash}
+
+
+def _skipped(report_path: Path) -> dict[str, Any]:
+    import json
+
+    return {**json.loads(report_path.read_text()), "step": "evaluate", "status": "skipped: unchanged"}
