@@ -89,6 +89,9 @@ def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_
     # the default (best) checkpoint scored again: the same draft, the same prompts, the same counts
     assert by_checkpoint[first["checkpoint"]] == document["report"] == first
     assert document["previous"]["mean_acceptance_length"] == first["mean_acceptance_length"]
+    # the same untrained draft on the same prompts was scored by the first evaluation: not again
+    untrained = evaluated[1]["evaluation"]["untrained"]
+    assert document["untrained"] == {**untrained, "reused": True}
     assert document["epochs"][0]["mean_acceptance_length"] < document["epochs"][-1]["mean_acceptance_length"]
     report = json.loads((root / "runs" / "tiny" / "evaluation" / "report.json").read_text())
     assert report["epochs"] == document["epochs"]
@@ -127,6 +130,7 @@ def test_fewer_prompts_and_a_checkpoint_by_number(evaluated, tmp_path) -> None:
                                    timeout=900)
     assert code == 0, stderr[-3000:]
     assert document["report"]["checkpoint"] == "1" and document["report"]["prompts"] == 5
+    assert document["untrained"]["prompts"] == 5 and "reused" not in document["untrained"]  # other prompts
     code, document, _ = agent(root, "step", "evaluate", "--run", "tiny", "--checkpoint", "9")
     assert code == 2 and "epoch 9 has no finished checkpoint" in document["error"]
     assert "\n" not in document["error"]

@@ -4,7 +4,9 @@ evaluate(run, checkpoint="best"|"last"|"N", all_epochs, prompts, backend) ->
 <run>/evaluation/report.json {"report": trained figures, "untrained": ..., "previous": the last
 evaluation recorded in the manifest, "epochs": [per-epoch figures with --all-epochs]}, and
 acceptance.png beside loss.png in the checkpoints folder. <run>/evaluation/progress.json says
-which draft is being scored (for `invoke status`). Skipped when the same inputs were scored.
+which draft is being scored (for `invoke status`). Skipped when the same inputs were scored. The
+untrained draft is scored once per draft, prompts and settings: another checkpoint of the same
+training reuses its figures ("reused": true), and with vLLM starts one server less.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from specops.pipeline.run import config_hash
 REPORT_FILE = "report.json"
 PROGRESS_FILE = "progress.json"
 HISTORY = 20
+# The untrained draft's figures by (its digest, prompts, k, max tokens, backend, serve args): kept in the
+# manifest beside the history (the evaluation folder goes when the inputs change), so evaluating
+# another checkpoint of the same training scores the untrained draft once. With vLLM that is one
+# server load less per evaluation (minutes to tens of minutes for a large target).
+UNTRAINED_SCORES = "untrained_scores"
+UNTRAINED_KEPT = 8
 
 
 def say(message: str) -> None:
@@ -139,6 +147,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
     from specops.pipeline.run import Manifest
+    from specops.pipeline.run.manifest import package_versions
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())
@@ -178,8 +187,18 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
             trained = scored
     if trained is None:  # best is not among the finished epochs listed (cannot happen; be safe)
         trained = scorer.score(chosen, chosen.name)
-    untrained = scorer.score(untrained_folder, UNTRAINED)
-    say(summary_line("untrained", untrained))
+    untrained_key = config_hash({"draft": _digest(untrained_folder), "prompts": inputs["prompts"], "k": scorer.k,
+                                 "max_tokens": scorer.max_tokens, "backend": backend,
+                                 "versions": package_versions(),
+                                 "serve": ([list(run.config.vllm.serve_args), scorer.servers[-1].get("vllm_version")]
+                                           if backend == "vllm" and scorer.servers else None)})
+    known = (manifest.document.get(UNTRAINED_SCORES) or {}).get(untrained_key)
+    if known is not None:  # the same untrained draft on the same prompts: greedy, so the same counts
+        untrained = {**known, "reused": True}
+        say(summary_line("untrained (scored before, same draft and prompts)", untrained))
+    else:
+        untrained = scorer.score(untrained_folder, UNTRAINED)
+        say(summary_line("untrained", untrained))
     plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
                            title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
     document = {"report": trained, "untrained": untrained, "previous": previous,
@@ -190,6 +209,9 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     _progress(run, state="done", prompts=len(token_ids), backend=backend)
     manifest = Manifest(run.paths.run_dir)
     manifest.steps["evaluate"]["quick_hash"] = quick_hash
+    if known is None:
+        scores = {**(manifest.document.get(UNTRAINED_SCORES) or {}), untrained_key: untrained}
+        manifest.document[UNTRAINED_SCORES] = dict(list(scores.items())[-UNTRAINED_KEPT:])
     entry = {key: trained[key] for key in ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance",
                                            "num_drafts", "num_draft_tokens", "num_accepted_tokens", "prompts",
                                            "checkpoint", "backend")}
