@@ -12,31 +12,16 @@ the median seconds of each with each tree and the ratio. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = REPO / ".venv" / "bin" / "python"
+from samples_first import REPO, specops_in, tiny_template  # bench/ is first on the path of a bench script
+
 COMMANDS = {"step evaluate (skips)": ["step", "evaluate", "--run", "tiny"],
             "pipeline (every step skips)": ["pipeline", "--run", "tiny", "--skip-doctor"]}
-
-
-def timed(tree: Path, workdir: Path, args: list[str]) -> float:
-    env = {**os.environ, "SPECOPS_WORKDIR": str(workdir), "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    started = time.monotonic()
-    done = subprocess.run([str(PYTHON), "-m", "specops", *args], cwd=workdir, env=env, capture_output=True,
-                          text=True, timeout=1800)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return seconds
 
 
 def main() -> int:
@@ -46,25 +31,20 @@ def main() -> int:
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "this": REPO}
 
-    from specops.pipeline.data import tiny
-
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="rerun-") as folder:
-        template = Path(folder) / "template"
-        (template / "runs").mkdir(parents=True)
-        (template / "runs" / "tiny.yaml").write_text((REPO / "runs" / "tiny.yaml").read_text())
-        tiny.generate(template)
+        template = tiny_template(Path(folder))
         workdirs = {}
         for label, tree in trees.items():
             workdirs[label] = Path(folder) / label
             shutil.copytree(template, workdirs[label])
             (workdirs[label] / "patches").symlink_to(tree / "patches")
-            seconds = timed(tree, workdirs[label], COMMANDS["pipeline (every step skips)"])
+            seconds = specops_in(tree, workdirs[label], COMMANDS["pipeline (every step skips)"])
             print(f"{label}: the first pipeline took {seconds:.1f} s", file=sys.stderr)
         for round_number in range(args.n):
             for command, argv in COMMANDS.items():
                 for label, tree in trees.items():
-                    seconds = timed(tree, workdirs[label], argv)
+                    seconds = specops_in(tree, workdirs[label], argv)
                     results.setdefault((command, label), []).append(seconds)
                     print(f"round {round_number + 1} {command} {label}: {seconds:.2f} s", file=sys.stderr)
     print(f"{'command':30} {'before s':>9} {'this s':>8} {'this/before':>12}")

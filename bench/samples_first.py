@@ -28,7 +28,8 @@ COMMANDS = {"extract --samples 10": ["step", "extract", "--run", "tiny", "--samp
             "pipeline (demo, 200 samples)": ["pipeline", "--run", "tiny", "--skip-doctor"]}
 
 
-def timed(tree: Path, workdir: Path, args: list[str]) -> tuple[float, dict]:
+def specops_in(tree: Path, workdir: Path, args: list[str]) -> float:
+    """Seconds of `python -m specops ARGS` with `tree`'s source on `workdir` (one torch thread, offline)."""
     env = {**os.environ, "SPECOPS_WORKDIR": str(workdir), "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     started = time.monotonic()
@@ -37,6 +38,22 @@ def timed(tree: Path, workdir: Path, args: list[str]) -> tuple[float, dict]:
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def tiny_template(folder: Path) -> Path:
+    """A tiny workdir with the demo's run and its model and data, to copy for each measurement."""
+    from specops.pipeline.data import tiny
+
+    template = folder / "template"
+    (template / "runs").mkdir(parents=True)
+    (template / "runs" / "tiny.yaml").write_text((REPO / "runs" / "tiny.yaml").read_text())
+    tiny.generate(template)
+    return template
+
+
+def timed(tree: Path, workdir: Path, args: list[str]) -> tuple[float, dict]:
+    seconds = specops_in(tree, workdir, args)
     manifest = json.loads((workdir / "runs" / "tiny" / "manifest.json").read_text())
     return seconds, manifest["steps"]["regenerate"]["counts"]
 
@@ -50,15 +67,10 @@ def main() -> int:
     trees = {"before": args.before.resolve(), "this": REPO}
     commands = {name: argv for name, argv in COMMANDS.items() if not (args.no_pipeline and name.startswith("pipe"))}
 
-    from specops.pipeline.data import tiny
-
     results: dict[tuple[str, str], list[float]] = {}
     asked: dict[tuple[str, str], str] = {}
     with tempfile.TemporaryDirectory(prefix="samples-first-") as folder:
-        template = Path(folder) / "template"
-        (template / "runs").mkdir(parents=True)
-        (template / "runs" / "tiny.yaml").write_text((REPO / "runs" / "tiny.yaml").read_text())
-        tiny.generate(template)
+        template = tiny_template(Path(folder))
         for round_number in range(args.n):
             for command, argv in commands.items():
                 for label, tree in trees.items():

@@ -157,13 +157,13 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     report_path = run.paths.evaluation / REPORT_FILE
     # A re-run decides without a tokenizer (importing transformers is most of a skip's seconds):
     # the last evaluation recorded the same inputs with its prompts' source in place of their ids.
-    quick_hash = config_hash({**evaluate_inputs(run, folders, prompt_source(run, prompts), backend),
-                              "chosen": chosen.name})
+    inputs = {**evaluate_inputs(run, folders, prompt_source(run, prompts), backend), "chosen": chosen.name}
+    quick_hash = config_hash(inputs)
     recorded = manifest.record("evaluate") or {}
     if recorded.get("status") == "done" and recorded.get("quick_hash") == quick_hash and report_path.is_file():
         return _skipped(report_path)
     token_ids = heldout_token_ids(run, prompts)
-    inputs = {**evaluate_inputs(run, folders, token_ids, backend), "chosen": chosen.name}
+    inputs["prompts"] = config_hash(token_ids)  # the same inputs, the prompts by their ids
     inputs_hash = config_hash(inputs)
     if manifest.is_current("evaluate", inputs_hash) and report_path.is_file():
         manifest.steps["evaluate"]["quick_hash"] = quick_hash  # the next re-run decides quickly
