@@ -286,7 +286,7 @@ def main() -> int:
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-latency-"))
     root.chmod(0o755)  # the clean user's home lives below it
-    server = start_sshd(root / "sshd")
+    server = start_sshd(root / "sshd", clean_login=False)
     clean: Login | None = None
     inventory: Path | None = None
     started = time.perf_counter()

@@ -109,7 +109,7 @@ def main() -> int:
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-phases-"))
     root.chmod(0o755)
-    server = start_sshd(root / "sshd")
+    server = start_sshd(root / "sshd", clean_login=False)
     clean: Login | None = None
     inventory: Path | None = None
     try:

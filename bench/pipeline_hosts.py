@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="bench-pipeline-hosts-"))
-    servers = [start_sshd(root / "sshd-1"), start_sshd(root / "sshd-2")]
+    servers = [start_sshd(root / "sshd-1", clean_login=False), start_sshd(root / "sshd-2", clean_login=False)]
     try:
         env = {"SPECOPS_RUNS_DIR": str(runs(root, args.samples, args.epochs)),
                "SPECOPS_FETCHED": str(root / "fetched")}

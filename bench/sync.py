@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="another checkout whose `invoke sync` is timed alongside")
     options = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specops-bench-sync-"))
-    server = start_sshd(root / "sshd")
+    server = start_sshd(root / "sshd", clean_login=False)
     inventory: Path | None = None
     started = time.perf_counter()
     try:
