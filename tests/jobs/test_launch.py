@@ -119,3 +119,20 @@ def test_bad_input_is_one_line_and_exit_2(agent: Agent, arguments: list[str], co
     assert code == 2 and document["ok"] is False
     assert complaint in document["error"] and "\n" not in document["error"]
     assert not (agent.workdir / "state" / "jobs").exists() or not agent.records_on_disk()
+
+
+def test_a_session_started_as_the_servers_last_one_ends_is_started_on_a_fresh_server(tmp_path: Path) -> None:
+    # The server exits when its last session ends; a new-session reaching it meanwhile is told
+    # "server exited unexpectedly". Launching right after a job ends must not fail on that race.
+    from specops.jobs.tmux import TmuxServer
+
+    server = TmuxServer(tmp_path)
+    try:
+        for round_ in range(15):
+            server.new_session(f"s{round_}", str(tmp_path), ["sleep", "1000"])
+            assert server.kill_session(f"s{round_}")
+            server.new_session(f"t{round_}", str(tmp_path), ["sleep", "1000"])
+            assert server.has_session(f"t{round_}")
+            assert server.kill_session(f"t{round_}")
+    finally:
+        server.kill_server()

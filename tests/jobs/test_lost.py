@@ -34,9 +34,11 @@ def test_a_session_whose_name_extends_the_jobs_does_not_keep_it_alive(agent: Age
     job = agent.launch("extract", SLEEPER)
     agent.wait_for_log(job, "up")  # running for sure, so only the session's fate is under test
     server = job["tmux_server"]
-    agent.tmux(server, "kill-session", "-t", f"={job['id']}")
     impostor = f"{job['id']}-2"
+    # The impostor first: a tmux server whose last session is killed exits, and a new-session racing
+    # that exit fails with "server exited unexpectedly" (seen under load).
     assert agent.tmux(server, "new-session", "-d", "-s", impostor, "sleep", "1000").returncode == 0
+    assert agent.tmux(server, "kill-session", "-t", f"={job['id']}").returncode == 0
     # A bare target would match the impostor by prefix: the trap this test guards against.
     assert agent.tmux(server, "has-session", "-t", job["id"]).returncode == 0
     assert agent.show(job["id"])["state"] == "lost"

@@ -17,6 +17,10 @@ from pathlib import Path
 from specops.errors import CheckFailed
 
 _TIMEOUT_S = 30
+# A server whose last session just ended is exiting; a client that reached it then gets this answer.
+# The next attempt starts a fresh server.
+_SERVER_GONE = "server exited unexpectedly"
+_NEW_SESSION_ATTEMPTS = 5
 
 
 def server_name(workdir: Path) -> str:
@@ -46,7 +50,11 @@ class TmuxServer:
         """Start `argv` detached. With two or more arguments tmux execs them directly, no shell."""
         if len(argv) < 2:
             raise ValueError("tmux runs a single argument through a shell; pass at least two")
-        result = self._run("new-session", "-d", "-s", session, "-c", cwd, "-x", "200", "-y", "50", *argv)
+        for _attempt in range(_NEW_SESSION_ATTEMPTS):
+            result = self._run("new-session", "-d", "-s", session, "-c", cwd, "-x", "200", "-y", "50", *argv)
+            # a launch right after the server's last job ended races the server's exit: try again
+            if result.returncode == 0 or _SERVER_GONE not in result.stderr:
+                break
         if result.returncode != 0:
             raise CheckFailed(f"tmux new-session {session!r} failed: {result.stderr.strip()}")
 
