@@ -1,6 +1,7 @@
-"""The doctor's slow parts are cached per host, not per workdir: the agent's own bundle folder (first on
-the path when it runs as a script) is not part of what the run's Python sees, so a second workdir on
-the same host reads the first one's analysis and import probe."""
+"""The doctor's slow parts are cached per host, not per workdir: the agent's own bundle folder and its
+workdir (first on the path, as the control side starts it: `python -m specops` from the workdir) are not
+part of what the run's Python sees, so a second workdir on the same host reads the first one's analysis
+and import probe, and a workdir the run has written into since reads its own again."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ from pathlib import Path
 from tests.support.agent import SRC, agent_env
 
 
-def _doctor_from_bundle(workdir: Path, cache: Path) -> dict:
-    """`python <workdir>/src/specops/__main__.py doctor`, as the control side starts the agent."""
-    shutil.copytree(SRC / "specops", workdir / "src" / "specops", ignore=shutil.ignore_patterns("__pycache__"))
+def _doctor_from_bundle(workdir: Path, cache: Path, *, as_script: bool = False) -> dict:
+    """`python -m specops doctor` from the workdir with its bundle on PYTHONPATH, as the control side
+    starts the agent (remote/agent.py); `as_script`: `python <workdir>/src/specops/__main__.py doctor`."""
+    if not (workdir / "src" / "specops").exists():
+        shutil.copytree(SRC / "specops", workdir / "src" / "specops", ignore=shutil.ignore_patterns("__pycache__"))
     env = agent_env(workdir, extra={"SPECOPS_ANALYSIS_CACHE": str(cache)})
-    done = subprocess.run([sys.executable, str(workdir / "src" / "specops" / "__main__.py"), "doctor"], cwd=workdir,
+    env["PYTHONPATH"] = str(workdir / "src")  # the bundle only, as on a host
+    command = [str(workdir / "src" / "specops" / "__main__.py")] if as_script else ["-m", "specops"]
+    done = subprocess.run([sys.executable, *command, "doctor"], cwd=workdir,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -30,3 +35,9 @@ def test_a_second_workdir_on_the_same_host_reads_the_doctor_from_the_cache(tmp_p
     assert first["cache"] == {"import": False, "api": False}
     assert second["cache"] == {"import": True, "api": True}
     assert [finding["id"] for finding in second["findings"]] == [finding["id"] for finding in first["findings"]]
+    # the run writes into its workdir between two doctors (logs, state, outputs): still the cached answers
+    (tmp_path / "first" / "logs").mkdir()
+    (tmp_path / "first" / "manifest.json").write_text("{}")
+    assert _doctor_from_bundle(tmp_path / "first", cache)["cache"] == {"import": True, "api": True}
+    # and the agent run as a script reads the same entries
+    assert _doctor_from_bundle(tmp_path / "third", cache, as_script=True)["cache"] == {"import": True, "api": True}

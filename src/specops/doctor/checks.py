@@ -30,10 +30,12 @@ CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources
 
 def without_own_code(search_path: list[str]) -> list[str]:
     """The search path as the run's Python sees it: without the folders that are only there because
-    specops runs — a specops package folder (first on the path when the agent runs as a script) and
-    a bundle folder holding nothing but specops. Nothing the doctor judges lives there, and without
-    them every workdir of one host reads the same path: the cached analysis and import probe are
-    shared by all of them."""
+    specops runs — a specops package folder (first on the path when the agent runs as a script), a
+    bundle folder holding nothing but specops, and the host's workdir (first on the path when the agent
+    runs as the control side starts it: `python -m specops` from the workdir). Nothing the doctor judges
+    lives there, and without them every workdir of one host reads the same path: the cached analysis
+    and import probe are shared by all of them, and stay valid while a run writes into its workdir."""
+    own_workdir = workdir()
     kept = []
     for entry in search_path:
         folder = Path(entry or ".")
@@ -43,10 +45,17 @@ def without_own_code(search_path: list[str]) -> list[str]:
             names = set(os.listdir(folder)) - {"__pycache__"}
         except OSError:
             names = set()
-        if names == {"specops"}:
+        if names == {"specops"} or _same_folder(folder, own_workdir):
             continue
         kept.append(entry)
     return kept
+
+
+def _same_folder(folder: Path, other: Path) -> bool:
+    try:
+        return folder.resolve() == other
+    except OSError:
+        return False
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
