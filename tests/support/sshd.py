@@ -6,8 +6,8 @@ accepts connections, and torn down by killing its per-connection children and it
 A clean login by default: the server stands in for a GPU host, not for the machine the tests run on.
 bash sources ~/.bashrc for every command sshd hands it (Debian builds bash so), and root's ~/.bashrc
 on this workplace's machines runs `pyenv init` there: ~0.1 s of CPU and ~50 processes per remote
-command, the most of a command through a shared master (measured: 116 ms against 6.5 ms), thousands
-of times in a test run. Debian's own ~/.bashrc returns at once for a non-interactive shell, as a host's
+command, the most of a command through a shared master (measured: 116 ms against 6.5 ms), paid by
+every remote command of every test. Debian's own ~/.bashrc returns at once for a non-interactive shell, as a host's
 usually does. `SetEnv SHLVL=1` makes the command's bash a nested shell (level 2), which bash never
 hands the rc file; nothing else of the login changes (user, home, PATH from sshd, the real shell).
 The benches that measure a login's cost ask for the workstation's own (`clean_login=False`).
