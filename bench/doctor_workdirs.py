@@ -73,6 +73,9 @@ def main() -> int:
     parser.add_argument("--before", type=Path, required=True, help="another checkout (its src/ and runs/)")
     parser.add_argument("--rounds", type=int, default=2)
     options = parser.parse_args()
+    for needed in ("src/specops/__main__.py", "runs/tiny.yaml"):
+        if not (options.before / needed).is_file():
+            parser.error(f"--before {options.before}: no {needed} (another checkout of specops)")
     trees = {"before": options.before.resolve(), "this": REPO}
     rows: dict[str, list[list[tuple[float, float, dict]]]] = {name: [] for name in trees}
     with tempfile.TemporaryDirectory(prefix="specops-bench-doctor-") as scratch:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specops.jobs.tmux import TmuxServer
 from tests.support.agent import Agent, python_job
 
 SLEEPER = python_job("import time; print('up', flush=True); time.sleep(1000)")
@@ -124,8 +125,6 @@ def test_bad_input_is_one_line_and_exit_2(agent: Agent, arguments: list[str], co
 def test_a_session_started_as_the_servers_last_one_ends_is_started_on_a_fresh_server(tmp_path: Path) -> None:
     # The server exits when its last session ends; a new-session reaching it meanwhile is told
     # "server exited unexpectedly". Launching right after a job ends must not fail on that race.
-    from specops.jobs.tmux import TmuxServer
-
     server = TmuxServer(tmp_path)
     try:
         for round_ in range(15):

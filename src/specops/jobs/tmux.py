@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ _TIMEOUT_S = 30
 # The next attempt starts a fresh server.
 _SERVER_GONE = "server exited unexpectedly"
 _NEW_SESSION_ATTEMPTS = 5
+_RETRY_PAUSE_S = 0.05  # times the attempt: a loaded host takes longer to finish the exit
 
 
 def server_name(workdir: Path) -> str:
@@ -50,11 +52,12 @@ class TmuxServer:
         """Start `argv` detached. With two or more arguments tmux execs them directly, no shell."""
         if len(argv) < 2:
             raise ValueError("tmux runs a single argument through a shell; pass at least two")
-        for _attempt in range(_NEW_SESSION_ATTEMPTS):
+        for attempt in range(1, _NEW_SESSION_ATTEMPTS + 1):
             result = self._run("new-session", "-d", "-s", session, "-c", cwd, "-x", "200", "-y", "50", *argv)
             # a launch right after the server's last job ended races the server's exit: try again
-            if result.returncode == 0 or _SERVER_GONE not in result.stderr:
+            if result.returncode == 0 or _SERVER_GONE not in result.stderr or attempt == _NEW_SESSION_ATTEMPTS:
                 break
+            time.sleep(_RETRY_PAUSE_S * attempt)
         if result.returncode != 0:
             raise CheckFailed(f"tmux new-session {session!r} failed: {result.stderr.strip()}")
 
