@@ -36,7 +36,8 @@ def _record():
     try:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         line = json.dumps({{"argv": sys.argv[:6], "cpu": round(usage.ru_utime + usage.ru_stime, 3),
-                           "wall": round(time.time() - _STARTED, 3),
+                           "wall": round(time.time() - _STARTED, 3), "start": round(_STARTED, 1),
+                           "cwd": os.getcwd(), "test": os.environ.get("PYTEST_CURRENT_TEST"),
                            "modules": [m for m in {heavy!r} if m in sys.modules]}}) + "\\n"
         fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         os.write(fd, line.encode())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specops import collector
 from tests.support.cli import Cli, write_inventory
 from tests.support.finished import finished_pipeline
 from tests.support.sshd import SshServer, start_sshd
@@ -18,6 +19,8 @@ from tests.support.sshd import SshServer, start_sshd
 # One definition of each serve-env fixture for the whole tree: a fixture imported into several conftests
 # is several session fixtures (the patch set applied, a server started, once per conftest).
 from tests.support.vllm import patched_vllm, shared_vllm  # noqa: F401
+
+collector.for_imports()  # the workers import torch, transformers and speculators too: as the agent does
 
 pytest_plugins = ["tests.support.workers"]  # modules sharing a module fixture stay in one worker
 

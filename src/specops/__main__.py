@@ -1,3 +1,9 @@
-from specops.cli import main
+from specops import collector
 
-raise SystemExit(main())
+collector.for_imports()
+
+from specops.cli import main  # noqa: E402  (after the collector's settings: they cover this import too)
+
+code = main()
+collector.before_exit()
+raise SystemExit(code)

@@ -4,6 +4,7 @@ validation library. Checked by what a fresh interpreter has in sys.modules, neve
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,28 @@ def test_tasks_keep_bytecode_caches_unless_the_user_says_no(cli: Cli, tmp_path: 
         assert proc.returncode == 0, proc.stderr
     assert any(cached.rglob("core.cpython-*.pyc")) and any(cached.rglob("inventory.cpython-*.pyc"))
     assert not refused.exists() or not any(refused.rglob("*.pyc"))
+
+
+# Runs the agent as `python -m specops` does, then writes the collector's state at exit to argv[1].
+AGENT_AT_EXIT = """
+import atexit, gc, json, runpy, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps({"thresholds": gc.get_threshold(),
+                                                         "frozen": gc.get_freeze_count()})))
+sys.argv = ["specops", *sys.argv[2:]]
+runpy.run_module("specops", run_name="__main__")
+"""
+
+
+def test_the_agent_collects_rarely_and_leaves_nothing_for_the_collector_at_exit(tmp_path: Path) -> None:
+    from specops import collector
+
+    out = tmp_path / "collector.json"
+    proc = subprocess.run([sys.executable, "-c", AGENT_AT_EXIT, str(out), "job", "list"], cwd=tmp_path,
+                          env={**os.environ, "SPECOPS_WORKDIR": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is True  # the command ran as usual
+    state = json.loads(out.read_text())
+    assert tuple(state["thresholds"]) == collector.THRESHOLDS
+    assert state["frozen"] > 10_000  # every object alive when the command ended
