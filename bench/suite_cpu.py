@@ -118,6 +118,12 @@ def main() -> int:
     wall = time.monotonic() - began
     samples.append(cpu_times())
     total, idle = samples[-1][0] - samples[0][0], samples[-1][1] - samples[0][1]
+    # the idle share by minute: where the waits are (a core idle while its worker waits)
+    with (out / "idle_by_minute.tsv").open("w") as timeline:
+        for minute in range(0, len(samples) - 1, 60):
+            first, last = samples[minute], samples[min(minute + 60, len(samples) - 1)]
+            share = (last[1] - first[1]) / max(last[0] - first[0], 1)
+            timeline.write(f"{minute // 60}\t{100 * share:.0f}\n")
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     by_kind: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
@@ -134,7 +140,7 @@ def main() -> int:
         print(f"{seconds:8.1f} {count[name]:6d} {seconds / count[name]:6.2f}  {name}")
     print("by the heaviest module a process imported: " + ", ".join(
         f"{name} {seconds:.0f} s" for name, seconds in by_module.most_common()))
-    print(f"(lines in {log})")
+    print(f"(lines in {log}; the idle share by minute in {out / 'idle_by_minute.tsv'})")
     return 0
 
 

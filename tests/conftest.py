@@ -46,8 +46,9 @@ def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+def sshd(tmp_path_factory: pytest.TempPathFactory, vllm_cache: Path) -> Iterator[SshServer]:
+    # the host's profile sets the worker's vLLM cache, as a GPU host's often sets one for every workdir
+    server = start_sshd(tmp_path_factory.mktemp("sshd"), environment={"VLLM_CACHE_ROOT": str(vllm_cache)})
     yield server
     server.stop()
 

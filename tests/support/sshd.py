@@ -45,6 +45,7 @@ class SshServer:
     client_key: Path
     process: subprocess.Popen | None = None
     clean_login: bool = True  # see the module docstring: the command's bash skips ~/.bashrc
+    environment: dict[str, str] | None = None  # set for every command (sshd's SetEnv), as a host's profile would
 
     @property
     def user(self) -> str:
@@ -67,8 +68,12 @@ class SshServer:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
             "UsePAM no\nPermitRootLogin yes\nStrictModes no\nSubsystem sftp internal-sftp\n"
             "AcceptEnv LANG LC_*\nPrintMotd no\nLogLevel INFO\nMaxStartups 100\nMaxSessions 100\n"
-            "ClientAliveInterval 0\n" + ("SetEnv SHLVL=1\n" if self.clean_login else ""))
+            "ClientAliveInterval 0\n" + self._set_env())
         return config
+
+    def _set_env(self) -> str:
+        variables = {**({"SHLVL": "1"} if self.clean_login else {}), **(self.environment or {})}
+        return "SetEnv " + " ".join(f"{name}={value}" for name, value in variables.items()) + "\n" if variables else ""
 
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir, needed as root
@@ -128,12 +133,12 @@ class SshServer:
                 self.process.wait()
 
 
-def start_sshd(root: Path, *, clean_login: bool = True) -> SshServer:
+def start_sshd(root: Path, *, clean_login: bool = True, environment: dict[str, str] | None = None) -> SshServer:
     root.mkdir(parents=True, exist_ok=True)
     host_key, client_key = root / "host_ed25519", root / "client_ed25519"
     _keygen(host_key, "specops-test-host")
     _keygen(client_key, "specops-test-client")
     server = SshServer(root=root, port=free_port(), host_key=host_key, client_key=client_key,
-                       clean_login=clean_login)
+                       clean_login=clean_login, environment=environment)
     server.start()
     return server

@@ -235,8 +235,6 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     one-host plan (hf_shards.host_share), so every file is the bytes one host would write; the step is
     recorded as a part, not done, until a `require_whole` run finds all N files whole.
     require_whole: write nothing; exit 1 naming the first file of rows 0..N-1 that is not whole."""
-    import datasets
-
     from specops.pipeline.extraction.hf_shards import host_share
 
     prepare_hash, lengths = prepared_rows(run, samples)
@@ -266,6 +264,8 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
                    batch_tokens)
         atomic.fsync_dir(folder)
     elif todo:
+        import datasets  # only to extract: a skip reads the rows' lengths with pyarrow (data.saved)
+
         dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
         run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress,
                     batch_tokens)

@@ -23,12 +23,10 @@ def prepared_rows(run: Run, samples: int | None) -> tuple[str, list[int]]:
     """(the prepare step's inputs hash, token counts of the prepared rows); runs the prepare step
     first for N = `samples` (else the run's `samples`) when its outputs are missing, stale or of
     another N, so the rows extracted are exactly the rows prepared."""
-    import datasets
-
-    from specops.pipeline.data import prepare
+    from specops.pipeline.data import prepare, saved
 
     prepared = prepare(run, samples, strict=False)
-    lengths = list(datasets.load_from_disk(str(run.paths.prepared)).with_format(None)["seq_len"])
+    lengths = saved.column(run.paths.prepared, "seq_len")
     return prepared["inputs_hash"], lengths
 
 

@@ -140,18 +140,18 @@ def first_epoch(state: train.CheckpointState) -> int:
 
 def steps_per_epoch(plan: train.TrainPlan) -> int:
     """An estimate for the progress bar: the training split's tokens packed into total_seq_len batches."""
-    import datasets
+    from specops.pipeline.data import saved
 
-    tokens = sum(datasets.load_from_disk(str(plan.data_path)).with_format(None)["seq_len"])
+    tokens = sum(saved.column(plan.data_path, "seq_len"))
     return max(1, round(tokens * TRAIN_SHARE / (plan.total_seq_len or DEFAULT_TOTAL_SEQ_LEN)))
 
 
 def trained_rows(plan: train.TrainPlan) -> int:
     """N, the prepared rows speculators will read; each must have its hidden-state file, or BadInput
     (speculators itself would die deep in its loader on the first missing row)."""
-    import datasets
+    from specops.pipeline.data import saved
 
-    rows = datasets.load_from_disk(str(plan.data_path)).num_rows
+    rows = saved.row_count(plan.data_path)
     missing = [index for index in range(rows) if not (plan.hidden_states_path / f"hs_{index}.safetensors").is_file()]
     if missing:
         raise BadInput(f"{plan.data_path}: {rows} rows are prepared but {len(missing)} have no hidden states "
