@@ -23,6 +23,7 @@ def invoke_compat(*args: str, cache: Path) -> subprocess.CompletedProcess:
                           timeout=1800)
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_the_matrix_of_three_speculators_and_two_vllm_releases(tmp_path: Path) -> None:
     result = invoke_compat("--speculators", SPECULATORS, "--vllm", VLLM, "--json", cache=tmp_path / "cache")
 

@@ -156,6 +156,7 @@ def test_the_second_run_answers_from_the_cache_until_a_file_changes(
 
 
 @pytest.mark.wheels
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_the_probe_says_what_a_plain_import_of_the_real_package_says(site_030: Path) -> None:
     plain = subprocess.run([sys.executable, "-c", "import speculators"], capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(site_030), "CUDA_VISIBLE_DEVICES": ""},

@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env, one_document
 from tests.support.agent import run_agent as agent
@@ -75,6 +77,7 @@ def test_the_held_out_choice_is_by_content_whatever_the_order() -> None:
     assert choose(conversations[:50], 10) != choose(conversations[50:], 10)
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_previous(evaluated, tmp_path) -> None:
     root = copy_of(evaluated, tmp_path / "w")
     first = evaluated[1]["evaluation"]["report"]
@@ -108,6 +111,7 @@ print(json.dumps({"status": document["status"], "prompts": document["report"]["p
 """
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_a_re_run_decides_without_a_tokenizer_and_still_sees_changed_prompts(evaluated, tmp_path) -> None:
     root = copy_of(evaluated, tmp_path / "w")
 

@@ -156,6 +156,7 @@ def test_without_deep_there_is_no_live_check(pair: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.wheels
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_a_target_that_cannot_be_imported_leaves_every_call_unknown(host: Host) -> None:
     assert host.agent("apply")[0] == 0
 

@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from specops.pipeline.extraction import file_for, verify_header
@@ -22,6 +23,7 @@ def hidden_state_files(root: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.glob("hs_*.safetensors"))}
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_end_to_end_prepare_extract_validate_through_the_agent(tiny_workdir, tmp_path):
     root = copy_workdir(tiny_workdir, tmp_path / "w")
     code, prepared, _ = agent(root, "step", "prepare", "--run", "tiny")

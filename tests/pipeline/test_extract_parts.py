@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.support.agent import run_agent as agent
 
 from .conftest import copy_workdir
@@ -29,6 +31,7 @@ def folder(root: Path) -> Path:
     return root / "runs" / "tiny" / "hidden_states"
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_two_shares_gathered_are_the_bytes_of_one_host_and_the_check_records_the_step(
         prepared: Path, tmp_path: Path) -> None:
     one, first, second = (copy_workdir(prepared, tmp_path / name) for name in ("one", "first", "second"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from specops.pipeline.extraction.hf_shards import split_batches
 from tests.support.agent import run_agent as agent
 
@@ -23,6 +25,7 @@ def test_split_batches_gives_each_process_a_contiguous_run_of_whole_batches() ->
     assert split_batches(batches[:1], 2) == [[[3, 1]], []]
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_two_processes_write_the_same_files_as_one(prepared: Path, tmp_path: Path) -> None:
     one = copy_workdir(prepared, tmp_path / "one")
     two = copy_workdir(prepared, tmp_path / "two")

@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.support.agent import run_agent as agent
 from tests.support.agent import start_agent as agent_popen
 
@@ -87,6 +89,7 @@ def _kill_after(root: Path, chunks: int) -> None:
     process.wait(timeout=30)
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_a_killed_regenerate_resumes_to_the_same_bytes_none_twice(regen_workdir: Path, regenerated: Path,
                                                                   tmp_path: Path) -> None:
     root = tmp_path / "w"
@@ -109,6 +112,7 @@ def test_a_rerun_with_the_same_inputs_skips(regenerated: Path, tmp_path: Path) -
     assert code == 0 and document["status"] == "skipped: unchanged"
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_a_changed_target_regenerates_and_invalidates_everything_after(regenerated: Path, tmp_path: Path) -> None:
     from specops.pipeline.run import Manifest
 
@@ -135,6 +139,7 @@ def test_a_changed_target_regenerates_and_invalidates_everything_after(regenerat
     assert (_folder(root) / "responses.jsonl").read_bytes() != before  # the new target's own answers
 
 
+@pytest.mark.slow  # long: scheduled among the first (tests/support/workers.py)
 def test_ten_samples_are_answered_first_and_more_samples_later_to_the_same_bytes(
         regen_workdir: Path, regenerated: Path, tmp_path: Path) -> None:
     from specops.pipeline.run import Manifest
