@@ -74,7 +74,8 @@ def main() -> int:
         for round_number in range(args.n):
             for command, argv in commands.items():
                 for label, tree in trees.items():
-                    workdir = Path(folder) / f"{label}-{round_number}-{command.split()[0]}"  # one per round, command, tree
+                    # one workdir per round, command and tree
+                    workdir = Path(folder) / f"{label}-{round_number}-{command.split()[0]}"
                     shutil.copytree(template, workdir)
                     (workdir / "patches").symlink_to(tree / "patches")
                     seconds, counts = timed(tree, workdir, argv)
