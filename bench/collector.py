@@ -24,8 +24,9 @@ from pathlib import Path
 
 from samples_first import PYTHON, REPO, tiny_template  # bench/ is first on the path of a bench script
 
-SETTINGS = "import gc; gc.set_threshold(50_000, 20, 100)\n"
-FREEZE = "\nimport gc; gc.freeze()"
+# the agent's settings around a bare import: what `python -m specops` does around its command
+SETTINGS = "from specops import collector; collector.for_imports()\n"
+FREEZE = "\ncollector.before_exit()"
 IMPORTS = {"import torch, transformers, datasets": "import torch, transformers, datasets",
            "import speculators": "import speculators"}
 AGENT_DEFAULT = "import sys; from specops.cli import main; raise SystemExit(main())"

@@ -72,8 +72,11 @@ class SshServer:
         return config
 
     def _set_env(self) -> str:
+        """sshd's SetEnv line: SHLVL for a clean login, then `environment`; nothing when both are empty."""
         variables = {**({"SHLVL": "1"} if self.clean_login else {}), **(self.environment or {})}
-        return "SetEnv " + " ".join(f"{name}={value}" for name, value in variables.items()) + "\n" if variables else ""
+        if not variables:
+            return ""
+        return "SetEnv " + " ".join(f"{name}={value}" for name, value in variables.items()) + "\n"
 
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir, needed as root
