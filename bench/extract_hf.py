@@ -45,23 +45,13 @@ TINY = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=2, num_key_
 
 
 def build_model(dims: dict, device: torch.device, dtype: torch.dtype):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The generator of `specops tiny --shape 8b` (normal(0, 0.02), unit norms, made on the device)."""
+    from transformers import LlamaConfig
 
-    config = LlamaConfig(**dims, tie_word_embeddings=False)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config).to(dtype)
-    model = model.to_empty(device=device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 1:  # norm weights
-                parameter.fill_(1.0)
-            else:
-                parameter.normal_(0.0, 0.02, generator=generator)
-    # the rotary inv_freq buffer is not a parameter: to_empty left it as garbage, so rebuild it
-    rotary = model.model.rotary_emb
-    model.model.rotary_emb = type(rotary)(config=model.config).to(device)
-    return model.eval()
+    from specops.pipeline.data.tiny import random_llama
+
+    config = LlamaConfig(**dims, tie_word_embeddings=False, initializer_range=0.02)
+    return random_llama(config, device, dtype, seed=0)
 
 
 def synchronize(device: torch.device) -> None:

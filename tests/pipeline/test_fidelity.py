@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specops.pipeline.validation import Unsupported, check_fidelity, load_projector, validate
+from specops.pipeline.validation import Unsupported, check_fidelity, fidelity, load_projector, validate
 
 from .conftest import copy_workdir, in_workdir
 
@@ -160,3 +160,104 @@ def test_auto_without_a_server_uses_hf(extracted, tmp_path):
     detail = report["checks"]["fidelity"]["detail"]
     assert report["ok"] is True and detail["reference"] == "hf" and detail["agreement"] == 1.0
     assert detail["projection"]["tensors_read"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 at a reduced width: near-ties are not evidence either way
+
+
+@pytest.fixture(scope="module")
+def reduced_width():
+    """A random Llama at the 1b shape's generator and head layout, width 1024, 4 layers, the embedded
+    vocab; rows of random tokens; the final-norm input (and the layer before) of two intact
+    extractions in bf16: the fp32 forward's states stored in bf16 (another kernel's rounding) and a
+    padded batch of the bf16 forward."""
+    from specops.pipeline.data import tiny
+    from specops.pipeline.validation.fidelity import HfReference, Projector
+
+    config = tiny.llama_config("1b", 512, hidden_size=1024, num_hidden_layers=4, intermediate_size=4096,
+                               num_attention_heads=16, num_key_value_heads=4)
+    wide = tiny.random_llama(config, torch.device("cpu"), torch.float32)
+    narrow = tiny.random_llama(config, torch.device("cpu"), torch.float32).to(torch.bfloat16)
+    generator = torch.Generator().manual_seed(1)
+    rows = [torch.randint(6, 512, (length,), generator=generator) for length in (300, 250, 200, 150)]
+
+    def captured(model, batched: bool) -> list[torch.Tensor]:
+        """[T, 2, hidden] per row: the last layer's input and the final norm's input."""
+        seen: list[torch.Tensor] = []
+        hooks = [model.model.layers[-1].register_forward_pre_hook(lambda _m, args: seen.append(args[0])),
+                 model.model.norm.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))]
+        with torch.inference_mode():
+            if batched:
+                ids = torch.zeros((len(rows), len(rows[0])), dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for i, row in enumerate(rows):
+                    ids[i, :len(row)], mask[i, :len(row)] = row, 1
+                model.model(input_ids=ids, attention_mask=mask)
+                states = [torch.stack([seen[0][i, :len(row)], seen[1][i, :len(row)]], 1) for i, row in enumerate(rows)]
+            else:
+                states = []
+                for row in rows:
+                    seen.clear()
+                    model.model(input_ids=row[None])
+                    states.append(torch.stack([seen[0][0], seen[1][0]], 1))
+        for hook in hooks:
+            hook.remove()
+        return [state.to(torch.bfloat16) for state in states]
+
+    projector = Projector(narrow.model.norm.weight.detach(), narrow.lm_head.weight.detach(), config.rms_norm_eps)
+    return {"rows": rows, "projector": projector, "reference": HfReference(narrow),
+            "fp32 stored in bf16": captured(wide, False), "bf16 padded batch": captured(narrow, True)}
+
+
+def compare(setup, states) -> fidelity.Agreement:
+    total = fidelity.Agreement()
+    for tokens, hidden in zip(setup["rows"], states, strict=True):
+        total = total.add(fidelity.agreement(setup["projector"], setup["reference"], tokens, hidden))
+    return total
+
+
+@pytest.mark.parametrize("intact", ["fp32 stored in bf16", "bf16 padded batch"])
+def test_in_bf16_intact_files_pass_at_every_decidable_position(reduced_width, intact):
+    from specops.pipeline.validation.checks import MIN_DECIDABLE
+
+    total = compare(reduced_width, reduced_width[intact])
+    assert total.dtype == "bfloat16" and total.unit_roundoff == 2.0 ** -8
+    assert total.decided_agreed == total.decidable >= max(MIN_DECIDABLE, 0.3 * total.positions)
+    assert total.decidable < total.positions  # the near-ties were left out
+    if intact == "fp32 stored in bf16":
+        assert total.agreed / total.positions < 0.98  # the old fixed rate would have failed these files
+
+
+@pytest.mark.parametrize("damage", ["shifted", "shuffled", "wrong layer"])
+def test_in_bf16_misplaced_states_fail_at_the_decidable_positions(reduced_width, damage):
+    from specops.pipeline.validation.checks import FIDELITY_THRESHOLD, MIN_DECIDABLE
+
+    generator = torch.Generator().manual_seed(5)
+    damaged = []
+    for state in reduced_width["bf16 padded batch"]:
+        if damage == "shifted":
+            damaged.append(torch.cat([state[1:], state[-1:]]))
+        elif damage == "shuffled":
+            damaged.append(state[torch.randperm(len(state), generator=generator)])
+        else:
+            damaged.append(state.flip(1))  # the last layer's input where its output belongs
+    total = compare(reduced_width, damaged)
+    assert total.decidable >= MIN_DECIDABLE
+    assert total.decided_agreed / total.decidable < min(0.5, FIDELITY_THRESHOLD)
+
+
+def test_in_fp32_nearly_every_position_is_decidable(extracted, tmp_path):
+    report = validate(in_workdir(copy_workdir(extracted, tmp_path / "w")), 2, "hf")
+    detail = report["checks"]["fidelity"]["detail"]
+    assert report["ok"] and detail["rule"]["dtype"] == "float32" and detail["agreement"] == 1.0
+    assert detail["decidable"] >= 0.99 * detail["positions"] and detail["rule"]["tolerance_max"] < 1e-4
+
+
+def test_too_few_decidable_positions_are_unknown_never_ok(extracted, tmp_path, monkeypatch):
+    from specops.pipeline.validation import checks
+
+    monkeypatch.setattr(checks, "MIN_DECIDABLE", 10 ** 6)
+    report = check_fidelity(in_workdir(copy_workdir(extracted, tmp_path / "w")), [0], {0: True}, "hf")
+    assert report["ok"] is False and report["detail"]["status"] == "unknown"
+    assert "positions are decidable in float32" in report["detail"]["reason"]

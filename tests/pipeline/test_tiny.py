@@ -74,3 +74,60 @@ def test_a_new_workdir_copies_the_model_from_the_hosts_cache_and_a_damaged_entry
 
     monkeypatch.setenv(tiny.CACHE_ENV, "off")
     assert tiny.cache_entry() is None and tiny.generate(tmp_path / "fourth")["from_cache"] is False
+
+
+def test_the_gpu_shapes_have_llama_dimensions_without_allocating_them():
+    import torch
+    from transformers import LlamaForCausalLM
+
+    expected = {"1b": (2048, 16, 32, 8, 8192, 1.0e9), "8b": (4096, 32, 32, 8, 14336, 6.98e9)}
+    for shape, (hidden, layers, heads, kv, intermediate, decoder_params) in expected.items():
+        config = tiny.llama_config(shape, 512)
+        assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+                config.num_key_value_heads, config.intermediate_size) == (hidden, layers, heads, kv, intermediate)
+        assert config.vocab_size == 512 and config.initializer_range == tiny.INIT_STD
+        with torch.device("meta"):
+            model = LlamaForCausalLM(config)
+        embeddings = 2 * 512 * hidden
+        assert abs(sum(p.numel() for p in model.parameters()) - embeddings - decoder_params) < 0.03 * decoder_params
+
+
+def test_a_gpu_shape_generates_deterministically_in_bf16_with_more_conversations(tmp_path, monkeypatch):
+    """The 1b code path at a reduced width (the CPU has no room for the real one in a test)."""
+    reduced = dict(tiny.LLAMA_DIMENSIONS["1b"], hidden_size=256, num_hidden_layers=2, intermediate_size=512,
+                   num_attention_heads=4, num_key_value_heads=2)
+    monkeypatch.setitem(tiny.LLAMA_DIMENSIONS, "1b", reduced)
+    first = tiny.generate_shape(tmp_path / "a", "1b")
+    assert first["generated"] and tiny.generate_shape(tmp_path / "a", "1b")["generated"] is False
+    tiny.generate_shape(tmp_path / "b", "1b")
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+    config = json.loads((tmp_path / "a" / tiny.model_dir_for("1b") / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["dtype"]) == (256, 2, "bfloat16")
+    lines = (tmp_path / "a" / tiny.data_file_for("1b")).read_text().splitlines()
+    assert len(lines) == tiny.SHAPE_CONVERSATIONS > tiny.CONVERSATIONS
+
+
+def test_a_random_llama_at_the_generators_scale_answers_by_its_context():
+    """Greedy answers are not noise: the next token follows the prompt, and few top-1s are near-ties."""
+    import torch
+
+    config = tiny.llama_config("8b", 512, hidden_size=512, num_hidden_layers=2, intermediate_size=1024,
+                               num_attention_heads=4, num_key_value_heads=2)
+    model = tiny.random_llama(config, torch.device("cpu"), torch.float32)
+    prompts = torch.randint(6, 512, (8, 40), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        logits = model(input_ids=prompts).logits[:, -1]
+    top = logits.topk(2, -1).values
+    assert len(set(logits.argmax(-1).tolist())) >= 6  # different prompts, different answers
+    assert float((top[:, 0] - top[:, 1]).median()) > 0.02 * float(logits.std())
+
+
+def test_the_gpu_run_configs_use_their_generated_targets():
+    from specops.pipeline.run.config import load_run_config
+
+    for shape in ("1b", "8b"):
+        config = load_run_config(Path(__file__).parents[2] / "runs" / f"gpu-{shape}.yaml")
+        assert (config.embedded, config.model, config.data) == (shape, tiny.model_dir_for(shape),
+                                                                 tiny.data_file_for(shape))
+        assert config.dtype == "bfloat16" and config.train.total_seq_len == 8192
+        assert config.samples + config.evaluate.heldout_prompts <= tiny.SHAPE_CONVERSATIONS - 3  # 3 malformed

@@ -1,4 +1,4 @@
-"""`python -m specops tiny [--force]` (the embedded tiny target and data), `run show --run NAME`
+"""`python -m specops tiny [--shape tiny|1b|8b] [--force]` (the embedded targets and data), `run show --run NAME`
 (the validated run config and the values derived from it) and `run check --run NAME` (the check
 every task makes before it launches anything: the config and the values derived from the target)."""
 
@@ -11,9 +11,9 @@ from specops.paths import workdir
 
 
 def tiny(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.data import generate_tiny
+    from specops.pipeline.data import generate_shape
 
-    return 0, {"ok": True, **generate_tiny(workdir(), force=args.force)}
+    return 0, {"ok": True, **generate_shape(workdir(), args.shape, force=args.force)}
 
 
 def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -39,6 +39,8 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def register(subparsers: Any) -> None:
     tiny_parser = subparsers.add_parser("tiny", help="generate the embedded tiny model and data")
     tiny_parser.add_argument("--force", action="store_true", help="regenerate even if present")
+    tiny_parser.add_argument("--shape", choices=("tiny", "1b", "8b"), default="tiny",
+                             help="1b / 8b: a random Llama at Llama-3.2-1B / Llama-3.1-8B dimensions (GPU hosts)")
     tiny_parser.set_defaults(handler=tiny)
 
     run = subparsers.add_parser("run", help="run configs")

@@ -7,17 +7,19 @@ from specops.pipeline.data import heldout, regenerated
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
 from specops.pipeline.data.preparation import load_tokenizer, prepare, render_ids, tokenise_with_mask
 from specops.pipeline.data.tiny import generate as generate_tiny
+from specops.pipeline.data.tiny import generate_shape
 from specops.pipeline.run import Run
 
 
 def open_run(name: str) -> Run:
-    """The named run, with the embedded tiny target generated first when the run uses it (a second
-    or so, deterministic, and exactly what the run's first step would make)."""
+    """The named run, with its embedded target generated first when the run uses one (the tiny one
+    in a second or so; a GPU shape in under a minute on a GPU), deterministic, and exactly what the
+    run's first step would make."""
     run = Run(name)
-    if run.config.embedded == "tiny":
-        generate_tiny(workdir())
+    if run.config.embedded is not None:
+        generate_shape(workdir(), run.config.embedded)
     return run
 
 
-__all__ = ["Conversation", "Malformed", "generate_tiny", "heldout", "load_tokenizer", "open_run", "prepare",
-           "read_conversations", "regenerated", "render_ids", "tokenise_with_mask"]
+__all__ = ["Conversation", "Malformed", "generate_shape", "generate_tiny", "heldout", "load_tokenizer", "open_run",
+           "prepare", "read_conversations", "regenerated", "render_ids", "tokenise_with_mask"]

@@ -3,6 +3,12 @@
 Everything is generated from fixed seeds, so two generations give byte-identical files and a host
 without internet can run the whole pipeline. Dimensions: hidden 64, 4 layers, 2 heads (head_dim 32,
 the least the vLLM CPU backend accepts), intermediate 128, vocab 512, float32 safetensors.
+
+Shapes "1b" and "8b" (`python -m specops tiny --shape 8b`, run key `embedded: 8b`) are random Llamas at
+Llama-3.2-1B and Llama-3.1-8B dimensions with the same tokenizer (vocab 512) and more conversations:
+targets for a GPU host that run every step at its real rate without a download. They are made on
+the GPU in bf16 when there is one (seconds, where the CPU would take minutes), deterministic for a
+device type, and never cached (16 GB at 8B).
 """
 
 from __future__ import annotations
@@ -21,6 +27,25 @@ DATA_FILE = "data/tiny-chat.jsonl"
 SEED = 1234
 VOCAB_SIZE = 512
 CONVERSATIONS = 300
+
+# Llama-3.2-1B and Llama-3.1-8B dimensions (their config.json files), vocab aside.
+LLAMA_DIMENSIONS: dict[str, dict[str, Any]] = {
+    "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+               head_dim=64, intermediate_size=8192, max_position_embeddings=8192, rope_theta=500000.0),
+    "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+               head_dim=128, intermediate_size=14336, max_position_embeddings=8192, rope_theta=500000.0),
+}
+SHAPES = ("tiny", *LLAMA_DIMENSIONS)
+SHAPE_CONVERSATIONS = 2400  # the GPU shapes: enough rows that every step runs past its start-up
+INIT_STD = 0.02  # Llama's initializer_range: logits spread ~1.3 at 8B, so greedy answers are not ties
+
+
+def model_dir_for(shape: str) -> str:
+    return MODEL_DIR if shape == "tiny" else f"models/random-llama-{shape}"
+
+
+def data_file_for(shape: str) -> str:
+    return DATA_FILE if shape == "tiny" else f"data/chat-{SHAPE_CONVERSATIONS}.jsonl"
 
 SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
@@ -124,7 +149,52 @@ def build_model(vocab_size: int, seed: int = SEED):
     return model
 
 
-def _save_model_and_tokenizer(folder: Path) -> None:
+def llama_config(shape: str, vocab_size: int, **overrides: Any):
+    """The transformers config of a GPU shape (overrides: a reduced width for tests on a CPU)."""
+    from transformers import LlamaConfig
+
+    dims = {**LLAMA_DIMENSIONS[shape], **overrides}
+    return LlamaConfig(vocab_size=vocab_size, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
+                       eos_token_id=2, pad_token_id=0, initializer_range=INIT_STD, **dims)
+
+
+def random_llama(config: Any, device: Any, dtype: Any, seed: int = SEED):
+    """A Llama with normal(0, initializer_range) matrices and unit norms, made where it will run.
+
+    Built on the meta device and filled in place on `device` (no CPU copy of 16 GB at 8B and no slow
+    default init); the same seed, device type and library versions give the same weights.
+    """
+    import torch
+    from transformers import LlamaForCausalLM
+
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).to(dtype)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 1:  # norm weights
+                parameter.fill_(1.0)
+            else:
+                parameter.normal_(0.0, config.initializer_range, generator=generator)
+    # the rotary inv_freq buffer is no parameter: to_empty left it as garbage, so build it again
+    rotary = model.model.rotary_emb
+    model.model.rotary_emb = type(rotary)(config=model.config).to(device)
+    return model.eval()
+
+
+def _save_shape(folder: Path, shape: str) -> None:
+    import torch
+
+    tokenizer = _save_tokenizer(folder)
+    on_gpu = torch.cuda.is_available()
+    device, dtype = ("cuda", torch.bfloat16) if on_gpu else ("cpu", torch.float32)
+    model = random_llama(llama_config(shape, len(tokenizer)), torch.device(device), dtype)
+    model.config.dtype = torch.bfloat16
+    model.to(torch.bfloat16).save_pretrained(folder)
+
+
+def _save_tokenizer(folder: Path):
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(folder)
     # transformers 5 keeps the template in chat_template.jinja; older readers (vLLM's pins, 4.x)
@@ -133,14 +203,37 @@ def _save_model_and_tokenizer(folder: Path) -> None:
     tokenizer_config = json.loads(config_file.read_text())
     tokenizer_config.update(chat_template=CHAT_TEMPLATE, tokenizer_class="PreTrainedTokenizerFast")
     config_file.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    return tokenizer
+
+
+def _save_model_and_tokenizer(folder: Path) -> None:
+    tokenizer = _save_tokenizer(folder)
     model = build_model(len(tokenizer))
     model.save_pretrained(folder)
 
 
-def is_complete(root: Path) -> bool:
-    model_dir = root / MODEL_DIR
-    return all((model_dir / name).exists() for name in ("config.json", "model.safetensors", "tokenizer.json")) \
-        and (root / DATA_FILE).exists()
+def is_complete(root: Path, shape: str = "tiny") -> bool:
+    model_dir = root / model_dir_for(shape)
+    weights = ("model.safetensors",) if shape == "tiny" else ("model.safetensors.index.json",)
+    if shape != "tiny" and not (model_dir / weights[0]).exists():
+        weights = ("model.safetensors",)  # a single shard: small enough for one file
+    return all((model_dir / name).exists() for name in ("config.json", *weights, "tokenizer.json")) \
+        and (root / data_file_for(shape)).exists()
+
+
+def generate_shape(root: Path, shape: str, force: bool = False) -> dict[str, Any]:
+    """Write a GPU shape's model and its conversations under root, unless already complete."""
+    if shape == "tiny":
+        return generate(root, force)
+    if shape not in LLAMA_DIMENSIONS:
+        raise ValueError(f"shape {shape!r} is not one of {', '.join(SHAPES)}")
+    model_dir, data_file = root / model_dir_for(shape), root / data_file_for(shape)
+    if is_complete(root, shape) and not force:
+        return {"generated": False, "shape": shape, "model": str(model_dir), "data": str(data_file)}
+    print(f"generating a random Llama at {shape} dimensions in {model_dir}", file=sys.stderr)
+    replace_folder(model_dir, lambda staging: _save_shape(staging, shape))
+    atomic.write_text(data_file, "\n".join(chat_lines(count=SHAPE_CONVERSATIONS)) + "\n")
+    return {"generated": True, "shape": shape, "model": str(model_dir), "data": str(data_file)}
 
 
 def generate(root: Path, force: bool = False) -> dict[str, Any]:

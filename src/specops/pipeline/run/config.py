@@ -78,7 +78,7 @@ class EvaluateSettings(_Strict):
 class RunConfig(_Strict):
     model: str = Field(min_length=1)
     trust_remote_code: bool = False
-    embedded: Literal["tiny"] | None = None
+    embedded: Literal["tiny", "1b", "8b"] | None = None  # generated targets (data/tiny.py)
     data: str = Field(min_length=1)
     max_seq_len: int = Field(2048, gt=0)
     samples: int | None = Field(None, gt=0)

@@ -4,11 +4,14 @@ Checks, each reported as {"ok": bool, "detail": ...}:
 - files: every hs_i of the extracted rows opens, has the right keys, shapes and dtype, finite
   values, and token ids equal to prepared row i.
 - fidelity: on a few samples the final captured slice (id n, the residual stream before the final
-  norm) goes through the target's final norm and LM head, read alone from the safetensors shards
-  (specops.pipeline.fidelity); its next-token argmax must agree with the target's own choice at
-  (nearly) every position: a fresh hf forward ("hf") or the run's vLLM server's prompt_logprobs
-  ("vllm"; "auto" picks it when that server is up). A file whose rows are shifted or shuffled agrees
-  only by chance; what cannot be checked is status "unknown", never ok.
+  norm) goes through the target's final norm and LM head in fp32, read alone from the safetensors
+  shards (specops.pipeline.validation.fidelity); its next-token argmax must agree with the target's
+  own choice at (nearly) every decidable position: a fresh hf forward ("hf") or the run's vLLM
+  server's prompt_logprobs ("vllm"; "auto" picks it when that server is up). A position is decidable
+  when its top-1 logit beats every other by more than the stored dtype's rounding can move them
+  (fidelity.decidable_choices): in bf16 a near-tie may go either way between two correct forwards,
+  so it proves nothing. A file whose rows are shifted, shuffled or from another layer agrees only by
+  chance; too few decidable positions, or what cannot be checked, is status "unknown", never ok.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from specops.pipeline import vllm
 from specops.pipeline.extraction import file_for, verify_header
 from specops.pipeline.run import Manifest, Run, config_hash
 
-FIDELITY_THRESHOLD = 0.98  # bf16 rounding may flip a near-tie; misalignment drops far below
+FIDELITY_THRESHOLD = 0.98  # of the decidable positions; misaligned states agree at 10-40 %
+MIN_DECIDABLE = 32  # fewer decidable positions than this prove nothing either way
 MAX_LISTED = 20
 
 
@@ -98,31 +102,53 @@ def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], refe
             source = fidelity.HfReference(load_target(run, device, dtype))
     except fidelity.Unsupported as exc:
         return unknown(chosen, str(exc))
-    per_sample, matched, total = [], 0, 0
+    per_sample, total = [], fidelity.Agreement()
     for index in indices:
         if not files_ok.get(index, True):
             per_sample.append({"index": index, "skipped": "file failed the file checks"})
             continue
         tensors = load_file(str(file_for(run.paths.hidden_states, index)))
         try:
-            hits, positions = fidelity.agreement(projector, source, tensors["token_ids"], tensors["hidden_states"])
+            row = fidelity.agreement(projector, source, tensors["token_ids"], tensors["hidden_states"])
         except fidelity.Unsupported as exc:
             return unknown(chosen, f"row {index}: {exc}", per_sample)
-        matched, total = matched + hits, total + positions
-        per_sample.append({"index": index, "agreement": round(hits / positions, 4) if positions else None,
-                           "positions": positions})
-    if total == 0:
+        total = total.add(row)
+        per_sample.append({"index": index, "positions": row.positions, "decidable": row.decidable,
+                           "agreement": round(row.decided_agreed / row.decidable, 4) if row.decidable else None})
+    if total.positions == 0:
         return unknown(chosen, "no positions to compare (every chosen row failed the file checks or is empty)",
                        per_sample)
-    rate = matched / total
+    rule = decision_rule(total)
+    if total.decidable < MIN_DECIDABLE:
+        report = unknown(chosen, f"only {total.decidable} of {total.positions} positions are decidable in "
+                         f"{rule['dtype']} (at least {MIN_DECIDABLE} needed): check more rows "
+                         "(--fidelity-samples)", per_sample)
+        report["detail"]["rule"] = rule
+        return report
+    rate = total.decided_agreed / total.decidable
     detail = {"status": "ok" if rate >= FIDELITY_THRESHOLD else "failed", "agreement": round(rate, 4),
-              "threshold": FIDELITY_THRESHOLD, "samples": per_sample, "reference": chosen,
-              "projection": projector.source}
+              "threshold": FIDELITY_THRESHOLD, "positions": total.positions, "decidable": total.decidable,
+              "agreement_all_positions": round(total.agreed / total.positions, 4), "rule": rule,
+              "samples": per_sample, "reference": chosen, "projection": projector.source}
     if chosen == "vllm":
         detail["endpoint"] = endpoint
         if how:
             detail["server"] = how
     return {"ok": rate >= FIDELITY_THRESHOLD, "detail": detail}
+
+
+def decision_rule(total: Any) -> dict[str, Any]:
+    """What the check decided with: the stored dtype's unit roundoff, the roundings allowed, and the
+    margin over the nearest rival that positions had to exceed (median and largest)."""
+    import statistics
+
+    from specops.pipeline.validation import fidelity
+
+    tolerances = total.tolerances or [0.0]
+    return {"decidable_when": "top-1 logit - rounding bound > every other logit + its bound",
+            "dtype": total.dtype, "unit_roundoff": total.unit_roundoff, "roundings": fidelity.ROUNDINGS,
+            "tolerance_median": round(statistics.median(tolerances), 6), "tolerance_max": round(max(tolerances), 6),
+            "min_decidable": MIN_DECIDABLE}
 
 
 def validate(run: Run, fidelity_samples: int, reference: str = "auto",

@@ -95,10 +95,12 @@ class Projector:
     head_weight: Any
     eps: float
     source: dict[str, Any] = field(default_factory=dict)
+    _wide: Any = field(default=None, repr=False)
 
     def to(self, device: Any) -> Projector:
         self.norm_weight = self.norm_weight.to(device)
         self.head_weight = self.head_weight.to(device)
+        self._wide = None
         return self
 
     def logits(self, final: Any) -> Any:
@@ -126,6 +128,39 @@ class Projector:
     def choices(self, final: Any) -> Any:
         """Next-token argmax per position, on the CPU."""
         return self.logits(final).argmax(-1).cpu()
+
+    def _fp32(self) -> tuple[Any, Any]:
+        """(head * norm weight, its square), fp32, made once: the exact logits and their spread."""
+        if self._wide is None:
+            scaled = self.head_weight.float() * self.norm_weight.float()
+            self._wide = (scaled, scaled.square())
+        return self._wide
+
+    def bounds(self, final: Any, roundings: float) -> tuple[Any, Any]:
+        """(fp32 logits [T, vocab], how far rounding can move each logit [T, vocab]), on the CPU.
+
+        The logits are computed in fp32 from the stored states, not in their dtype: the target's own
+        rounding is what `spread` stands for. With u the stored dtype's unit roundoff, each element of
+        the stored state is the target's up to a relative error of about `roundings` x u, independent
+        in sign across elements; through the norm and head that moves logit i by a sum whose standard
+        deviation is u * sqrt(sum_j (W_ij w_j h_j)^2) / rms(h). `spread` is `roundings` times that,
+        plus u |z_i| for the rounding of the target's logits to its dtype.
+        """
+        import torch
+
+        unit = float(torch.finfo(final.dtype).eps) / 2
+        scaled, squared = self._fp32()
+        logits, spread = [], []
+        with torch.inference_mode():
+            for start in range(0, final.shape[0], ROW_CHUNK):
+                wide = final[start:start + ROW_CHUNK].to(scaled.device).float()
+                inverse_rms = torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+                normed = wide * inverse_rms
+                z = torch.nn.functional.linear(normed, scaled)
+                sigma = torch.nn.functional.linear(normed.square(), squared).sqrt()
+                logits.append(z.cpu())
+                spread.append((unit * (roundings * sigma + z.abs())).cpu())
+        return torch.cat(logits), torch.cat(spread)
 
 
 def load_projector(model_path: str | Path, device: Any = "cpu") -> Projector:
@@ -329,12 +364,64 @@ class VllmReference:
 # ---------------------------------------------------------------------------------------------
 # Agreement
 
+# How many unit roundoffs of its dtype the stored state may sit from the target's own at an element,
+# counted as standard deviations of the logits' movement: a forward batched or padded differently
+# (another kernel, another reduction order) rounds differently at every layer, and the difference
+# grows through the layers (bf16 at 8B dimensions on an H200: a few roundings); 4 standard deviations
+# of that. A position whose top-1 logit beats every other by more than both can move is decidable.
+ROUNDINGS = 24.0
 
-def agreement(projector: Projector, reference: Any, tokens: Any, hidden_states: Any) -> tuple[int, int]:
-    """(positions where the projected argmax equals the reference's choice, positions compared)."""
-    projected = projector.choices(hidden_states[:, -1])
+
+@dataclass
+class Agreement:
+    """One row's comparison: all positions, the decidable ones, and where each agreed."""
+
+    positions: int = 0
+    agreed: int = 0            # the projection's argmax equals the reference's, at any position
+    decidable: int = 0         # positions whose top-1 no rounding of the stored dtype can overturn
+    decided_agreed: int = 0    # of those, where the reference chose the same token
+    tolerances: list[float] = field(default_factory=list)  # the margin each position had to exceed
+    dtype: str = ""            # the stored states' dtype, and its unit roundoff
+    unit_roundoff: float = 0.0
+
+    def add(self, other: Agreement) -> Agreement:
+        return Agreement(self.positions + other.positions, self.agreed + other.agreed,
+                         self.decidable + other.decidable, self.decided_agreed + other.decided_agreed,
+                         self.tolerances + other.tolerances, other.dtype or self.dtype,
+                         max(self.unit_roundoff, other.unit_roundoff))
+
+
+def decidable_choices(projector: Projector, final: Any, roundings: float = ROUNDINGS) -> tuple[Any, Any, Any]:
+    """(argmax [T], decidable [T] bool, tolerance [T]), on the CPU.
+
+    Each logit is an interval z_i +- spread_i (Projector.bounds); a position is decidable when the
+    top-1's lower end lies above every other token's upper end, so no rounding within the bound can
+    change the target's choice there. The tolerance is the margin over the nearest rival that this
+    asks for: the top-1's spread plus that rival's.
+    """
+
+    logits, spread = projector.bounds(final, roundings)
+    top = logits.argmax(-1)[:, None]
+    lower = (logits.gather(-1, top) - spread.gather(-1, top)).squeeze(-1)
+    rivals = (logits + spread).scatter(-1, top, float("-inf"))
+    upper, rival = rivals.max(-1)
+    tolerance = (spread.gather(-1, top).squeeze(-1) + spread.gather(-1, rival[:, None]).squeeze(-1))
+    return top.squeeze(-1), lower > upper, tolerance
+
+
+def agreement(projector: Projector, reference: Any, tokens: Any, hidden_states: Any,
+              roundings: float = ROUNDINGS) -> Agreement:
+    """The projected choices against the reference's, at every position and at the decidable ones."""
+    import torch
+
+    final = hidden_states[:, -1]
+    kind = {"dtype": str(final.dtype).removeprefix("torch."), "unit_roundoff": float(torch.finfo(final.dtype).eps) / 2}
+    projected, decidable, tolerance = decidable_choices(projector, final, roundings)
     wanted = reference.choices(tokens)
     compared = min(int(wanted.numel()), int(projected.numel()))
     if compared == 0:
-        return 0, 0
-    return int((projected[:compared] == wanted[:compared]).sum()), compared
+        return Agreement(**kind)
+    same = projected[:compared] == wanted[:compared]
+    decided = decidable[:compared]
+    return Agreement(compared, int(same.sum()), int(decided.sum()), int((same & decided).sum()),
+                     [float(x) for x in tolerance[:compared].tolist()], **kind)
