@@ -19,6 +19,7 @@ from remote import journal
 from remote.errors import AgentError
 from remote.inventory import Host
 from remote.ssh import Connection
+from specops import commandline
 from specops.protocol import AgentExit
 
 # Positional parameters keep every value quoted: $1 workdir, $2 bundle hash, $3 python, $4 install
@@ -161,7 +162,7 @@ def agent_stream(conn: Connection, host: Host, args: Sequence[str], on_document:
 
         if install:
             # Installing needs stdin, which a stream does not carry: install with a ping first.
-            ping = agent_argv(host, ["ping"], env_role=env_role, digest=digest, install=True)
+            ping = agent_argv(host, commandline.ping(), env_role=env_role, digest=digest, install=True)
             result = conn.run(ping, stdin=archive, timeout=timeout)
             if result.exit_code != 0:
                 return result.exit_code, result.stdout, result.stderr

@@ -21,6 +21,7 @@ from remote.files import swap_folder
 from remote.inventory import REPO_ROOT, Host
 from remote.names import inside, safe_name
 from remote.ssh import Connection
+from specops import commandline
 
 
 def fetched_root() -> Path:
@@ -38,8 +39,7 @@ def _sha256(path: Path) -> str:
 def fetch_run(conn: Connection, host: Host, run: str, *, with_training_state: bool = False) -> dict[str, Any]:
     """Download the host's snapshot of the run (see specops.pipeline.fetch), verify, swap into place, drop it."""
     destination = inside(fetched_root(), safe_name(host.name, "host"), safe_name(run, "--run"), what="fetch folder")
-    args = ["fetch-list", "--run", run] + (["--with-training-state"] if with_training_state else [])
-    listing = _agent(conn, host, args)
+    listing = _agent(conn, host, commandline.fetch_list(run=run, with_training_state=with_training_state))
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run}.incoming-", dir=destination.parent))
     try:
@@ -56,7 +56,7 @@ def fetch_run(conn: Connection, host: Host, run: str, *, with_training_state: bo
     finally:
         if listing.get("snapshot"):  # the snapshot's copies on the host have served their purpose
             try:
-                _agent(conn, host, ["fetch-list", "--run", run, "--drop", listing["snapshot"]])
+                _agent(conn, host, commandline.fetch_list(run=run, drop=listing["snapshot"]))
             except SpecopsError:  # the connection dropped: a later fetch clears stale snapshots
                 pass
     return {**listing, "destination": str(destination), "verified": len(listing["files"])}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput, SpecopsError
+from specops import commandline
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -39,18 +40,12 @@ def rendezvous_endpoint(host: Host, port: int) -> str:
 
 
 def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,
-                   fresh: bool, host: Host | None = None) -> list[str]:
-    args = ["step", "train", "--run", run, "--nnodes", str(count), "--node-rank", str(rank),
-            "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
-    if host is not None and host.train_address:
-        args += ["--local-addr", host.train_address]
-    if host is not None and host.train_interface:
-        args += ["--interface", host.train_interface]
-    if epochs is not None:
-        args += ["--epochs", str(epochs)]
-    if fresh:
-        args.append("--fresh")
-    return args
+                   fresh: bool, host: Host | None = None, dry_run: bool = False) -> list[str]:
+    """One node's `step train` of the group; the host's training network (inventory) when it names one."""
+    return commandline.step_train(run=run, nnodes=count, node_rank=rank, rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
+                                 local_addr=(host and host.train_address) or None,
+                                 interface=(host and host.train_interface) or None, epochs=epochs, fresh=fresh,
+                                 dry_run=dry_run)
 
 
 @dataclass
@@ -104,7 +99,7 @@ class Group:
         from remote.agent import agent_call
 
         def state(session: HostSession) -> dict[str, Any]:
-            result = agent_call(session.conn, session.host, ["step", "metrics", "--run", run, "--no-plot"])
+            result = agent_call(session.conn, session.host, commandline.step_metrics(run=run, no_plot=True))
             if not result.ok:
                 raise AgentError(f"{session.host.name}: {result.document.get('error')}")
             return result.document["checkpoints"]
@@ -158,8 +153,9 @@ class Group:
             host = session.host
             if not (host.train_address or host.train_interface):
                 return None  # nothing to check: torch's own choice
-            args = node_step_args(run, 0, len(self.hosts), endpoint, "check", epochs=None, fresh=False, host=host)
-            result = agent_call(session.conn, host, [*args, "--dry-run"])
+            args = node_step_args(run, 0, len(self.hosts), endpoint, "check", epochs=None, fresh=False, host=host,
+                                  dry_run=True)
+            result = agent_call(session.conn, host, args)
             return None if result.ok else (result.exit_code, str(result.document.get("error")))
 
         results = self.each(check)
@@ -178,11 +174,11 @@ class Group:
         from specops.protocol import ACTIVE_STATES
 
         def stop(session: HostSession) -> bool:
-            listed = job_call(session.conn, session.host, ["list", "--all"])["jobs"]
+            listed = job_call(session.conn, session.host, commandline.job_list(all=True))["jobs"]
             active = [job for job in listed if job["name"] == "train" and job.get("run") == run
                       and job["state"] in ACTIVE_STATES]
             for job in active:
-                job_call(session.conn, session.host, ["stop", job["id"], "--grace", "5"])
+                job_call(session.conn, session.host, commandline.job_stop(job=job["id"], grace=5))
             return bool(active)
 
         results = self.each(stop)
@@ -218,7 +214,8 @@ class Group:
         from remote.jobs import job_call
 
         def show(session: HostSession) -> str:
-            return job_call(session.conn, session.host, ["show", self.jobs[session.host.name]])["job"]["state"]
+            shown = job_call(session.conn, session.host, commandline.job_show(job=self.jobs[session.host.name]))
+            return shown["job"]["state"]
 
         return self.each(show)
 
@@ -230,7 +227,7 @@ class Group:
             name = session.host.name
             if name == but or name not in self.jobs:
                 return False
-            document = job_call(session.conn, session.host, ["stop", self.jobs[name], "--grace", "5"])
+            document = job_call(session.conn, session.host, commandline.job_stop(job=self.jobs[name], grace=5))
             return not document.get("already_ended")
 
         return sorted(name for name, value in self.each(stop).items() if value is True)

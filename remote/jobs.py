@@ -22,6 +22,7 @@ from remote.errors import AgentError, BadInput, ConnectError
 from remote.inventory import Host, Inventory
 from remote.names import inside, safe_name
 from remote.session import HostSession
+from specops import commandline
 from specops.protocol import ACTIVE_STATES
 
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
@@ -33,27 +34,12 @@ def _agent_failure(host: Host, document: dict[str, Any], exit_code: int) -> Exce
     return BadInput(message) if exit_code == 2 else AgentError(message)
 
 
-def job_call(conn: Any, host: Host, args: Sequence[str]) -> dict[str, Any]:
-    """One `job ...` agent command; its document, or its one-line error raised."""
-    result = agent_call(conn, host, ["job", *args])
+def job_call(conn: Any, host: Host, argv: Sequence[str]) -> dict[str, Any]:
+    """One `job ...` agent command (argv from specops.commandline); its document, or its one-line error raised."""
+    result = agent_call(conn, host, argv)
     if result.exit_code != 0 or result.document.get("ok") is False:
         raise _agent_failure(host, result.document, result.exit_code)
     return result.document
-
-
-def launch_argv(name: str, command: Sequence[str], *, run: str | None = None, env: dict[str, str] | None = None,
-                revision: str | None = None, meta: str | None = None) -> list[str]:
-    """Arguments of `job launch` (revision and meta as JSON text); the command goes after `--`."""
-    args = ["launch", "--name", name]
-    if run is not None:
-        args += ["--run", run]
-    for key, value in (env or {}).items():
-        args += ["--env", f"{key}={value}"]
-    if revision is not None:
-        args += ["--revision", revision]
-    if meta is not None:
-        args += ["--meta", meta]
-    return [*args, "--", *command]
 
 
 def logs_root() -> Path:
@@ -140,7 +126,8 @@ def follow_log(host: Host, job: str, offset: int | None, on_text: Callable[[str]
             try:
                 conn = link.conn
                 if follower.mirror is None:
-                    follower.start(record if record is not None else job_call(conn, host, ["show", job])["job"])
+                    follower.start(record if record is not None
+                                   else job_call(conn, host, commandline.job_show(job=job))["job"])
                 follower.run(conn, follow=follow)
                 if follower.finished(follow):
                     return follower.outcome(interrupted=False, reconnects=reconnects)
@@ -205,9 +192,9 @@ class _Follower:
     def _pass(self, conn: Any, *, follow: bool) -> bool:
         """One `job tail` from the end of the mirror; False when the mirror had to be reset."""
         assert self.mirror is not None
-        args = ["job", "tail", self.job_id, "--offset", str(self.mirror.size)]
+        argv = commandline.job_tail(job=self.job_id, offset=self.mirror.size, follow=follow)
         errors: list[dict[str, Any]] = []
-        code = agent_stream(conn, self.host, [*args, "--follow"] if follow else args,
+        code = agent_stream(conn, self.host, argv,
                             lambda document: self._receive(document, errors))
         if not errors:
             return True

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from remote import journal
-from remote.errors import AgentError
 from remote.inventory import Host
-from remote.jobs import follow_log, job_call, launch_argv
+from remote.jobs import follow_log, job_call
 from remote.revision import current_revision
 from remote.session import HostSession
 from remote.ssh import Connection
+from specops import commandline
 from specops.protocol import JobState
 
 
@@ -40,9 +40,8 @@ def agent_step_command(host: Host, args: Sequence[str], env_role: str | None = N
 
 def launch(conn: Connection, host: Host, name: str, command: Sequence[str], *, run: str | None,
            meta: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    document = job_call(conn, host, launch_argv(name, command, run=run, env=env,
-                                                revision=json.dumps(current_revision()),
-                                                meta=json.dumps(meta or {})))
+    document = job_call(conn, host, commandline.job_launch(name=name, command=list(command), run=run, env=env,
+                                                          revision=current_revision(), meta=meta or {}))
     job = document["job"]
     journal.record("launch", host=host.name, job=job["id"], name=name, run=run, argv=list(command))
     return job
@@ -99,9 +98,3 @@ def follow(session: HostSession, job_id: str, *, record: dict[str, Any] | None =
     return LaunchOutcome({"id": job_id}, outcome.state, outcome.exit_code, outcome.interrupted,
                          _last_json_line(tail["text"]))
 
-
-def require_success(outcome: LaunchOutcome, what: str) -> None:
-    if outcome.detached:
-        raise SystemExit(0)
-    if outcome.state != JobState.SUCCEEDED:
-        raise AgentError(f"{what}: job {outcome.job['id']} {outcome.state} (exit code {outcome.exit_code})")

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from invoke.exceptions import Exit
 
-from remote.errors import SpecopsError
+from remote.errors import BadInput, SpecopsError
+from specops.commandline import BadArgument
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -89,16 +90,18 @@ def fail(message: str, code: int) -> Exit:
 
 
 def reports_errors(task_function: Callable) -> Callable:
-    """Every SpecopsError becomes one line on stderr and its exit status (2 bad input, 1 otherwise)."""
+    """Every SpecopsError becomes one line on stderr and its exit status (2 bad input, 1 otherwise); a
+    value no agent command takes (commandline.BadArgument) is bad input."""
 
     @functools.wraps(task_function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return task_function(*args, **kwargs)
-        except SpecopsError as exc:
+        except (SpecopsError, BadArgument) as exc:
+            code = exc.exit_code if isinstance(exc, SpecopsError) else BadInput.exit_code
             if kwargs.get("json"):  # --json promises one JSON document on stdout, failures included
-                emit_json({"ok": False, "error": str(exc), "exit_code": exc.exit_code})
-            raise fail(str(exc), exc.exit_code) from None
+                emit_json({"ok": False, "error": str(exc), "exit_code": code})
+            raise fail(str(exc), code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
 

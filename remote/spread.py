@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput, SpecopsError
+from specops import commandline
 
 if TYPE_CHECKING:
     from remote.group import Group
@@ -194,7 +195,6 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
 
     started_all = time.perf_counter()
     steps: dict[str, dict[str, Any]] = {}
-    sample_args = ["--samples", str(samples)] if samples else []
 
     def timed(name: str, action: Callable[[], Any]) -> Any:
         say(f"== {name}")
@@ -217,7 +217,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
         def patches() -> None:
             for session in group.sessions.values():
                 for action in ("apply", "verify"):
-                    result = agent_call(session.conn, session.host, ["patch", action], timeout=300)
+                    result = agent_call(session.conn, session.host, commandline.patch(action=action), timeout=300)
                     if not result.ok:
                         raise AgentError(f"patch {action} on {session.host.name}: "
                                          f"{result.document.get('error') or 'a check failed'}")
@@ -233,18 +233,18 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
             answers = None
             steps["regenerate"] = {"status": "skipped: the run does not regenerate"}
         parts = timed("extract", lambda: run_everywhere(
-            group, "extract", lambda rank, _host: ["step", "extract", "--run", run, *sample_args, "--part",
-                                                   f"{rank}/{count}"], run))
+            group, "extract", lambda rank, _host: commandline.step_extract(run=run, samples=samples,
+                                                                          part=(rank, count)), run))
         same_extraction(parts)
         gathered = timed("gather", lambda: gather(group, parts))
         timed("verify", lambda: run_everywhere(
-            group, "extract", lambda _rank, _host: ["step", "extract", "--run", run, *sample_args,
-                                                    "--require-whole"], run))
-        validated = timed("validate", lambda: run_on(first, "validate", ["step", "validate", "--run", run], run))
-        timed("vocab", lambda: run_everywhere(group, "vocab", lambda _r, _h: ["step", "vocab", "--run", run], run))
+            group, "extract", lambda _rank, _host: commandline.step_extract(run=run, samples=samples,
+                                                                           require_whole=True), run))
+        validated = timed("validate", lambda: run_on(first, "validate", commandline.step_validate(run=run), run))
+        timed("vocab", lambda: run_everywhere(group, "vocab", lambda _r, _h: commandline.step_vocab(run=run), run))
         trained = timed("train", lambda: train_group(group, run, port))
         holder = group.sessions[trained["saved_on"]]
-        evaluated = timed("evaluate", lambda: run_on(holder, "evaluate", ["step", "evaluate", "--run", run], run,
+        evaluated = timed("evaluate", lambda: run_on(holder, "evaluate", commandline.step_evaluate(run=run), run,
                                                      env_role="train"))
         fetched = None if no_fetch else fetch_run(holder.conn, holder.host, run)
     return {"ok": True, "run": run, "hosts": [host.name for host in hosts], "steps": steps, "regenerate": answers,
@@ -267,8 +267,7 @@ def regenerate_across(group: Group, run: str, timed: Callable[[str, Callable[[],
 
     count = len(group.hosts)
     parts = timed("regenerate", lambda: run_everywhere(
-        group, "regenerate", lambda rank, _host: ["step", "regenerate", "--run", run, "--part", f"{rank}/{count}"],
-        run))
+        group, "regenerate", lambda rank, _host: commandline.step_regenerate(run=run, part=(rank, count)), run))
     if not regenerating(parts):
         steps["regenerate"]["status"] = "skipped: the run does not regenerate"
         return None
@@ -278,7 +277,7 @@ def regenerate_across(group: Group, run: str, timed: Callable[[str, Callable[[],
         return {"shares": shares, "gathered": None}  # every host already holds the whole answers
     gathered = timed("gather answers", lambda: gather_answers(group, parts))
     timed("verify answers", lambda: run_everywhere(
-        group, "regenerate", lambda _rank, _host: ["step", "regenerate", "--run", run, "--require-whole"], run))
+        group, "regenerate", lambda _rank, _host: commandline.step_regenerate(run=run, require_whole=True), run))
     return {"shares": shares, "gathered": gathered}
 
 
@@ -306,7 +305,7 @@ def saver(group: Group, run: str) -> str:
     from remote.agent import agent_call
 
     def links(session: HostSession) -> int:
-        result = agent_call(session.conn, session.host, ["step", "metrics", "--run", run, "--no-plot"])
+        result = agent_call(session.conn, session.host, commandline.step_metrics(run=run, no_plot=True))
         if not result.ok:
             raise AgentError(str(result.document.get("error")))
         folder = result.document["checkpoints"]["folder"]

@@ -7,6 +7,7 @@ from invoke import task
 from remote.errors import BadInput
 from remote.session import emit_json, reports_errors
 from remote.tasks.shared import exchange_once
+from specops import commandline
 
 
 @task(help={"json": "one JSON document on stdout"})
@@ -65,10 +66,7 @@ def check_exchange(host, conn) -> tuple[int, dict]:
     """The one agent call of `check` on one host."""
     from remote.agent import agent_call
 
-    args = ["check", "--gpus", str(host.gpus)]
-    for role, python in host.envs.items():
-        args += ["--env", f"{role}={python}"]
-    result = agent_call(conn, host, args)
+    result = agent_call(conn, host, commandline.check(gpus=host.gpus, env=host.envs))
     return result.exit_code, result.document
 
 

@@ -10,6 +10,7 @@ from invoke import task
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, host_session, reports_errors
 from remote.tasks.shared import exchange_once, positive
+from specops import commandline
 
 
 def _command_after_double_dash() -> list[str]:
@@ -104,11 +105,11 @@ def status_document(conn, host, all_jobs: bool) -> dict:
     from remote.agent import agent_call
     from remote.jobs import job_call
 
-    document = job_call(conn, host, ["list", *(["--all"] if all_jobs else [])])
+    document = job_call(conn, host, commandline.job_list(all=all_jobs))
     train_jobs = [job for job in document["jobs"] if job["name"] in ("train", "pipeline") and job.get("run")]
     if train_jobs:
         newest = max(train_jobs, key=lambda job: job.get("created") or "")
-        metrics = agent_call(conn, host, ["step", "metrics", "--run", newest["run"], "--no-plot"])
+        metrics = agent_call(conn, host, commandline.step_metrics(run=newest["run"], no_plot=True))
         if metrics.ok:
             document["metrics"] = metrics.document.get("epochs")
     return document
@@ -181,7 +182,7 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
         chosen = session.host
         job_id = job
         if job_id is None:
-            jobs = job_call(session.conn, chosen, ["list", "--all"])["jobs"]
+            jobs = job_call(session.conn, chosen, commandline.job_list(all=True))["jobs"]
             if not jobs:
                 raise BadInput(f"logs: no jobs on {chosen.name}")
             job_id = max(jobs, key=lambda item: item.get("created") or "")["id"]
@@ -228,7 +229,7 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
     if several is not None:
         if not job:
             raise BadInput("stop --hosts: name the job with --job (e.g. --job train)")
-        args = ["stop", job, *(["--run", run] if run else [])]
+        args = commandline.job_stop(job=job, run=run)
         run_across(f"stop {job}", several, inventory, lambda chosen, conn: (0, job_call(conn, chosen, args)),
                    stopped_summary, json=json)
         return
@@ -236,7 +237,7 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
         chosen_note = None
         if job is None:
             run_name = run or chosen.run
-            running = [entry for entry in job_call(conn, chosen, ["list"])["jobs"]
+            running = [entry for entry in job_call(conn, chosen, commandline.job_list())["jobs"]
                        if entry["state"] in ACTIVE_STATES and entry.get("run") == run_name]
             if not running:
                 raise BadInput(f"stop: no job of run {run_name} is running on {chosen.name}; name one with --job")
@@ -246,7 +247,7 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
                                f"{listed}; choose one with --job")
             job = running[0]["id"]
             chosen_note = f"the one running job of run {run_name}"
-        document = job_call(conn, chosen, ["stop", job, *(["--run", run] if run else [])])
+        document = job_call(conn, chosen, commandline.job_stop(job=job, run=run))
     if chosen_note:
         document["chosen"] = chosen_note
     if json:

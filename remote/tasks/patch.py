@@ -14,6 +14,7 @@ from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, reports_errors
+from specops import commandline
 
 ACTIONS = ("apply", "verify", "status", "revert", "new")
 MANY_HOST_ACTIONS = ("verify", "status")  # the read-only ones; a change is made one host at a time
@@ -71,13 +72,8 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         raise BadInput(f"patch: which action? one of: {', '.join(ACTIONS)} (e.g. invoke patch verify)")
     if action not in ACTIONS:
         raise BadInput(f"patch: unknown action {action!r} (one of: {', '.join(ACTIONS)})")
-    args = ["patch", action]
-    for name in set_ or []:
-        args += ["--set", safe_name(name, "--set")]  # a set's name is a folder under patches/
-    if dry_run:
-        args.append("--dry-run")
-    if deep:
-        args.append("--deep")
+    options = {"action": action, "sets": list(set_ or []), "dry_run": dry_run, "deep": deep}
+    args = commandline.patch(**options)  # checked before connecting (a set's name is a folder under patches/)
     if action == "new" and from_finding:
         if not (set_ and len(set_) == 1) or module or edited:
             raise BadInput("patch new --from-finding: needs one --set (and no --module/--edited)")
@@ -105,9 +101,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
     # verify and status only read: they may ride a shared OpenSSH master (remote.ssh.master)
     with host_connection(host, quick=action in MANY_HOST_ACTIONS) as (chosen, conn):
         if action == "new" and from_finding:
-            args += ["--from-finding", from_finding]
-            args += ["--id", id_] if id_ else []
-            args += ["--reason", reason] if reason else []
+            args = commandline.patch(**options, from_finding=from_finding, patch_id=id_, reason=reason)
         elif action == "new":
             # The edited copy travels to the host, where the installed file it is compared with lives.
             remote_copy = f"{chosen.workdir.rstrip('/')}/tmp/patch-new-{id_}.py"
@@ -115,7 +109,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
                               stdin=Path(edited).read_bytes())
             if upload.exit_code != 0:
                 raise BadInput(f"patch new: could not upload {edited}: {upload.stderr.decode(errors='replace')}")
-            args += ["--module", module, "--id", id_, "--reason", reason, "--edited", remote_copy]
+            args = commandline.patch(**options, module=module, patch_id=id_, reason=reason, edited=remote_copy)
         result = agent_call(conn, chosen, args, env_role=env, timeout=300)
         trips = conn.round_trips
     document = {**_checkout_names(result.document, chosen.workdir), "host": chosen.name, "round_trips": trips,

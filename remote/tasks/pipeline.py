@@ -16,7 +16,8 @@ from invoke import task
 
 from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, fail, host_session, reports_errors
-from remote.tasks.shared import check_run, count, number_text, positive, preflight, render_epochs
+from remote.tasks.shared import check_run, number_text, positive, preflight, render_epochs
+from specops import commandline
 from specops.protocol import JobState
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
@@ -25,28 +26,31 @@ STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "json": "one JSON document on stdout (the step's result)"}
 
 
-def run_step_job(session: HostSession, run: str | None, name: str, step_args: list[str], *, detach: bool,
+def chosen_run(session: HostSession, run: str | None) -> str:
+    """--run, else the host's run (inventory); the builders of specops.commandline check the name."""
+    return run or session.host.run
+
+
+def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
                  env_role: str | None = None,
                  role_pythons: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """Launch `python -m specops <step_args>` as job `name`, follow it, return its JSON result.
+    """Launch `python -m specops <argv>` (built by specops.commandline) as job `name`, follow it, return its
+    JSON result.
 
     All on the session's one connection. role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to
     the interpreter of the host's env of that role (inventory `envs`), when the host has one; e.g.
     the serve env for extract.
     """
     from remote.launch import agent_step_command, follow, launch
-    from remote.names import safe_name
 
     host, conn = session.host, session.conn
-    run_name = safe_name(run or host.run, "--run")  # checked here, before the doctor or a launch
-    args = [arg.replace("{run}", run_name) for arg in step_args]
     check_run(conn, host, run_name)  # bad config: exit 2 before any job, record or output exists
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
     env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
-    job = launch(conn, host, name, agent_step_command(host, args, env_role), run=run_name, meta=meta, env=env)
+    job = launch(conn, host, name, agent_step_command(host, argv, env_role), run=run_name, meta=meta, env=env)
     print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
     if detach:
         if json:
@@ -67,31 +71,16 @@ def run_step_job(session: HostSession, run: str | None, name: str, step_args: li
     return result
 
 
-def backend_args(backend: str | None) -> list[str]:
-    """--backend, checked here by every task that takes it (before anything is launched)."""
-    if not backend:
-        return []
-    if backend not in ("hf", "vllm"):
-        raise BadInput(f"--backend: expected hf or vllm, got {backend!r}")
-    return ["--backend", backend]
-
-
-def server_args(stop_server: bool, port: object) -> list[str]:
-    """The vLLM server flags a step takes (--stop-server, --port), checked here."""
-    return [*(["--stop-server"] if stop_server else []), *(["--port", str(port)] if positive(port, "--port") else [])]
-
-
 @task(help={**STEP_HELP, "backend": "hf | vllm (default: the run's regenerate.backend, else its backend)",
             "stop_server": "vllm: stop the vllm-server job afterwards",
             "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
 @reports_errors
 def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, json=False):
     """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
-    args = ["step", "regenerate", "--run", "{run}"]
-    args += backend_args(backend)
-    args += server_args(stop_server, port)
     with host_session(host) as session:
-        result = run_step_job(session, run, "regenerate", args, detach=detach, json=json,
+        run_name = chosen_run(session, run)
+        argv = commandline.step_regenerate(run=run_name, backend=backend or None, stop_server=stop_server, port=port)
+        result = run_step_job(session, run_name, "regenerate", argv, detach=detach, json=json,
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
         counts = result.get("counts") or {}
@@ -104,13 +93,10 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
 @reports_errors
 def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, json=False):
     """Step 1: tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
-    args = ["step", "prepare", "--run", "{run}"]
-    if positive(samples, "--samples"):
-        args += ["--samples", str(samples)]
-    if strict:
-        args.append("--strict")
     with host_session(host) as session:
-        run_step_job(session, run, "prepare", args, detach=detach, json=json)
+        run_name = chosen_run(session, run)
+        argv = commandline.step_prepare(run=run_name, samples=samples, strict=strict)
+        run_step_job(session, run_name, "prepare", argv, detach=detach, json=json)
 
 
 @task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
@@ -125,13 +111,11 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
     dtype, serve args and vLLM version match, else (re)started from the host's `envs.serve`.
     """
-    args = ["step", "extract", "--run", "{run}"]
-    if positive(samples, "--samples"):
-        args += ["--samples", str(samples)]
-    args += backend_args(backend)
-    args += server_args(stop_server, port)
     with host_session(host) as session:
-        run_step_job(session, run, "extract", args, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
+        run_name = chosen_run(session, run)
+        argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
+                                       port=port)
+        run_step_job(session, run_name, "extract", argv, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
                      role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
 
 
@@ -139,10 +123,10 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
 @reports_errors
 def validate(c, host=None, run=None, fidelity_samples=4, detach=False, json=False):
     """Check every hidden-state file, and their fidelity against the target's own predictions."""
-    samples = positive(fidelity_samples, "--fidelity-samples")
-    args = ["step", "validate", "--run", "{run}", "--fidelity-samples", str(samples)]
     with host_session(host) as session:
-        run_step_job(session, run, "validate", args, detach=detach, json=json)
+        run_name = chosen_run(session, run)
+        argv = commandline.step_validate(run=run_name, fidelity_samples=fidelity_samples)
+        run_step_job(session, run_name, "validate", argv, detach=detach, json=json)
 
 
 @task(help={**STEP_HELP})
@@ -150,7 +134,9 @@ def validate(c, host=None, run=None, fidelity_samples=4, detach=False, json=Fals
 def vocab(c, host=None, run=None, detach=False, json=False):
     """Step 3: the draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
     with host_session(host) as session:
-        result = run_step_job(session, run, "vocab", ["step", "vocab", "--run", "{run}"], detach=detach, json=json)
+        run_name = chosen_run(session, run)
+        result = run_step_job(session, run_name, "vocab", commandline.step_vocab(run=run_name), detach=detach,
+                              json=json)
     if result and not json:
         from remote import render
 
@@ -174,15 +160,10 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
     if hosts:
         train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port)
         return
-    args = ["step", "train", "--run", "{run}"]
-    if positive(epochs, "--epochs"):
-        args += ["--epochs", str(epochs)]
-    if gpus is not None:
-        args += ["--gpus", str(count(gpus, "--gpus"))]
-    if fresh:
-        args.append("--fresh")
     with host_session(host) as session:
-        result = run_step_job(session, run, "train", args, detach=detach, json=json, doctor=True,
+        run_name = chosen_run(session, run)
+        argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh)
+        result = run_step_job(session, run_name, "train", argv, detach=detach, json=json, doctor=True,
                               skip_doctor=skip_doctor, env_role="train")
     if result and not json:
         render_epochs(result.get("metrics") or [])
@@ -239,18 +220,11 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
              json=False):
     """After step 4: the draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
-    args = ["step", "evaluate", "--run", "{run}"]
-    if checkpoint is not None:
-        if not (str(checkpoint) in ("best", "last") or str(checkpoint).isdigit()):
-            raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {checkpoint!r}")
-        args += ["--checkpoint", str(checkpoint)]
-    if all_epochs:
-        args.append("--all-epochs")
-    if positive(prompts, "--prompts"):
-        args += ["--prompts", str(prompts)]
-    args += backend_args(backend)
     with host_session(host) as session:
-        result = run_step_job(session, run, "evaluate", args, detach=detach, json=json, env_role="train",
+        run_name = chosen_run(session, run)
+        argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
+                                        backend=backend or None)
+        result = run_step_job(session, run_name, "evaluate", argv, detach=detach, json=json, env_role="train",
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
         render_evaluation(result)
@@ -308,20 +282,17 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     if pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_fetch, detach, json, hosts, port):
         return
     started = time.perf_counter()
-    args = ["pipeline", "--run", "{run}", "--skip-doctor"]  # the doctor runs here first, before launching
-    if positive(samples, "--samples"):
-        args += ["--samples", str(samples)]
-    args += backend_args(backend)
-    if skip_patches:
-        args.append("--skip-patches")
     with host_session(host) as session:  # one connection: doctor, launch, follow and fetch
         chosen = session.host
-        result = run_step_job(session, run, "pipeline", args, detach=detach, json=False, doctor=True,
+        run_name = chosen_run(session, run)
+        # the doctor runs here first, before launching
+        argv = commandline.pipeline(run=run_name, samples=samples, backend=backend or None, skip_doctor=True,
+                                   skip_patches=skip_patches)
+        result = run_step_job(session, run_name, "pipeline", argv, detach=detach, json=False, doctor=True,
                               skip_doctor=skip_doctor, env_role="train",
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
         if result is None:
             return
-        run_name = result.get("run") or run or chosen.run
         fetched: dict[str, Any] | None = None
         if not no_fetch:
             fetched = fetch_run(session.conn, chosen, run_name)

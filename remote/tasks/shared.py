@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput
+from specops import commandline
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -39,12 +40,9 @@ RUN_CHECK_TIMEOUT_S = 300
 def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dict[str, Any]]:
     from remote.agent import agent_call
 
-    args = ["doctor"]
-    if run:
-        args += ["--run", run]
     # A cold doctor imports the run's packages in a child python (torch, transformers: a minute on a
     # loaded 2-core machine, more on a busy host); a dead host is caught sooner by the liveness check.
-    result = agent_call(conn, host, args, timeout=DOCTOR_TIMEOUT_S)
+    result = agent_call(conn, host, commandline.doctor(run=run), timeout=DOCTOR_TIMEOUT_S)
     return result.exit_code, result.document
 
 
@@ -53,7 +51,7 @@ def check_run(conn: Connection, host: Host, run: str) -> dict[str, Any]:
     against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written."""
     from remote.agent import agent_call
 
-    result = agent_call(conn, host, ["run", "check", "--run", run], timeout=RUN_CHECK_TIMEOUT_S)
+    result = agent_call(conn, host, commandline.run_check(run=run), timeout=RUN_CHECK_TIMEOUT_S)
     if result.exit_code == 2:
         raise BadInput(local_config_name(str(result.document.get("error")), run))
     if result.exit_code != 0:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from remote.inventory import Host, load_inventory
-from remote.jobs import follow_log, job_call, launch_argv, mirror_path
+from remote.jobs import follow_log, job_call, mirror_path
 from remote.ssh import open_connection
+from specops import commandline
 from tests.support.agent import Agent, python_job, wait_until
 from tests.support.sshd import SshServer
 
@@ -38,7 +39,8 @@ def loop_host(inventory: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def launch(host: Host, gate: Path) -> dict:
     with open_connection(host) as conn:
-        return job_call(conn, host, launch_argv("counter", [*COUNTER, str(gate)], run="tiny"))["job"]
+        argv = commandline.job_launch(name="counter", command=[*COUNTER, str(gate)], run="tiny")
+        return job_call(conn, host, argv)["job"]
 
 
 def test_a_job_outlives_its_connection_and_its_log_keeps_growing(loop_host: Host, tmp_path: Path) -> None:
@@ -46,7 +48,7 @@ def test_a_job_outlives_its_connection_and_its_log_keeps_growing(loop_host: Host
     log = Path(job["log"])
     size_then = wait_until(lambda: log.stat().st_size, what="the first output")
     with open_connection(loop_host) as conn:
-        again = job_call(conn, loop_host, ["show", job["id"]])["job"]
+        again = job_call(conn, loop_host, commandline.job_show(job=job["id"]))["job"]
     assert again["state"] == "running"
     wait_until(lambda: log.stat().st_size > size_then, what="the log to grow after reconnecting")
 
@@ -86,7 +88,7 @@ def test_ctrl_c_stops_following_and_leaves_the_job_running(loop_host: Host, tmp_
     outcome = follow_log(loop_host, "counter", None, on_text)
     assert outcome.interrupted and outcome.job_id == job["id"]
     with open_connection(loop_host) as conn:
-        assert job_call(conn, loop_host, ["show", job["id"]])["job"]["state"] == "running"
+        assert job_call(conn, loop_host, commandline.job_show(job=job["id"]))["job"]["state"] == "running"
 
 
 def test_lines_shows_the_end_and_resumes_the_mirror_where_it_left_off(loop_host: Host, tmp_path: Path) -> None:
@@ -94,7 +96,8 @@ def test_lines_shows_the_end_and_resumes_the_mirror_where_it_left_off(loop_host:
     gate.touch()
     job = launch(loop_host, gate)
     with open_connection(loop_host) as conn:
-        wait_until(lambda: job_call(conn, loop_host, ["show", job["id"]])["job"]["state"] == "succeeded",
+        shown_argv = commandline.job_show(job=job["id"])
+        wait_until(lambda: job_call(conn, loop_host, shown_argv)["job"]["state"] == "succeeded",
                    what="the job to finish")
     shown: list[str] = []
     outcome = follow_log(loop_host, job["id"], None, shown.append, lines=2, follow=False)

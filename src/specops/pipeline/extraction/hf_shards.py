@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
+from specops import atomic, commandline
 from specops.errors import CheckFailed
 from specops.parallel import row_ranges
 
@@ -62,8 +62,7 @@ def run_shards(run: Run, batches: list[list[int]], todo: set[int], layer_ids: li
         env = dict(os.environ)
         if on_gpu:
             env["CUDA_VISIBLE_DEVICES"] = str(index)  # each process sees its one GPU as cuda:0
-        argv = [sys.executable, "-m", "specops", "step", "extract-shard", "--run", run.paths.name,
-                "--shard", str(index)]
+        argv = [sys.executable, "-m", "specops", *commandline.step_extract_shard(run=run.paths.name, shard=index)]
         children.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL))
     progress.start()
     try:

@@ -1,0 +1,177 @@
+"""Every builder of the agent's command line (specops.commandline) round-trips through the agent's own
+parser (specops.cli): what the agent parses is what the control side built.
+
+The builders are discovered from the module: a new builder without cases here fails
+test_every_builder_has_cases, and a keyword no case sets fails test_every_keyword_is_exercised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specops import cli, commandline
+from specops.commandline import BadArgument
+
+RUN = "tiny"
+
+CASES: dict[str, list[dict[str, Any]]] = {
+    "step_regenerate": [{"run": RUN},
+                        {"run": RUN, "backend": "vllm", "stop_server": True, "port": 8123, "part": (1, 3)},
+                        {"run": RUN, "require_whole": True}],
+    "step_prepare": [{"run": RUN}, {"run": RUN, "samples": 50, "strict": True}],
+    "step_extract": [{"run": RUN},
+                     {"run": RUN, "samples": 8, "backend": "hf", "batch_tokens": 4096, "processes": 2,
+                      "part": (0, 2)},
+                     {"run": RUN, "backend": "vllm", "stop_server": True, "port": 9000, "require_whole": True}],
+    "step_extract_shard": [{"run": RUN, "shard": 0}, {"run": RUN, "shard": 3}],
+    "step_validate": [{"run": RUN}, {"run": RUN, "fidelity_samples": 2, "reference": "vllm"}],
+    "step_vocab": [{"run": RUN}],
+    "step_train": [{"run": RUN}, {"run": RUN, "fresh": True, "epochs": 3, "gpus": 0, "dry_run": True},
+                   {"run": RUN, "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400",
+                    "rdzv_id": "tiny-20260101-000000", "local_addr": "10.0.0.2", "interface": "eth1"}],
+    "step_evaluate": [{"run": RUN}, {"run": RUN, "checkpoint": "best", "all_epochs": True, "prompts": 4,
+                                     "backend": "hf"},
+                      {"run": RUN, "checkpoint": "2"}],
+    "step_metrics": [{"run": RUN}, {"run": RUN, "no_plot": True}],
+    "pipeline": [{"run": RUN}, {"run": RUN, "samples": 16, "backend": "vllm", "skip_doctor": True,
+                                "skip_patches": True}],
+    "job_launch": [{"name": "train", "command": ["/usr/bin/python3", "-m", "specops", "step", "train", "--run", RUN]},
+                   {"name": "extract", "run": RUN, "command": ["sh", "-c", "echo --run $1", "x", "--flag"],
+                    "env": {"SPECOPS_SERVE_PYTHON": "/opt/serve/bin/python", "EMPTY": ""},
+                    "revision": {"commit": "abc", "dirty": False}, "meta": {"group": "g-1", "hosts": ["a", "b"]}}],
+    "job_list": [{}, {"all": True}],
+    "job_show": [{"job": "train-20260101-000000-abcd"}, {"job": "train", "run": RUN}],
+    "job_stop": [{"job": "train-20260101-000000-abcd"}, {"job": "train", "run": RUN, "grace": 5}],
+    "job_tail": [{"job": "extract-20260101-000000-abcd", "offset": 0, "follow": True},
+                 {"job": "extract", "run": RUN, "lines": 20}],
+    "check": [{}, {"gpus": 8, "env": {"serve": "/opt/serve/bin/python", "train": "/opt/train/bin/python"}}],
+    "ping": [{}],
+    "doctor": [{}, {"run": RUN}],
+    "run_check": [{"run": RUN}],
+    "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],
+    "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True,
+                                     "deep": True},
+              {"action": "new", "sets": ["vllm-0.16"], "module": "vllm.config", "edited": "/w/tmp/patch-new-x.py",
+               "patch_id": "x", "reason": "one line why"},
+              {"action": "new", "sets": ["vllm-0.16"], "from_finding": "f-1"}],
+}
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    return dict(pair.partition("=")[::2] for pair in pairs)
+
+
+def _launched(parsed: argparse.Namespace, key: str) -> Any:
+    """`job launch` values as the agent's handler reads them."""
+    from specops.jobs import commands
+
+    if key == "command":
+        return commands._command(parsed.command)
+    if key == "env":
+        return commands._env_pairs(parsed.env)
+    return json.loads(getattr(parsed, key))
+
+
+# How the agent reads back a value its parser keeps in another form.
+DECODED = {
+    ("job_launch", "command"): _launched, ("job_launch", "env"): _launched,
+    ("job_launch", "revision"): _launched, ("job_launch", "meta"): _launched,
+    ("check", "env"): lambda parsed, _key: _env_pairs(parsed.env),
+    ("patch", "edited"): lambda parsed, _key: str(parsed.edited),
+    ("patch", "sets"): lambda parsed, _key: tuple(parsed.sets),
+}
+NORMAL = {("patch", "sets"): tuple}
+
+
+def builders() -> dict[str, Any]:
+    return {name: function for name, function in inspect.getmembers(commandline, inspect.isfunction)
+            if function.__module__ == commandline.__name__ and not name.startswith("_")}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return cli.build_parser(argv[0]).parse_args(argv)
+
+
+def test_every_builder_has_cases() -> None:
+    assert sorted(builders()) == sorted(CASES)
+
+
+def test_every_keyword_is_exercised() -> None:
+    for name, function in builders().items():
+        keywords = set(inspect.signature(function).parameters)
+        set_somewhere = {key for case in CASES[name] for key in case}
+        assert keywords == set_somewhere, f"{name}: no case sets {sorted(keywords - set_somewhere)}"
+
+
+@pytest.mark.parametrize(("name", "case"), [(name, case) for name, cases in CASES.items() for case in cases],
+                         ids=lambda value: value if isinstance(value, str) else "")
+def test_the_agent_parses_what_was_built(name: str, case: dict[str, Any]) -> None:
+    argv = builders()[name](**case)
+    assert all(isinstance(part, str) for part in argv)
+    parsed = parse(argv)
+    assert callable(parsed.handler)  # a whole command, not a group's parser
+    for key, built in case.items():
+        read = DECODED.get((name, key), lambda parsed, key: getattr(parsed, key))(parsed, key)
+        assert read == NORMAL.get((name, key), lambda value: value)(built), f"{name} {key}: {argv}"
+
+
+def test_the_step_is_the_builders_name() -> None:
+    for name in (name for name in builders() if name.startswith("step_")):
+        argv = builders()[name](**CASES[name][0])
+        assert parse(argv).step == name.removeprefix("step_").replace("_", "-")
+
+
+@pytest.mark.parametrize(("build", "flag"), [
+    (lambda: commandline.step_prepare(run="../etc"), "--run"),
+    (lambda: commandline.step_prepare(run=RUN, samples=0), "--samples"),
+    (lambda: commandline.step_prepare(run=RUN, samples="many"), "--samples"),
+    (lambda: commandline.step_extract(run=RUN, backend="tgi"), "--backend"),
+    (lambda: commandline.step_extract(run=RUN, part=(2, 2)), "--part"),
+    (lambda: commandline.step_extract(run=RUN, part=(0, 2), require_whole=True), "--part"),
+    (lambda: commandline.step_evaluate(run=RUN, checkpoint="newest"), "--checkpoint"),
+    (lambda: commandline.step_train(run=RUN, gpus=-1), "--gpus"),
+    (lambda: commandline.step_train(run=RUN, node_rank=1), "--node-rank"),
+    (lambda: commandline.step_train(run=RUN, nnodes=2), "--nnodes"),
+    (lambda: commandline.job_launch(name="x y", command=["true"]), "--name"),
+    (lambda: commandline.job_launch(name="x", command=["true"], env={"1BAD": "v"}), "--env"),
+    (lambda: commandline.job_stop(job="train", grace=-1), "--grace"),
+    (lambda: commandline.patch(action="explode"), "patch"),
+    (lambda: commandline.patch(action="apply", sets=["../x"]), "--set"),
+])
+def test_a_value_no_agent_command_takes_is_refused_naming_its_flag(build: Any, flag: str) -> None:
+    with pytest.raises(BadArgument) as refused:
+        build()
+    assert str(refused.value).startswith(flag)
+
+
+def test_invoke_text_becomes_numbers_once() -> None:
+    """The tasks hand invoke's text to the builders: checked and converted here, nowhere else."""
+    assert commandline.step_prepare(run=RUN, samples="50") == ["step", "prepare", "--run", RUN, "--samples", "50"]
+    assert parse(commandline.step_train(run=RUN, gpus="0")).gpus == 0
+
+
+def test_remote_builds_no_agent_argv_by_hand() -> None:
+    """The control side's sources hold no agent flag literal and hand no list literal to the calls that
+    reach the agent: every command line comes from a builder."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    flags = {"--run", "--samples", "--backend", "--part", "--require-whole", "--skip-doctor", "--no-plot",
+             "--grace", "--all", "--name", "--offset", "--follow", "--gpus", "--env", "--set"}
+    callers = {"agent_call", "agent_stream", "job_call", "agent_argv", "agent_step_command", "run_step_job"}
+    found = []
+    for path in [root / "tasks.py", *sorted((root / "remote").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            words = {item.value for item in getattr(node, "elts", []) if isinstance(item, ast.Constant)}
+            called = getattr(getattr(node, "func", None), "id", getattr(getattr(node, "func", None), "attr", None))
+            if (isinstance(node, ast.List) and words & flags) or (
+                    isinstance(node, ast.Call) and called in callers
+                    and any(isinstance(arg, ast.List | ast.BinOp) for arg in node.args)):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
