@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if not sys.flags.dont_write_bytecode:
     sys.dont_write_bytecode = False
 
-from remote.tasks import compat, core, doctor, jobs, patch, pipeline, sync
+from remote.tasks import compat, core, doctor, jobs, patch, pipeline, plan, sync
 
 ns = Collection()
-for group in (core, sync, jobs, patch, doctor, compat, pipeline):
+for group in (core, sync, jobs, patch, doctor, compat, pipeline, plan):
     for task_object in group.TASKS:
         ns.add_task(task_object)

@@ -184,6 +184,8 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
     run_name = run or members[0].run
     started = time.perf_counter()
     with Group(members, inventory) as group:
+        for session in group.sessions.values():  # the config, and the plan's fit: exit 2 before any job
+            check_run(session.conn, session.host, run_name)
         if not skip_doctor:
             for session in group.sessions.values():
                 preflight(session.conn, session.host, run_name, False)

@@ -77,6 +77,12 @@ def _fetch_list() -> tuple[Register, ...]:
     return (fetch.register,)
 
 
+def _plan() -> tuple[Register, ...]:
+    from specops.pipeline.commands import plan
+
+    return (plan.register,)
+
+
 def _vllm() -> tuple[Register, ...]:
     from specops.pipeline.commands import vllm
 
@@ -95,6 +101,7 @@ COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {
     "pipeline": _pipeline_driver,
     "fetch-list": _fetch_list,
     "vllm": _vllm,
+    "plan": _plan,
 }
 
 

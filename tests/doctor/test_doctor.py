@@ -112,7 +112,9 @@ def test_tiny_model_config_and_resources(capsys: pytest.CaptureFixture[str], tmp
     assert by_where["layer_ids"]["result"] == "ok"
     assert next(f for f in items(document, "model") if "auto_map" in f["why"])["result"] == "error"
     storage = by_where[str(tmp_path / "out" / "hs")]
-    assert storage["result"] == "error" and "4096 tokens × 3 layers × 64 × 2 bytes" in storage["why"]
+    # no GPU here: an "auto" target computes, and writes its hidden states, in float32
+    assert storage["result"] == "error" and "3 layers x 64 x 4 bytes (float32) = 768 bytes a token" in storage["why"]
+    assert "upper bound: 1000000000 rows x max_seq_len 4096" in storage["why"]
     assert by_where[f"{tmp_path / 'staging'} -> {tmp_path / 'out' / 'hs'}"]["result"] == "ok"
     assert by_where[str(tmp_path / "work")]["result"] == "ok"
     assert items(document, "capability") == []  # the hf backend needs no vLLM

@@ -7,7 +7,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from specops import planning
 from specops.doctor._report import Item
+from specops.doctor.settings import RunSettings
 from specops.gpus import read as read_gpus
 
 GIB = 1024**3
@@ -37,19 +39,32 @@ def gpus() -> Item:
     return Item("resources", "ok", "nvidia-smi", f"{len(rows)} GPU(s): {described}")
 
 
-def storage(samples: int | None, seq_len: int | None, layers: int | None, hidden: int | None,
-            output_dir: str | None) -> Item:
+def storage(settings: RunSettings, layers: int | None, hidden: int | None, on_gpu: bool) -> Item:
+    """Disk for the hidden states, by the plan's arithmetic (specops.planning): the dtype the target
+    computes in on this host, the rows' tokens (counted, estimated, or at most samples x max_seq_len),
+    token ids and headers, and only what the run's hidden-state mode keeps on disk."""
+    samples, seq_len, output_dir = settings.samples, settings.max_seq_len, settings.output_dir
     if not (samples and seq_len and layers and hidden and output_dir):
         return Item("resources", "unknown", output_dir or "output_dir", "cannot project hidden-state storage: "
                     "needs samples, max_seq_len, layer ids, hidden size and output_dir",
                     "set samples and max_seq_len in the run config, and put the target (its config.json) on the host")
-    needed = samples * seq_len * layers * hidden * 2  # bf16
+    dtype = planning.hidden_state_dtype(settings.dtype, on_gpu)
+    tokens = settings.tokens or samples * seq_len
+    source = settings.tokens_source if settings.tokens else f"upper bound: {samples} rows x max_seq_len {seq_len}"
+    offline = planning.hidden_state_file_bytes(tokens, samples, layers, hidden, dtype)
+    in_flight = min(planning.ONLINE_SAMPLES_IN_FLIGHT, samples) * planning.hidden_state_file_bytes(
+        seq_len, 1, layers, hidden, dtype)
+    budget = int(settings.disk_budget_gb * planning.GB) if settings.disk_budget_gb else None
+    needed = planning.on_disk(settings.hidden_states_mode, offline, budget, in_flight)
     place = existing_ancestor(Path(output_dir))
     free = shutil.disk_usage(place).free
-    why = (f"hidden states need up to {needed / GIB:.2f} GiB ({samples} samples × {seq_len} tokens × "
-           f"{layers} layers × {hidden} × 2 bytes); {free / GIB:.2f} GiB free on {place}")
+    per_token = planning.hidden_state_bytes_per_token(layers, hidden, dtype)
+    why = (f"{settings.hidden_states_mode} hidden states need up to {planning.human(needed)} ({tokens} tokens, "
+           f"{source}; {layers} layers x {hidden} x {planning.DTYPE_BYTES[dtype]} bytes ({dtype}) = {per_token} "
+           f"bytes a token + token ids and headers); {planning.human(free)} free on {place}")
     if needed > free:
-        return Item("resources", "error", output_dir, why, "free disk space or lower samples/max_seq_len")
+        return Item("resources", "error", output_dir, why,
+                    "free disk space, lower samples/max_seq_len, or set hidden_states.mode: hybrid or online")
     if needed > 0.8 * free:
         return Item("resources", "warn", output_dir, why, "little room left for checkpoints and logs")
     return Item("resources", "ok", output_dir, why)

@@ -22,6 +22,7 @@ from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._serving import check_serving
 from specops.doctor.settings import RunSettings
+from specops.gpus import device_count
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
@@ -102,8 +103,8 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     layer_ids = facts.get("layer_ids")
 
     def resources() -> list[Item]:
-        found = [gpus(), storage(settings.samples, settings.max_seq_len, len(layer_ids) if layer_ids else None,
-                                 facts.get("hidden"), settings.output_dir)]
+        found = [gpus(), storage(settings, len(layer_ids) if layer_ids else None, facts.get("hidden"),
+                                 bool(settings.gpus) if settings.gpus is not None else device_count() > 0)]
         found.append(same_filesystem(settings.staging_dir, settings.output_dir) or Item(
             "resources", "unknown", "staging_dir", "staging_dir or output_dir not set",
             "set both (on one filesystem, so finished files move into place atomically)"))

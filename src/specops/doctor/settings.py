@@ -34,6 +34,11 @@ class RunSettings:
     tensor_parallel: int | None = None   # vLLM's sizes the run will serve with (None: not a vLLM run)
     data_parallel: int | None = None
     expert_parallel: bool = False        # --enable-expert-parallel among the serve args
+    dtype: str = "auto"                  # the run's dtype setting: with the GPUs, the hidden states' dtype
+    tokens: int | None = None            # the rows' tokens (counted or estimated); None: samples x max_seq_len
+    tokens_source: str | None = None
+    hidden_states_mode: str = "offline"  # offline | online | hybrid: how much of them lands on disk
+    disk_budget_gb: float | None = None
 
 
 def _positive(value: Any) -> bool:
@@ -60,6 +65,11 @@ _RULES: dict[str, tuple[Any, str]] = {
     "tensor_parallel": (_positive, "a positive integer"),
     "data_parallel": (_positive, "a positive integer"),
     "expert_parallel": (lambda v: isinstance(v, bool), "true or false"),
+    "dtype": (lambda v: v in ("auto", "bfloat16", "float32"), "'auto', 'bfloat16' or 'float32'"),
+    "tokens": (_positive, "a positive integer"),
+    "tokens_source": (lambda v: isinstance(v, str), "a string"),
+    "hidden_states_mode": (lambda v: v in ("offline", "online", "hybrid"), "'offline', 'online' or 'hybrid'"),
+    "disk_budget_gb": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0, "a number > 0"),
     **{key: (_strings, "a list of strings") for key in ("serve_flags", "prepare_flags", "generate_flags",
                                                          "train_flags")},
 }

@@ -40,7 +40,22 @@ def settings_for(run: Run, gpus: int) -> RunSettings:
         tensor_parallel=sizes.tensor if sizes else None,
         data_parallel=sizes.data if sizes else None,
         expert_parallel="--enable-expert-parallel" in run.config.vllm.serve_args,
+        dtype=run.config.dtype,
+        **_tokens(run),
+        hidden_states_mode=run.config.hidden_states.mode,
+        disk_budget_gb=run.config.hidden_states.disk_budget_gb,
     )
+
+
+def _tokens(run: Run) -> dict:
+    """The rows' tokens as the plan counts them at the launch boundary (the same figure run check used)."""
+    from specops.pipeline.plan import checked_plan
+
+    try:
+        plan = checked_plan(run)
+    except (BadInput, OSError):  # what the plan reads is not there yet: the doctor's own checks say so
+        return {}
+    return {"tokens": plan.run.tokens, "tokens_source": plan.run.tokens_source} if plan else {}
 
 
 def _options(argv: list[str]) -> list[str]:

@@ -13,10 +13,11 @@ if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image
 
 
 def dtype_name(dtype_setting: str, on_gpu: bool) -> str:
-    """The dtype the target computes in: bf16 on GPUs, fp32 on CPUs, unless the run says otherwise."""
-    if on_gpu:
-        return "float32" if dtype_setting == "float32" else "bfloat16"
-    return "bfloat16" if dtype_setting == "bfloat16" else "float32"
+    """The dtype the target computes in: bf16 on GPUs, fp32 on CPUs, unless the run says otherwise (the
+    rule lives in planning: the plan and the doctor project hidden-state bytes in the same dtype)."""
+    from specops.planning import hidden_state_dtype
+
+    return hidden_state_dtype(dtype_setting, on_gpu)
 
 
 def choose_device(dtype_setting: str) -> tuple[Any, Any]:

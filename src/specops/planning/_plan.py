@@ -93,7 +93,7 @@ class Plan:
         return {
             "ok": not self.problems, "run": run.name, "mode": run.mode, "problems": self.problems,
             "recommended": self.recommended,
-            "host": {"gpus": self.host.gpus, "gpu_memory_bytes": self.host.gpu_memory_bytes,
+            "host_facts": {"gpus": self.host.gpus, "gpu_memory_bytes": self.host.gpu_memory_bytes,
                      "disk_free_bytes": self.host.disk_free_bytes, "source": self.host.source},
             "target": {key: value for key, value in self.target.to_dict().items()},
             "data": {"samples": run.samples, "tokens": run.tokens, "tokens_source": run.tokens_source,

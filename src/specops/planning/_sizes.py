@@ -47,8 +47,9 @@ def on_disk(mode: str, offline_bytes: int, budget_bytes: int | None, in_flight_b
     if mode == "online":
         return in_flight_bytes
     if mode == "hybrid":
-        kept = offline_bytes if budget_bytes is None else min(offline_bytes, budget_bytes)
-        return kept + in_flight_bytes
+        if budget_bytes is None or budget_bytes >= offline_bytes:  # all of them fit: none is made online
+            return offline_bytes
+        return budget_bytes + in_flight_bytes
     return offline_bytes
 
 

@@ -33,6 +33,9 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                 "regenerates": run.config.regenerate.enabled}
     if (run.model_path / "config.json").is_file():
         document["layer_ids"] = run.layer_ids()
+    from specops.pipeline.plan import refuse_unfit
+
+    document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
     return 0, document
 
 

@@ -75,6 +75,26 @@ class EvaluateSettings(_Strict):
     checkpoint: str = "best"  # best | last | an epoch number
 
 
+class HiddenStatesSettings(_Strict):
+    """Where the trainer's hidden states come from: offline (all extracted to disk first), online (the
+    run's vLLM server makes them as the trainer asks) or hybrid (up to the disk budget on disk, the rest
+    online). `invoke plan` shows what each costs; a mode that does not fit is refused before launch."""
+    mode: Literal["offline", "online", "hybrid"] = "offline"
+    disk_budget_gb: float | None = Field(None, gt=0)  # hidden-state bytes on disk at most (decimal GB)
+    placement: Literal["split", "shared"] | None = None  # online/hybrid on one host's GPUs; None: the plan's
+
+
+class PlanSettings(_Strict):
+    """What the plan reads on the host, given instead (a host not at hand), and rates measured elsewhere
+    (left out: this run's earlier jobs on the host, else unknown)."""
+    gpus: int | None = Field(None, ge=0)
+    gpu_memory_gib: float | None = Field(None, gt=0)
+    disk_free_gb: float | None = Field(None, ge=0)
+    extract_tokens_per_s: float | None = Field(None, gt=0)  # hidden states written per second
+    train_tokens_per_s: float | None = Field(None, gt=0)
+    serve_tokens_per_s: float | None = Field(None, gt=0)  # hidden states the server hands the trainer online
+
+
 class RunConfig(_Strict):
     model: str = Field(min_length=1)
     trust_remote_code: bool = False
@@ -90,6 +110,8 @@ class RunConfig(_Strict):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     regenerate: RegenerateSettings = Field(default_factory=RegenerateSettings)
     evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
+    hidden_states: HiddenStatesSettings = Field(default_factory=HiddenStatesSettings)
+    plan: PlanSettings = Field(default_factory=PlanSettings)
     # inventory hosts the run spreads over (`invoke pipeline` across them); read by the control side,
     # only carried here
     hosts: list[str] | None = None

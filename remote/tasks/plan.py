@@ -1,0 +1,152 @@
+"""Task: `plan` — what a run costs on a host before any model load, and the hidden-state mode that fits.
+
+The host computes it (`python -m specops plan`): it reads its own GPUs and free disk, the target's
+config.json and safetensors headers, and the run's data; this side only renders the document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from invoke import task
+
+from remote.session import emit_json, reports_errors
+from remote.tasks.shared import local_config_name, positive
+
+PLAN_TIMEOUT_S = 600  # estimating tokens loads the tokenizer: seconds, a minute on a busy host
+
+
+def plan_call(run: str | None, samples: int | None):
+    """The exchange of one host: (exit code, the plan document)."""
+
+    def exchange(host, conn) -> tuple[int, dict[str, Any]]:
+        from remote.agent import agent_call
+        from remote.errors import BadInput
+        from remote.names import safe_name
+
+        run_name = safe_name(run or host.run, "--run")
+        args = ["plan", "--run", run_name] + (["--samples", str(samples)] if samples else [])
+        result = agent_call(conn, host, args, timeout=PLAN_TIMEOUT_S)
+        if result.exit_code == 2:
+            raise BadInput(local_config_name(str(result.document.get("error")), run_name))
+        return result.exit_code, result.document
+
+    return exchange
+
+
+def size(count: Any) -> str:
+    if not isinstance(count, int | float):
+        return "-"
+    for unit, step in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if abs(count) >= step:
+            return f"{count / step:.2f} {unit}"
+    return f"{int(count)} B"
+
+
+def number(count: Any) -> str:
+    for unit, step in ((" T", 10**12), (" B", 10**9), (" M", 10**6), (" k", 10**3)):
+        if count >= step:
+            return f"{count / step:.2f}{unit}"
+    return str(count)
+
+
+def gib(count: Any) -> str:
+    return f"{count / 2**30:.1f} GiB" if isinstance(count, int | float) else "-"
+
+
+def duration(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "unknown"
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def summary(document: dict[str, Any]) -> str:
+    """One line of a host's plan (the several-hosts table)."""
+    if "modes" not in document:
+        return str(document.get("error", "plan failed"))
+    mode = document["modes"][document["mode"]]
+    verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
+    free = document["host_facts"]["disk_free_bytes"]
+    return (f"{document['mode']} {verdict}; disk {size(mode['disk_bytes'])} of {size(free)} free; "
+            f"recommends {document['recommended'].get('mode')}")
+
+
+def render(document: dict[str, Any]) -> None:
+    from remote import render as out
+
+    console = out.console()
+    target, states, data = document["target"], document["hidden_states"], document["data"]
+    trainer, server, host = document["trainer"], document["server"], document["host_facts"]
+    facts = out.table(f"plan — run {document['run']} on {document.get('host', '?')}", ["what", "figure", "how"])
+    facts.add_row("host", f"{host['gpus']} GPU(s) x {gib(host['gpu_memory_bytes'])}, {size(host['disk_free_bytes'])} "
+                  "free", host["source"])
+    facts.add_row("target", f"{number(target['params'])} params, {size(target['weight_bytes'])} of weights",
+                  f"{target['layout']}, {target['layers']} layers x {target['hidden']}; {target['weight_source']}")
+    facts.add_row("KV cache", f"{server['kv_bytes_per_token']:,} B a token", server["kv_layout"])
+    facts.add_row("data", f"{data['tokens']:,} tokens in {data['samples']:,} rows", data["tokens_source"])
+    facts.add_row("hidden states", f"{states['bytes_per_token']:,} B a token, {size(states['bytes_total'])}",
+                  f"{states['layers']} layers x {states['hidden']} x {states['dtype']}")
+    facts.add_row("server", f"tensor {server['tensor_parallel']} x data {server['data_parallel']}",
+                  (f"{gib(server.get('weights_per_gpu_bytes'))} of weights a GPU, KV for "
+                   f"{server.get('kv_tokens', 0):,} tokens") if "kv_tokens" in server else "no GPU")
+    facts.add_row("trainer", f"{size(trainer['total_bytes'])} a rank",
+                  f"draft {number(trainer['draft_params'])} params ({number(trainer['trainable_params'])} "
+                  f"trained), {trainer['optimizer']} state {size(trainer['optimizer_bytes'])}, activations "
+                  f"{size(trainer['activation_bytes'])} at {trainer['tokens_per_step']} tokens a step")
+    console.print(facts)
+    modes = out.table("hidden-state modes", ["mode", "fits", "disk", "hidden states on disk", "placement", "time",
+                                            "why not"])
+    for name, mode in document["modes"].items():
+        placement = mode["placement"]
+        where = placement["kind"] + (f" ({placement['server_gpus']}+{placement['trainer_gpus']} GPUs)"
+                                     if placement["kind"] == "split" else "")
+        label = f"{name} (the run's)" if name == document["mode"] else name
+        modes.add_row(label, out.status_text(mode["fits"], "yes" if mode["fits"] else "no"), size(mode["disk_bytes"]),
+                      size(mode["hidden_state_bytes_on_disk"]), where, duration(mode["total_s"]),
+                      "; ".join(mode["problems"]))
+    console.print(modes)
+    rates = document["rates"]
+    console.print("rates: " + "; ".join(f"{name} {rate['tokens_per_s'] or '?'} tokens/s ({rate['source']})"
+                                       for name, rate in rates.items()))
+    recommended = document["recommended"]
+    console.print(f"recommended: [bold]{recommended.get('mode')}[/] — {recommended.get('reason')}")
+    verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
+    console.print(out.status_text(document["ok"], f"the run's mode {document['mode']} {verdict}"))
+
+
+@task(help={"run": "run config runs/NAME.yaml (default: the host's run)",
+            "host": "inventory host (default: the inventory's default)",
+            "hosts": "several inventory hosts, comma-separated: each plans on its own GPUs and disk, one row each",
+            "all_": "every inventory host, one row each", "samples": "rows N (default: the run's samples)",
+            "json": "one JSON document on stdout (keys in the README)"})
+@reports_errors
+def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=False):
+    """What a run costs on a host before any model load: hidden-state bytes, disk per mode, GPU memory
+    of the server and the trainer, parallel sizes, time, and the mode that fits. Exit 1: the run's
+    mode does not fit (a launch would be refused)."""
+    from remote.fleet import chosen_hosts, run_across
+    from remote.inventory import load_inventory
+    from remote.tasks.shared import exchange_once
+
+    rows = positive(samples, "--samples")
+    inventory = load_inventory()
+    several = chosen_hosts(inventory, host, hosts, all_)
+    if several is not None:
+        run_across(f"plan — run {run or 'each host’s run'}", several, inventory, plan_call(run, rows), summary,
+                   json=json)
+        return
+    _chosen, code, document = exchange_once(inventory, host, plan_call(run, rows), quick=True)
+    if json:
+        emit_json(document)
+    elif "modes" in document:
+        render(document)
+    else:
+        from remote import render as out
+
+        out.console().print(out.status_text(False, document.get("error", "plan failed")))
+    if code != 0:
+        raise SystemExit(code)
+
+
+TASKS = [plan]

@@ -1,0 +1,27 @@
+"""`python -m specops plan --run NAME [--samples N]`: what the run will cost on this host, before any model
+load (the target's config and safetensors headers, the data's tokens, this host's GPUs and disk).
+Exit 0 when the run's hidden-state mode fits, 1 when it does not (the document says why)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specops.flags import positive_int
+
+
+def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.data import open_run
+    from specops.pipeline.plan import plan_for
+
+    made = plan_for(open_run(args.run), samples=args.samples)
+    document = made.to_dict()
+    return (0 if document["ok"] else 1), document
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("plan", help="what a run costs on this host (disk, GPU memory, time), "
+                                   "the hidden-state mode that fits, before any model load")
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--samples", type=positive_int, default=None, help="rows N (default: the run's samples)")
+    parser.set_defaults(handler=plan)

@@ -1,0 +1,232 @@
+"""A run's plan on this host, before any model load: what `specops.planning` computes, fed with what
+the run, the host and earlier jobs say. `plan_for(run)` makes it; `refuse_unfit(run)` is the launch
+boundary's check (`run check`, which every task makes before it launches anything): a run whose
+hidden-state mode cannot fit is one line, exit 2.
+
+Tokens come from the cheapest source that is right: the prepared rows when prepare has made the
+run's N rows, else an estimate from a sample of the conversations rendered with the run's chat
+template (loads the tokenizer, never the model), else the upper bound N x max_seq_len.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specops import planning
+from specops.errors import BadInput
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+SAMPLE_CONVERSATIONS = 32  # rendered to estimate tokens per row before prepare has run
+_FLAG = re.compile(r"^--([a-z0-9-]+)(?:=(.*))?$")
+
+
+def existing_ancestor(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def host_facts(run: Run) -> planning.HostFacts:
+    """This host's GPUs (count, the smallest one's memory) and the free disk under the run's folder;
+    what the run config's `plan:` names instead wins (a host not at hand, or a test's pretend host)."""
+    from specops import gpus as gpu_reader
+
+    given = run.config.plan
+    reading = gpu_reader.read()
+    rows = reading.gpus if reading.found and reading.error is None else []
+    count = len(rows) if rows else gpu_reader.device_count()
+    totals = [row["memory_total_mib"] for row in rows if row.get("memory_total_mib")]
+    memory = min(totals) * 2**20 if totals else None
+    # what this run already wrote counts as free: the plan's figures include it (a rerun is not refused
+    # for the files its own first pass made)
+    free = shutil.disk_usage(existing_ancestor(run.paths.run_dir)).free + _written(run)
+    overridden = [key for key in ("gpus", "gpu_memory_gib", "disk_free_gb") if getattr(given, key) is not None]
+    if given.gpus is not None:
+        count = given.gpus
+    if given.gpu_memory_gib is not None:
+        memory = int(given.gpu_memory_gib * planning.GIB)
+    if given.disk_free_gb is not None:
+        free = int(given.disk_free_gb * planning.GB)
+    source = "measured" if not overridden else f"{run.label} plan: {', '.join(overridden)}; the rest measured"
+    return planning.HostFacts(gpus=count, gpu_memory_bytes=memory if count else None, disk_free_bytes=free,
+                              source=source)
+
+
+def _written(run: Run) -> int:
+    total = 0
+    for folder in (run.paths.hidden_states, run.paths.checkpoints, run.paths.prepared):
+        if folder.is_dir():
+            total += sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+    return total
+
+
+def rows_asked(run: Run, samples: int | None = None) -> int:
+    """N: the rows the run trains on (`--samples`, else the run's samples, else every conversation)."""
+    if samples or run.config.samples:
+        return int(samples or run.config.samples)
+    from specops.pipeline.data import Conversation, read_conversations
+
+    path = run.paths.resolve(run.config.data)
+    count = sum(isinstance(record, Conversation) for record in read_conversations(run.config.data, path))
+    return max(count - run.config.evaluate.heldout_prompts, 1)
+
+
+def counted_tokens(run: Run, rows: int) -> int | None:
+    """The tokens of the prepared rows, when prepare has made exactly these N rows."""
+    from specops.pipeline.run import Manifest
+
+    record = Manifest(run.paths.run_dir).record("prepare") or {}
+    counts = record.get("counts") or {}
+    if record.get("status") == "done" and counts.get("rows") == rows and isinstance(counts.get("tokens"), int):
+        return counts["tokens"]
+    return None
+
+
+def _row_tokens(run: Run, tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """A row's tokens: the rendered conversation; with regenerate, the first prompt and an answer of
+    regenerate.max_tokens (the target's answers replace the data's, and may run to that length)."""
+    from specops.pipeline.data import render_ids, tokenise_with_mask
+
+    if not run.config.regenerate.enabled:
+        return len(tokenise_with_mask(tokenizer, messages)[0])
+    first_user = next(index for index, message in enumerate(messages) if message["role"] == "user")
+    prompt = render_ids(tokenizer, messages[: first_user + 1], generation_prompt=True)
+    return len(prompt) + run.config.regenerate.max_tokens
+
+
+def estimated_tokens(run: Run, rows: int) -> tuple[int, str] | None:
+    """Mean tokens of the first conversations rendered with the run's template (cut at max_seq_len) x N."""
+    from specops.pipeline.data import Conversation, load_tokenizer, read_conversations
+
+    try:
+        path = run.paths.resolve(run.config.data)
+        tokenizer = load_tokenizer(run)
+        lengths: list[int] = []
+        for record in read_conversations(run.config.data, path):
+            if len(lengths) >= SAMPLE_CONVERSATIONS:
+                break
+            if isinstance(record, Conversation):
+                try:
+                    length = _row_tokens(run, tokenizer, record.messages)
+                except Exception:  # a conversation the template refuses: prepare skips it too
+                    continue
+                lengths.append(min(length, run.config.max_seq_len))
+    except (BadInput, OSError, ValueError):
+        return None
+    if not lengths:
+        return None
+    return (round(statistics.fmean(lengths) * rows),
+            f"estimated: the first {len(lengths)} conversations rendered with the run's chat template"
+            + (f" (their first prompt + a {run.config.regenerate.max_tokens}-token answer)"
+               if run.config.regenerate.enabled else "")
+            + f", {statistics.fmean(lengths):.0f} tokens each on average, x {rows} rows")
+
+
+def data_tokens(run: Run, rows: int, *, estimate: bool) -> tuple[int, str]:
+    counted = counted_tokens(run, rows)
+    if counted is not None:
+        return counted, f"counted: the {rows} prepared rows"
+    if estimate:
+        found = estimated_tokens(run, rows)
+        if found is not None:
+            return found
+    return rows * run.config.max_seq_len, f"upper bound: {rows} rows x max_seq_len {run.config.max_seq_len}"
+
+
+def _serve_flag(run: Run, name: str) -> str | None:
+    args = run.config.vllm.serve_args
+    for index, arg in enumerate(args):
+        match = _FLAG.match(arg)
+        if match and match.group(1) == name:
+            return match.group(2) if match.group(2) is not None else (args[index + 1] if index + 1 < len(args)
+                                                                       else None)
+    return None
+
+
+def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows: int) -> planning.RunFacts:
+    config = run.config
+    utilisation = _serve_flag(run, "gpu-memory-utilization")
+    kv_dtype = _serve_flag(run, "kv-cache-dtype") or ""
+    budget = config.hidden_states.disk_budget_gb
+    return planning.RunFacts(
+        name=run.paths.name, layer_ids=run.layer_ids(),
+        hidden_state_dtype=planning.hidden_state_dtype(config.dtype, host.gpus > 0),
+        samples=rows, tokens=tokens[0], tokens_source=tokens[1], max_seq_len=config.max_seq_len,
+        epochs=config.train.epochs, mode=config.hidden_states.mode,
+        disk_budget_bytes=int(budget * planning.GB) if budget is not None else None,
+        placement=config.hidden_states.placement, backend=run.backend(host.gpus),
+        tensor_parallel=config.vllm.tensor_parallel, data_parallel=config.vllm.data_parallel,
+        gpu_memory_utilization=float(utilisation) if utilisation else 0.9,
+        kv_dtype_bytes=1 if kv_dtype.startswith("fp8") else None,
+        draft_vocab=config.draft.vocab_size, draft_layers=config.draft.num_layers, ttt_steps=config.draft.ttt_steps,
+        tokens_per_step=config.train.total_seq_len or 8192, optimizer=config.train.optimizer or "muon",
+        expert_parallel="--enable-expert-parallel" in config.vllm.serve_args)
+
+
+def measured_rates(run: Run) -> planning.Rates:
+    """Rates the run config gives, else those this run's earlier jobs on this host recorded (the extract
+    step's tokens and seconds in the manifest, the trainer's tokens/s in its log), else unknown."""
+    from specops.pipeline.run import Manifest
+
+    given = run.config.plan
+    record = Manifest(run.paths.run_dir).record("extract") or {}
+    written, seconds = (record.get("counts") or {}).get("tokens_written"), record.get("seconds")
+    extract = planning.Rate(None, "unknown: no extraction recorded for this run; set plan.extract_tokens_per_s")
+    if given.extract_tokens_per_s:
+        extract = planning.Rate(given.extract_tokens_per_s, "run config")
+    elif written and seconds:
+        extract = planning.Rate(round(written / seconds, 1), "measured: this run's last extraction on this host")
+    train = planning.Rate(None, "unknown: no training logged for this run; set plan.train_tokens_per_s")
+    if given.train_tokens_per_s:
+        train = planning.Rate(given.train_tokens_per_s, "run config")
+    elif (run.paths.checkpoints / "train.log").is_file():
+        from specops.pipeline.training import metrics  # numpy comes with the room: only when there is a log
+
+        speeds = [row["tokens_per_s"] for row in metrics.epoch_table(metrics.read_log(
+            run.paths.checkpoints / "train.log")) if row.get("tokens_per_s")]
+        if speeds:
+            train = planning.Rate(round(statistics.median(speeds), 1),
+                                  "measured: this run's training log on this host (median of epochs)")
+    serve = (planning.Rate(given.serve_tokens_per_s, "run config") if given.serve_tokens_per_s
+             else planning.Rate(extract.tokens_per_s, f"the extraction rate ({extract.source})"))
+    return planning.Rates(extract=extract, train=train, serve=serve)
+
+
+def plan_for(run: Run, *, samples: int | None = None, estimate: bool = True) -> planning.Plan:
+    """The run's plan on this host (BadInput when the target's config is not here to read)."""
+    config_file = run.model_path / "config.json"
+    if not config_file.is_file():
+        raise BadInput(f"{run.label}: model: {config_file} not found: the plan reads the target's config")
+    target = planning.read_target(run.model_path)
+    host = host_facts(run)
+    rows = rows_asked(run, samples)
+    facts = run_facts(run, host, data_tokens(run, rows, estimate=estimate), rows)
+    return planning.make_plan(target, facts, host, measured_rates(run))
+
+
+def checked_plan(run: Run) -> planning.Plan | None:
+    """The plan the launch boundary judges (None without the target's config): with the upper bound of
+    the tokens first (no tokenizer), and only when that does not fit with the data sampled."""
+    if not (run.model_path / "config.json").is_file():
+        return None
+    plan = plan_for(run, estimate=False)
+    return plan if planning.fits(plan) else plan_for(run, estimate=True)
+
+
+def refuse_unfit(run: Run) -> dict[str, Any] | None:
+    """The launch boundary's check: BadInput (one line, exit 2) when the run's hidden-state mode does not
+    fit this host; else a short summary (None when the target is not here to plan from)."""
+    plan = checked_plan(run)
+    if plan is None:
+        return None
+    if not planning.fits(plan):
+        raise BadInput(f"{run.label}: hidden_states.mode: {plan.run.mode} does not fit this host: {plan.problems[0]}"
+                       + (f" (the plan recommends {plan.recommended['mode']})" if plan.recommended.get("mode") else ""))
+    return {"mode": plan.run.mode, "fits": True, "recommended": plan.recommended.get("mode")}

@@ -1,0 +1,76 @@
+"""`invoke plan` as a user runs it, on the tiny run: on this machine and over the loopback sshd, each host
+reading its own GPUs and disk; and the launch boundary refusing a hidden-state mode that cannot fit
+(one line, exit 2, no job started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import Cli
+from tests.support.repo import REPO
+
+
+def _runs(tmp_path: Path, **variants: dict) -> Path:
+    """A runs folder (SPECOPS_RUNS_DIR) with runs/tiny.yaml changed by each variant, under its name."""
+    folder = tmp_path / "my-runs"
+    folder.mkdir()
+    tiny = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
+    for name, changes in variants.items():
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump({**tiny, **changes}))
+    return folder
+
+
+@pytest.mark.slow
+def test_plan_on_the_tiny_run_here_and_over_ssh(cli: Cli) -> None:
+    result = cli("plan", "--hosts", "local,loop", "--json", timeout=600)
+    assert result.exit_code == 0, result.stderr[-3000:]
+    rows = {row["host"]: row["document"] for row in result.json()["hosts"]}
+    assert set(rows) == {"local", "loop"}
+    for plan in rows.values():
+        assert plan["ok"] and plan["mode"] == "offline" and plan["recommended"]["mode"] == "offline"
+        assert plan["host_facts"]["source"] == "measured" and plan["host_facts"]["disk_free_bytes"] > 0
+        states = plan["hidden_states"]
+        # a CPU host computes the "auto" target in float32: 4 layers x 64 x 4 bytes a token
+        assert (states["dtype"], states["bytes_per_token"], states["file_bytes_per_token"]) == ("float32", 1024, 1032)
+        assert plan["data"]["tokens_source"].startswith("estimated: the first 32 conversations")
+        assert plan["target"]["weight_source"] == "safetensors headers"
+        assert plan["target"]["weight_dtypes"] == {"F32": plan["target"]["weight_bytes"]}
+        assert not plan["modes"]["online"]["fits"]  # the hf backend has no server to ask
+    # both hosts hold the same generated target and data: the same figures, read on each
+    assert rows["local"]["hidden_states"] == rows["loop"]["hidden_states"]
+
+    shown = cli("plan", "--host", "loop", timeout=600)
+    assert shown.exit_code == 0, shown.stderr[-3000:]
+    assert "plan — run tiny on loop" in shown.stdout and "recommended: offline" in shown.stdout
+    assert "the run's mode offline fits" in shown.stdout
+
+
+@pytest.mark.slow
+def test_a_mode_that_cannot_fit_is_refused_before_any_job_starts(cli: Cli, tmp_path: Path) -> None:
+    runs = _runs(tmp_path, budget={"hidden_states": {"mode": "offline", "disk_budget_gb": 0.001}},
+                 gpus={"plan": {"gpus": 8, "gpu_memory_gib": 0.001}})
+    env = {"SPECOPS_RUNS_DIR": str(runs)}
+
+    over_budget = cli("pipeline", "--host", "local", "--run", "budget", "--detach", timeout=600, **env)
+    assert over_budget.exit_code == 2, over_budget.stderr[-3000:]
+    line = over_budget.stderr.strip()
+    assert "\n" not in line and line.startswith(f"specops: {runs / 'budget.yaml'}: hidden_states.mode: offline "
+                                                "does not fit this host: offline writes ")
+    assert "over the disk budget of 1.00 MB" in line
+
+    tiny_gpus = cli("extract", "--host", "local", "--run", "gpus", "--detach", timeout=600, **env)
+    assert tiny_gpus.exit_code == 2, tiny_gpus.stderr[-3000:]
+    assert "hidden_states.mode: offline does not fit this host: the server needs" in tiny_gpus.stderr
+    assert "of 0.0 GiB" in tiny_gpus.stderr
+
+    status = cli("status", "--host", "local", "--all", "--json", timeout=120)
+    assert status.exit_code == 0 and status.json()["jobs"] == []  # nothing was launched
+
+    planned = cli("plan", "--host", "local", "--run", "budget", "--json", timeout=600, **env)
+    assert planned.exit_code == 1  # the plan itself reports, it does not refuse
+    document = planned.json()
+    assert not document["ok"] and document["problems"][0].startswith("offline writes ")
+    assert document["modes"]["offline"]["budget_bytes"] == 10**6
