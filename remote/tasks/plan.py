@@ -22,11 +22,10 @@ def plan_call(run: str | None, samples: int | None):
     def exchange(host, conn) -> tuple[int, dict[str, Any]]:
         from remote.agent import agent_call
         from remote.errors import BadInput
-        from remote.names import safe_name
+        from specops import commandline
 
-        run_name = safe_name(run or host.run, "--run")
-        args = ["plan", "--run", run_name] + (["--samples", str(samples)] if samples else [])
-        result = agent_call(conn, host, args, timeout=PLAN_TIMEOUT_S)
+        run_name = run or host.run
+        result = agent_call(conn, host, commandline.plan(run=run_name, samples=samples), timeout=PLAN_TIMEOUT_S)
         if result.exit_code == 2:
             raise BadInput(local_config_name(str(result.document.get("error")), run_name))
         return result.exit_code, result.document

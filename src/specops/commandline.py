@@ -244,6 +244,11 @@ def run_check(*, run: str) -> list[str]:
     return ["run", "check", *_flags(run=_name(run, "--run"))]
 
 
+def plan(*, run: str, samples: int | None = None) -> list[str]:
+    """`plan`: what the run costs on the host, before any model load."""
+    return ["plan", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"))]
+
+
 def fetch_list(*, run: str, with_training_state: bool = False, drop: str | None = None) -> list[str]:
     return ["fetch-list", *_flags(run=_name(run, "--run"), with_training_state=with_training_state,
                                   drop=_optional(drop, _name, "--drop"))]

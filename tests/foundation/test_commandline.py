@@ -54,6 +54,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "ping": [{}],
     "doctor": [{}, {"run": RUN}],
     "run_check": [{"run": RUN}],
+    "plan": [{"run": RUN}, {"run": RUN, "samples": 10}],
     "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],
     "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True,
                                      "deep": True},
