@@ -38,7 +38,7 @@ def test_plan_on_the_tiny_run_here_and_over_ssh(cli: Cli) -> None:
         assert plan["data"]["tokens_source"].startswith("estimated: the first 32 conversations")
         assert plan["target"]["weight_source"] == "safetensors headers"
         assert plan["target"]["weight_dtypes"] == {"F32": plan["target"]["weight_bytes"]}
-        assert not plan["modes"]["online"]["fits"]  # the hf backend has no server to ask
+        assert plan["modes"]["online"]["placement"]["kind"] == "cpu"  # no GPU: server and trainer share the CPU
     # both hosts hold the same generated target and data: the same figures, read on each
     assert rows["local"]["hidden_states"] == rows["loop"]["hidden_states"]
 
@@ -74,3 +74,27 @@ def test_a_mode_that_cannot_fit_is_refused_before_any_job_starts(cli: Cli, tmp_p
     document = planned.json()
     assert not document["ok"] and document["problems"][0].startswith("offline writes ")
     assert document["modes"]["offline"]["budget_bytes"] == 10**6
+
+
+def test_plan_of_a_kimi_shaped_target_from_its_config_files_alone(cli: Cli, tmp_path: Path) -> None:
+    kimi = {"model": str(Path(__file__).parent / "kimi-k2.5"), "trust_remote_code": True, "data": "data/chat.jsonl",
+            "samples": 10_000, "max_seq_len": 2_000, "backend": "vllm", "train": {"epochs": 10},
+            "draft": {"vocab_size": 32000},
+            "plan": {"gpus": 8, "gpu_memory_gib": 141, "disk_free_gb": 3000, "extract_tokens_per_s": 20_000,
+                     "train_tokens_per_s": 40_000}}
+    runs = tmp_path / "kimi-runs"
+    runs.mkdir()
+    (runs / "kimi.yaml").write_text(yaml.safe_dump(kimi))
+    result = cli("plan", "--host", "local", "--run", "kimi", "--json", timeout=300, SPECOPS_RUNS_DIR=str(runs))
+    assert result.exit_code == 0, result.stderr[-3000:]
+    plan = result.json()
+    assert plan["host_facts"]["source"].endswith("plan: gpus, gpu_memory_gib, disk_free_gb; the rest measured")
+    # no tokenizer beside the config: at most 10,000 rows x 2,000 tokens
+    assert plan["data"]["tokens"] == 20_000_000 and plan["data"]["tokens_source"].startswith("upper bound")
+    assert plan["hidden_states"]["layer_ids"] == [2, 30, 58, 61]  # vLLM serving's ids for 61 layers
+    states = plan["hidden_states"]
+    assert states["bytes_per_token"] == 57_344 and states["bytes_total"] == 1_146_880_000_000
+    assert plan["target"]["weight_bytes"] == 594_205_305_856 and plan["server"]["kv_bytes_per_token"] == 70_272
+    assert (plan["server"]["tensor_parallel"], plan["trainer"]["draft_params"]) == (8, 2_543_356_928)
+    assert plan["recommended"]["mode"] == "offline"
+    assert plan["modes"]["offline"]["total_s"] == 20_000_000 / 20_000 + 10 * 20_000_000 / 40_000

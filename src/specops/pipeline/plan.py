@@ -105,6 +105,8 @@ def estimated_tokens(run: Run, rows: int) -> tuple[int, str] | None:
     """Mean tokens of the first conversations rendered with the run's template (cut at max_seq_len) x N."""
     from specops.pipeline.data import Conversation, load_tokenizer, read_conversations
 
+    if not any((run.model_path / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")):
+        return None  # config files only (a target not downloaded yet): the upper bound, no transformers import
     try:
         path = run.paths.resolve(run.config.data)
         tokenizer = load_tokenizer(run)
@@ -118,7 +120,7 @@ def estimated_tokens(run: Run, rows: int) -> tuple[int, str] | None:
                 except Exception:  # a conversation the template refuses: prepare skips it too
                     continue
                 lengths.append(min(length, run.config.max_seq_len))
-    except (BadInput, OSError, ValueError):
+    except Exception:  # no tokenizer or data to sample (remote code, a hub dataset offline): the upper bound
         return None
     if not lengths:
         return None

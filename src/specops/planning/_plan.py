@@ -267,9 +267,6 @@ def make_plan(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rates 
             problems.append(f"{mode} needs {human(states_on_disk + other)} on disk (hidden states "
                             f"{human(states_on_disk)}, prepared rows and checkpoints {human(other)}), "
                             f"{human(host.disk_free_bytes)} free (up to {DISK_SHARE:.0%} used)")
-        if mode != "offline" and run.backend != "vllm":
-            problems.append(f"{mode} asks the run's vLLM server for hidden states; the run's backend is "
-                            f"{run.backend}")
         placement = _placement(target, run, host, trainer["total_bytes"], mode)
         problems += placement["problems"]
         plan.modes[mode] = {"hidden_state_bytes_on_disk": states_on_disk, "disk_bytes": states_on_disk + other,
