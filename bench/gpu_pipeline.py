@@ -1,0 +1,384 @@
+"""The pipeline on one GPU host at real dimensions, end to end through invoke, with its figures.
+
+    source bench/device_setup.sh    # the H200 (bench/README.md, "On the H200"): wheels, patches, tmux
+    python3 bench/gpu_pipeline.py --runs gpu-1b gpu-8b --workdir /tmp/gp --out DIR [--direct-train gpu-1b]
+
+Per run (runs/gpu-1b.yaml, runs/gpu-8b.yaml: random Llamas at Llama-3.2-1B / 3.1-8B dimensions):
+  generate     `python -m specops tiny --shape S` (what the run's first step would do), timed
+  pipeline     `invoke pipeline --run R --json` with an inventory whose `local` host is this machine
+               (python: this interpreter, gpus: the GPUs NVML sees, workdir: --workdir)
+  per step     seconds (the pipeline's own summary) and peak GPU memory: NVML sampled every 0.2 s,
+               attributed to the step whose "== step" line the pipeline job's log showed last
+  extraction   the extract step's own tokens/s (progress.json, model load excluded) against a bare
+               decoder forward of the same rows in the same batches (bench/extract_hf.bare_forward)
+  training     steps/s between logged steps (median of the intervals: an epoch's validation and
+               checkpoint fall in one interval) of the pipeline's training, and with --direct-train of
+               `speculators train` run directly with the argv `step train --dry-run` prints
+               (bench/train_speculators.direct_argv, bench/trainbench.run_direct)
+  acceptance   trained against untrained, from the pipeline's evaluate step
+  validation   the pipeline's report on the intact files, then `step validate --reference hf` with the
+               fidelity rows shifted by one position (restored afterwards): it must fail
+Writes DIR/gpu_pipeline.json and prints a table. Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import trainbench as tb
+
+REPO = tb.REPO
+STEP_LINE = re.compile(r"^(?:specops: )?== (\w+)\s*$")
+SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "tiny": "tiny"}  # tiny: a smoke run of this script on a CPU
+
+
+class GpuMemory:
+    """Used GPU memory (all GPUs, MiB) sampled on a thread: NVML, else nvidia-smi."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        self.period_s, self.samples, self._stop = period_s, [], threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.read = lambda: sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles) / 2**20
+            self.gpus = len(handles)
+        except Exception:  # no NVML binding: the command-line tool; no GPU at all: nothing to sample
+            if shutil.which("nvidia-smi"):
+                self.read = self._smi
+                self.gpus = len(self._smi_rows())
+            else:
+                self.read, self.gpus = (lambda: 0.0), 0
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _smi_rows() -> list[str]:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=False).stdout
+        return [line for line in out.split() if line.strip()]
+
+    def _smi(self) -> float:
+        return sum(float(x) for x in self._smi_rows())
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self.read()))
+            self._stop.wait(self.period_s)
+
+    def start(self) -> GpuMemory:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak(self, start: float, end: float) -> float | None:
+        values = [mib for at, mib in self.samples if start <= at <= end]
+        return round(max(values)) if values else None
+
+
+class JobLog:
+    """Follows the newest pipeline job log under workdir/logs: stamps each "== step" line and each
+    logged training step (global_step=N) the moment it appears."""
+
+    def __init__(self, logs: Path, after: float) -> None:
+        self.logs, self.after = logs, after
+        self.path: Path | None = None
+        self.offset, self.partial = 0, ""
+        self.steps: list[tuple[str, float]] = []
+        self.train: dict[int, float] = {}
+        self.began = 0.0  # when `invoke pipeline` started: the doctor and the launch run before the job
+
+    def poll(self) -> None:
+        if self.path is None:
+            fresh = [p for p in self.logs.glob("*pipeline*") if p.is_file() and p.stat().st_mtime >= self.after]
+            if not fresh:
+                return
+            self.path = max(fresh, key=lambda p: p.stat().st_mtime)
+        with open(self.path, "rb") as log:
+            log.seek(self.offset)
+            chunk = log.read()
+        if not chunk:
+            return
+        now = time.perf_counter()
+        self.offset += len(chunk)
+        lines = (self.partial + chunk.decode(errors="replace")).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            marker = STEP_LINE.match(line.strip())
+            if marker:
+                self.steps.append((marker.group(1), now))
+            for match in tb.GLOBAL_STEP.finditer(line):
+                self.train.setdefault(int(match.group(1)), now)
+
+
+def step_rate(stamps: dict[int, float]) -> float | None:
+    """Median steps/s over consecutive logged steps."""
+    steps = sorted(stamps)
+    rates = [(b - a) / (stamps[b] - stamps[a]) for a, b in itertools.pairwise(steps)
+             if stamps[b] > stamps[a]]
+    return round(statistics.median(rates), 3) if rates else None
+
+
+def write_inventory(path: Path, workdir: Path, gpus: int, run: str) -> Path:
+    import yaml
+
+    document = {"default": "local", "hosts": {"local": {
+        "connection": "local", "workdir": str(workdir), "python": sys.executable, "gpus": gpus, "run": run}}}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def generate(env: dict[str, str], shape: str, memory: GpuMemory) -> dict:
+    started = time.perf_counter()
+    document = tb.agent(env, "tiny", "--shape", shape)
+    ended = time.perf_counter()
+    return {"seconds": round(ended - started, 2), "peak_gpu_mib": memory.peak(started, ended),
+            "generated": document.get("generated")}
+
+
+def pipeline(env: dict[str, str], run: str, workdir: Path, memory: GpuMemory, out: Path) -> tuple[dict, JobLog]:
+    """`invoke pipeline --run R --json`, its job log followed for step and training marks."""
+    started = time.time()
+    follow = JobLog(workdir / "logs", started - 1)
+    log_path = out / f"{run}.invoke.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "invoke", "pipeline", "--run", run, "--json"],
+                                   cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log)
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: chunks.append(process.stdout.read()), daemon=True)
+        reader.start()
+        began = follow.began = time.perf_counter()
+        while process.poll() is None:
+            follow.poll()
+            time.sleep(0.05)
+        follow.poll()
+        reader.join()
+    wall = time.perf_counter() - began
+    text = b"".join(chunks).decode(errors="replace").strip()
+    try:
+        summary = json.loads(text[text.index("{"):]) if "{" in text else {}
+    except ValueError:
+        summary = {"unparsed": text[-2000:]}
+    summary["_exit"], summary["_wall_s"] = process.returncode, round(wall, 2)
+    if follow.path is not None:
+        shutil.copy(follow.path, out / f"{run}.job.log")
+    return summary, follow
+
+
+def step_figures(summary: dict, follow: JobLog, memory: GpuMemory, ended: float) -> dict:
+    marks = [("doctor+launch", follow.began), *follow.steps, ("end", ended)]
+    steps = summary.get("steps") or summary.get("summary", {}).get("steps") or {}
+    figures = {}
+    for (name, at), (_, until) in itertools.pairwise(marks):
+        figures[name] = {"seconds": (steps.get(name) or {}).get("seconds") or round(until - at, 2),
+                         "status": (steps.get(name) or {}).get("status"), "peak_gpu_mib": memory.peak(at, until)}
+    return figures
+
+
+def bare_forward_rate(env: dict[str, str], run_name: str) -> dict:
+    """The extract step's rate against a bare forward of the same rows in the same batches."""
+    import datasets
+    import extract_hf
+    import torch
+
+    from specops.pipeline.extraction.hf import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, plan_batches
+    from specops.pipeline.run import Run
+    from specops.pipeline.target import choose_device, load_target
+
+    run = Run(run_name, Path(env["SPECOPS_WORKDIR"]))
+    progress = json.loads(run.paths.progress.read_text())
+    rows = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
+    count = int(progress["total"])
+    lengths = [len(rows[i]["input_ids"]) for i in range(count)]
+    device, dtype = choose_device(run.config.dtype)
+    batch_tokens = GPU_BATCH_TOKENS if device.type == "cuda" else CPU_BATCH_TOKENS  # as the extract step
+    batches = []
+    for batch in plan_batches(lengths, max(batch_tokens, max(lengths))):
+        ids = torch.zeros((len(batch), max(lengths[i] for i in batch)), dtype=torch.long)
+        for row, index in enumerate(batch):
+            ids[row, :lengths[index]] = torch.tensor(rows[index]["input_ids"])
+        batches.append(ids)
+    model = load_target(run, device, dtype)
+    seconds = extract_hf.bare_forward(model, batches, device)
+    del model
+    torch.cuda.empty_cache()
+    bare = sum(lengths) / seconds
+    return {"extract_tokens_per_s": progress["tokens_per_s"], "bare_forward_tokens_per_s": round(bare, 1),
+            "ratio": round(progress["tokens_per_s"] / bare, 3), "tokens": sum(lengths), "batches": len(batches)}
+
+
+def direct_training(env: dict[str, str], run_name: str, workdir: Path) -> dict:
+    import train_speculators
+
+    tb.RUN = run_name  # direct_argv asks `step train --run tb.RUN --dry-run`
+    save = workdir / "direct-train" / run_name
+    shutil.rmtree(save, ignore_errors=True)
+    result = tb.run_direct(env, train_speculators.direct_argv(env, save), save)
+    return {"exit": result.exit_code, "wall_s": round(result.wall_s, 1), "steps_per_s": step_rate(result.stamps),
+            "tokens_per_step": round(tb.tokens_per_step(result.log)), "log": str(result.log)}
+
+
+def shifted_validation(env: dict[str, str], run_name: str) -> dict:
+    """`step validate --reference hf` with the fidelity rows' states shifted by one position."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from specops.pipeline.extraction import file_for
+    from specops.pipeline.run import Run
+    from specops.pipeline.validation import fidelity_indices
+
+    run = Run(run_name, Path(env["SPECOPS_WORKDIR"]))
+    intact = json.loads(run.paths.validate_report.read_text())
+    count = int(json.loads(run.paths.progress.read_text())["total"])
+    saved = {}
+    for index in fidelity_indices(count, 4):
+        path = file_for(run.paths.hidden_states, index)
+        saved[path] = path.with_suffix(".intact")
+        shutil.copy2(path, saved[path])
+        tensors = load_file(str(path))
+        states = tensors["hidden_states"]
+        tensors["hidden_states"] = torch.cat([states[1:], states[-1:]]).contiguous()
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    try:
+        result = subprocess.run([sys.executable, "-m", "specops", "step", "validate", "--run", run_name,
+                                 "--reference", "hf"], env=env, cwd=env["SPECOPS_WORKDIR"], capture_output=True,
+                                text=True)
+        lines = result.stdout.strip().splitlines()
+        shifted = json.loads(lines[-1]) if lines else {"stderr": result.stderr[-2000:]}
+    finally:
+        for path, backup in saved.items():
+            os.replace(backup, path)
+    brief = lambda report: {key: (report.get("checks", {}).get("fidelity", {}).get("detail") or {}).get(key)  # noqa: E731
+                            for key in ("status", "agreement", "decidable", "positions", "agreement_all_positions",
+                                        "rule")} | {"ok": report.get("ok")}
+    return {"intact": brief(intact), "shifted": brief(shifted), "shifted_exit": result.returncode}
+
+
+def rounding_margin(env: dict[str, str], run_name: str, factors=(1, 2, 4, 8, 16, 24, 48)) -> dict:
+    """How much of the fidelity rule's rounding allowance the intact files use: per allowance (in
+    roundings of the stored dtype), the decidable positions and the agreement there, for the intact
+    fidelity rows and for the same rows shifted by one position (the reference's choices computed once)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from specops.pipeline.extraction import file_for
+    from specops.pipeline.run import Run
+    from specops.pipeline.target import choose_device, load_target
+    from specops.pipeline.validation import fidelity, fidelity_indices
+
+    run = Run(run_name, Path(env["SPECOPS_WORKDIR"]))
+    count = int(json.loads(run.paths.progress.read_text())["total"])
+    device, dtype = choose_device(run.config.dtype)
+    projector = fidelity.load_projector(run.model_path, device)
+    reference = fidelity.HfReference(load_target(run, device, dtype))
+    rows = []
+    for index in fidelity_indices(count, 4):
+        tensors = load_file(str(file_for(run.paths.hidden_states, index)))
+        final = tensors["hidden_states"][:, -1]
+        rows.append((final, torch.cat([final[1:], final[-1:]]), reference.choices(tensors["token_ids"])))
+    del reference
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    table = {}
+    for factor in factors:
+        figures = {}
+        for label, pick in (("intact", 0), ("shifted", 1)):
+            decided = agreed = positions = 0
+            for row in rows:
+                top, decidable, _ = fidelity.decidable_choices(projector, row[pick], float(factor))
+                wanted = row[2][:len(top)]
+                decided += int(decidable.sum())
+                agreed += int(((top == wanted) & decidable).sum())
+                positions += len(top)
+            figures[label] = {"decidable": decided, "positions": positions,
+                              "agreement": round(agreed / decided, 4) if decided else None}
+        table[str(factor)] = figures
+    return table
+
+
+def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save) -> None:
+    """Extraction against the bare forward, validation of a shifted copy, training run directly."""
+    actions = {"extraction": None if args.no_bare_forward else lambda: bare_forward_rate(env, run),
+               "validation": lambda: shifted_validation(env, run),
+               "rounding_margin": lambda: rounding_margin(env, run),
+               "direct_training": (lambda: direct_training(env, run, args.workdir)) if run in args.direct_train
+               else None}
+    for name, action in actions.items():
+        if action is None:
+            continue
+        try:
+            entry[name] = action()
+        except Exception as exc:  # a bench figure that failed is reported, the others still run
+            entry[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"{run}: {name} {json.dumps(entry[name], default=str)[:600]}", file=sys.stderr, flush=True)
+        save()
+    direct, ours = entry.get("direct_training") or {}, entry["training"]
+    if direct.get("steps_per_s") and ours["pipeline_steps_per_s"]:
+        ours["ratio_to_direct"] = round(ours["pipeline_steps_per_s"] / direct["steps_per_s"], 3)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", default=["gpu-1b", "gpu-8b"], choices=sorted(SHAPES))
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpu-pipeline"))
+    parser.add_argument("--out", type=Path, default=Path("gpu-pipeline-out"))
+    parser.add_argument("--direct-train", nargs="*", default=[], help="runs whose training also runs directly")
+    parser.add_argument("--no-bare-forward", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    memory = GpuMemory().start()
+    figures: dict = {"gpus": memory.gpus, "runs": {}}
+
+    def save() -> None:  # after every stage: a command cut off at its time limit keeps what it measured
+        (args.out / "gpu_pipeline.json").write_text(json.dumps(figures, indent=1, default=str))
+
+    for run in args.runs:
+        env = tb.bench_env(args.workdir)
+        env["SPECOPS_INVENTORY"] = str(write_inventory(args.workdir / f"inventory-{run}.yaml", args.workdir,
+                                                       memory.gpus, run))
+        entry: dict = {"generate": generate(env, SHAPES[run], memory)}
+        figures["runs"][run] = entry
+        save()
+        print(f"{run}: generated in {entry['generate']['seconds']} s", file=sys.stderr, flush=True)
+        summary, follow = pipeline(env, run, args.workdir, memory, args.out)
+        entry["pipeline"] = {"exit": summary.get("_exit"), "wall_s": summary.get("_wall_s"),
+                             "ok": summary.get("ok"), "error": summary.get("error"),
+                             "seconds": summary.get("seconds"), "samples": summary.get("samples"),
+                             "tokens": summary.get("tokens"), "fidelity": summary.get("fidelity"),
+                             "evaluation": summary.get("evaluation"), "loss_first": summary.get("loss_first"),
+                             "loss_last": summary.get("loss_last")}
+        entry["steps"] = step_figures(summary, follow, memory, time.perf_counter())
+        entry["training"] = {"pipeline_steps_per_s": step_rate(follow.train), "logged_steps": len(follow.train)}
+        (args.out / f"{run}.summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        print(f"{run}: pipeline exit {summary.get('_exit')} in {summary.get('_wall_s')} s", file=sys.stderr, flush=True)
+        save()
+        if summary.get("_exit") == 0:
+            measure_more(entry, env, run, args, save)
+        save()
+    memory.stop()
+    for run, entry in figures["runs"].items():
+        print(f"\n{run}: generate {entry['generate']['seconds']} s; pipeline {entry['pipeline']}")
+        for name, step in entry["steps"].items():
+            print(f"  {name:11s} {step['seconds']!s:>8} s  peak {step['peak_gpu_mib']!s:>7} MiB  {step['status']}")
+        for key in ("training", "extraction", "validation", "direct_training"):
+            print(f"  {key}: {json.dumps(entry.get(key), default=str)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
