@@ -40,6 +40,7 @@ import trainbench as tb
 
 REPO = tb.REPO
 STEP_LINE = re.compile(r"^(?:specops: )?== (\w+)\s*$")
+STEP_DONE = re.compile(r"^(?:specops: )?(\w+): (.+) in ([\d.]+) s$")
 SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "tiny": "tiny"}  # tiny: a smoke run of this script on a CPU
 
 
@@ -100,6 +101,7 @@ class JobLog:
         self.offset, self.partial = 0, ""
         self.steps: list[tuple[str, float]] = []
         self.train: dict[int, float] = {}
+        self.done: dict[str, dict] = {}  # step -> {"status", "seconds"} as the job log says
         self.began = 0.0  # when `invoke pipeline` started: the doctor and the launch run before the job
 
     def poll(self) -> None:
@@ -121,6 +123,9 @@ class JobLog:
             marker = STEP_LINE.match(line.strip())
             if marker:
                 self.steps.append((marker.group(1), now))
+            finished = STEP_DONE.match(line.strip())
+            if finished and any(name == finished.group(1) for name, _ in self.steps):
+                self.done[finished.group(1)] = {"status": finished.group(2), "seconds": float(finished.group(3))}
             for match in tb.GLOBAL_STEP.finditer(line):
                 self.train.setdefault(int(match.group(1)), now)
 
@@ -181,7 +186,7 @@ def pipeline(env: dict[str, str], run: str, workdir: Path, memory: GpuMemory, ou
 
 def step_figures(summary: dict, follow: JobLog, memory: GpuMemory, ended: float) -> dict:
     marks = [("doctor+launch", follow.began), *follow.steps, ("end", ended)]
-    steps = summary.get("steps") or summary.get("summary", {}).get("steps") or {}
+    steps = {**follow.done, **(summary.get("steps") or {})}
     figures = {}
     for (name, at), (_, until) in itertools.pairwise(marks):
         figures[name] = {"seconds": (steps.get(name) or {}).get("seconds") or round(until - at, 2),
@@ -310,13 +315,13 @@ def rounding_margin(env: dict[str, str], run_name: str, factors=(1, 2, 4, 8, 16,
     return table
 
 
-def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save) -> None:
+def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save, trained: bool) -> None:
     """Extraction against the bare forward, validation of a shifted copy, training run directly."""
     actions = {"extraction": None if args.no_bare_forward else lambda: bare_forward_rate(env, run),
                "validation": lambda: shifted_validation(env, run),
                "rounding_margin": lambda: rounding_margin(env, run),
-               "direct_training": (lambda: direct_training(env, run, args.workdir)) if run in args.direct_train
-               else None}
+               "direct_training": (lambda: direct_training(env, run, args.workdir))
+               if trained and run in args.direct_train else None}
     for name, action in actions.items():
         if action is None:
             continue
@@ -367,8 +372,8 @@ def main() -> int:
         (args.out / f"{run}.summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(f"{run}: pipeline exit {summary.get('_exit')} in {summary.get('_wall_s')} s", file=sys.stderr, flush=True)
         save()
-        if summary.get("_exit") == 0:
-            measure_more(entry, env, run, args, save)
+        if summary.get("_exit") == 0 or "validate" in follow.done:  # the files exist: the rule's figures still help
+            measure_more(entry, env, run, args, save, trained=summary.get("_exit") == 0)
         save()
     memory.stop()
     for run, entry in figures["runs"].items():

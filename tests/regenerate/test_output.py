@@ -57,3 +57,16 @@ def test_tidy_removes_a_cut_line_and_a_half_written_conversation(regenerated: Pa
     kept = (folder / RESPONSES_FILE).read_text()
     assert kept == "".join(line + "\n" for line in lines[1:])
     assert tidy(folder, expected, max_tokens=10_000) == {"cut_lines": 0, "partial_rows": 0}
+
+
+def test_answers_holding_unicode_line_separators_stay_one_row(regenerated: Path, tmp_path: Path) -> None:
+    """A random target answers with any bytes: U+2028, U+0085 or U+001E inside a JSON string written
+    with ensure_ascii=False is no line break (str.splitlines would split there)."""
+    folder, source = _copy(regenerated, tmp_path)
+    before = check(folder, source)
+    rows = [json.loads(line) for line in (folder / RESPONSES_FILE).read_text().split("\n") if line]
+    text_key = next(key for key, value in rows[0].items() if isinstance(value, str) and key not in ("id", "primary_id"))
+    rows[0][text_key] += " \u2028 \x85 \x1e \u2029"
+    (folder / RESPONSES_FILE).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    checked = check(folder, source)
+    assert checked["problems"] == [] and checked["conversations"] == before["conversations"]

@@ -59,4 +59,4 @@ def read_prompts(folder: Path) -> list[dict[str, Any]]:
     path = folder / PROMPTS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]

@@ -21,7 +21,7 @@ ERRORS_FILE = "responses.errors.jsonl"
 
 
 def read_source(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in (folder / SOURCE_FILE).read_text(encoding="utf-8").split("\n")
             if line.strip()]
 
 
@@ -30,7 +30,9 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     if not path.is_file():
         return [], 0
     rows, broken = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    # split on "\n" alone: str.splitlines also breaks at U+2028, U+0085 and the like, which a JSON
+    # string written with ensure_ascii=False may hold (a random target's answers do)
+    for line in path.read_text(encoding="utf-8", errors="replace").split("\n"):
         if not line.strip():
             continue
         try:
