@@ -254,7 +254,7 @@ def pipeline_across(hosts: list[Host], inventory: Inventory, run: str, check: Ch
             "samples": next(iter(parts.values()))["part"]["samples"], "gathered": gathered,
             "fidelity": ((validated.get("checks") or {}).get("fidelity") or {}).get("detail", {}).get("agreement"),
             "train": trained, "evaluated_on": holder.host.name, "evaluation": {
-                key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot")},
+                key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot", "best")},
             "fetched": fetched and fetched["destination"], "elapsed_s": round(time.perf_counter() - started_all, 1)}
 
 

@@ -4,8 +4,9 @@
   them (or prints them as the one document of --json).
 - Between the host's trainer markers (specops.protocol.TRAINER_START/END), speculators' raw output
   (three wide INFO lines a step) becomes one rich progress bar per epoch: step, loss, acc@0,
-  tokens/s, ETA. The raw output stays in the job's log (`invoke logs`); should the trainer fail,
-  its last lines are shown.
+  tokens/s, ETA, and once the epoch is scored its mean acceptance length on held-out prompts
+  (TRAINER_ACCEPTANCE). The raw output stays in the job's log (`invoke logs`); should the trainer
+  fail, its last lines are shown.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from collections import deque
 from typing import IO, Any
 
-from specops.protocol import TRAINER_END, TRAINER_METRIC, TRAINER_START
+from specops.protocol import TRAINER_ACCEPTANCE, TRAINER_END, TRAINER_METRIC, TRAINER_START
 
 # speculators' own epoch bar, printed when an epoch ends: "Epoch 0 100% ━━━ 40/40 [...]"
 _EPOCH_BAR = re.compile(r"^Epoch (\d+) .*?(\d+)/(\d+)")
@@ -49,6 +50,7 @@ class TrainingBars:
         self.tasks: dict[int, Any] = {}
         self.pending: dict[str, float] = {}
         self.steps_in_epoch: dict[int, int] = {}
+        self.accepted: dict[int, str] = {}  # epoch -> its acceptance, kept on its bar
 
     def _task(self, epoch: int) -> Any:
         if epoch not in self.tasks:
@@ -60,6 +62,9 @@ class TrainingBars:
         return self.tasks[epoch]
 
     def feed(self, line: str) -> None:
+        if line.startswith(TRAINER_ACCEPTANCE):
+            self._acceptance(line[len(TRAINER_ACCEPTANCE):])
+            return
         bar = _EPOCH_BAR.match(line.strip())
         if bar:
             epoch, done, total = (int(part) for part in bar.groups())
@@ -74,6 +79,19 @@ class TrainingBars:
             elif key == "epoch" and any(name.startswith("val/") for name in self.pending):
                 self.pending = {}
 
+    def _acceptance(self, text: str) -> None:
+        try:
+            figures = json.loads(text)
+            epoch, length = int(figures["epoch"]), float(figures["mean_acceptance_length"])
+        except (ValueError, KeyError, TypeError):
+            return
+        self.accepted[epoch] = f"  acc.len {length:.3f}"
+        if epoch in self.tasks:
+            task = self.progress.tasks[self.tasks[epoch]]
+            self.progress.update(self.tasks[epoch], metrics=task.fields.get("metrics", "") + self.accepted[epoch])
+        else:
+            self.progress.console.print(f"epoch {epoch + 1}:{self.accepted[epoch]}")
+
     def _step(self, record: dict[str, float]) -> None:
         epoch = int(record.get("epoch", 0))
         task_id = self._task(epoch)
@@ -84,7 +102,7 @@ class TrainingBars:
             self.progress.update(task_id, total=done)
         metrics = (f"loss {record['train/loss']:.3f}  acc@0 {record.get('train/full_acc_0', float('nan')):.3f}  "
                    f"{record.get('profile/tokens_per_s', float('nan')):.0f} tokens/s")
-        self.progress.update(task_id, completed=done, metrics=metrics)
+        self.progress.update(task_id, completed=done, metrics=metrics + self.accepted.get(epoch, ""))
 
     def close(self) -> None:
         for epoch, task_id in self.tasks.items():

@@ -255,6 +255,8 @@ def render_evaluation(evaluation: dict[str, Any] | None) -> None:
                      *(positions + ["-"] * (k - len(positions))),
                      "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x")
     render.console().print(view)
+    if evaluation.get("best"):  # evaluate.checkpoint best: which epoch, and why
+        render.console().print(f"best checkpoint: {evaluation['best']['why']}", highlight=False)
 
 
 def _acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -108,12 +108,15 @@ def render_epochs(epochs: list[dict[str, Any]]) -> None:
     from remote import render
 
     out = render.console()
-    view = render.table("training", ["epoch", "steps", "train loss", "val loss", "val acc@0", "tokens/s"])
+    accepted = any(row.get("acceptance") for row in epochs)
+    view = render.table("training", ["epoch", "steps", "train loss", "val loss", "val acc@0", "tokens/s",
+                                     *(["acc. length"] if accepted else [])])
     for row in epochs:
         val = row.get("val") or {}
         view.add_row(str(row["epoch"]), str(row.get("steps")), number_text(row.get("train", {}).get("loss")),
                      number_text(val.get("loss")), number_text(val.get("full_acc_0")),
-                     number_text(row.get("tokens_per_s"), 0))
+                     number_text(row.get("tokens_per_s"), 0),
+                     *([number_text((row.get("acceptance") or {}).get("mean_acceptance_length"))] if accepted else []))
     out.print(view)
 
 

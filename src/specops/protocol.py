@@ -111,6 +111,9 @@ def stays_inside(relative: str | PurePosixPath) -> bool:
 # The start line carries a JSON object: {"epochs": E, "first_epoch": e, "steps_per_epoch": S (an estimate)}.
 TRAINER_START = "### specops trainer start "
 TRAINER_END = "### specops trainer end"
+# Between them, after each epoch: {"epoch": N, "mean_acceptance_length": x, "per_position_acceptance": [...],
+# "prompts": P}, the draft's acceptance on a few held-out prompts (shown on that epoch's bar).
+TRAINER_ACCEPTANCE = "### specops epoch acceptance "
 # One `key=value` of the trainer's step and validation records (train/loss=.., epoch=.., global_step=..).
 TRAINER_METRIC = re.compile(
     r"(?<![\w/])((?:train|val|profile|lr)/[\w.]+|lr|epoch|global_step)=(-?(?:\d+\.?\d*(?:e[+-]?\d+)?|nan|inf))(?=[,\s]|$)")

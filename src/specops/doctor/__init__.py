@@ -19,7 +19,8 @@ from specops.errors import BadInput
 RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
-__all__ = ["CHECKS", "PIPELINE", "RUN_CHECKS", "STACK_CHECKS", "RunSettings", "diagnose", "parse_run_json", "site_path"]
+__all__ = ["CHECKS", "PIPELINE", "RUN_CHECKS", "STACK_CHECKS", "RunSettings", "diagnose", "eagle3_support",
+           "parse_run_json", "site_path"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
@@ -45,3 +46,16 @@ def diagnose(search_path: list[str] | None = None, run: RunSettings | None = Non
 def site_path(sites: list[str] | None) -> list[str]:
     """--site folders first, then this interpreter's path: what the run's Python would see."""
     return [str(Path(site).resolve()) for site in sites or []] + sys.path
+
+
+def eagle3_support(search_path: list[str], architecture: str) -> tuple[bool | None, str]:
+    """Whether the vLLM on `search_path` serves an EAGLE-3 draft for `architecture` (its registry's class
+    implements SupportsEagle3), and the class it found; None when that cannot be told from the source."""
+    from specops.analysis import ModuleIndex
+    from specops.doctor._capabilities import architecture_class, implements
+
+    index = ModuleIndex(search_path)
+    mapped = architecture_class(index, architecture)
+    if mapped is None:
+        return False, f"vLLM's model registry has no {architecture}"
+    return implements(index, f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}", "SupportsEagle3"), mapped[1]

@@ -71,6 +71,22 @@ def _process_table() -> dict[int, tuple[int, int, str]]:
     return table
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below `pid` (children first): what a pause or a stop of a trainer must reach."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _group, state) in table.items():
+        if state not in ("Z", "X"):
+            children.setdefault(parent, []).append(child)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        if child not in found:
+            found.append(child)
+            todo.extend(children.get(child, []))
+    return found
+
+
 def job_groups(pgid: int) -> set[int]:
     """The group `pgid` and every process group its members' descendants lead.
 

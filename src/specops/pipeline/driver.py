@@ -146,7 +146,7 @@ def _evaluate(run: Any, backend: str) -> dict[str, Any]:
 def _evaluation_summary(evaluated: dict[str, Any] | None) -> dict[str, Any] | None:
     if not evaluated:
         return None
-    return {key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot")}
+    return {key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
 
 
 def _prepare(run: Any, samples: int | None) -> dict[str, Any]:
@@ -182,5 +182,14 @@ def _train(run: Any) -> dict[str, Any]:
         from specops.pipeline.vllm import stop_running
 
         stopped = stop_running(run, "the pipeline's training needs the GPUs")
-    _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False)
+    _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False, **train_hooks(run))
     return {**document, **({"stopped_server": stopped} if stopped else {})}
+
+
+def train_hooks(run: Any) -> dict[str, Any]:
+    """What the train step runs around speculators' trainer: the parity gate before anything trains (the
+    parity room) and the acceptance after every epoch (the evaluation room)."""
+    from specops.pipeline.evaluation.epochs import epoch_scorer
+    from specops.pipeline.parity import before_training
+
+    return {"gate": lambda plan, gpus: before_training(run, plan, gpus), "scorer": lambda: epoch_scorer(run)}

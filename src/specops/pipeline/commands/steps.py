@@ -14,6 +14,8 @@
     step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
                                                      acceptance on held-out prompts, trained vs untrained
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
+    step parity   --run R [--checkpoint last|N] [--serve|--no-serve]
+                                                     the draft config as the installed vLLM reads it vs training
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
 the job log captures.
@@ -93,7 +95,26 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
             raise BadInput(nodes.problems()[0])
     elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id or args.local_addr or args.interface:
         raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes")
-    return train_step(Run(args.run), args.fresh, args.epochs, args.gpus, args.dry_run, nodes)
+    from specops.pipeline.driver import train_hooks
+
+    run = Run(args.run)
+    return train_step(run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes, **train_hooks(run))
+
+
+def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
+    """The parity gate on its own: the draft training will write (or a checkpoint) against the installed vLLM."""
+    from specops.pipeline.parity import before_evaluation, before_training
+    from specops.pipeline.training import train_plan
+
+    run = open_run(args.run)
+    if args.checkpoint is not None:
+        from specops.pipeline.evaluation.drafts import choose_checkpoint
+
+        return 0, {"ok": True, "run": args.run, **before_evaluation(
+            run, choose_checkpoint(run.paths.checkpoints, args.checkpoint))}
+    from specops.gpus import device_count
+
+    return 0, {"ok": True, "run": args.run, **before_training(run, train_plan(run), device_count(), serve=args.serve)}
 
 
 def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
@@ -206,6 +227,16 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--prompts", type=positive_int, default=None, help="the first N held-out prompts")
     evaluate.add_argument("--backend", choices=["hf", "vllm"], default=None)
     evaluate.set_defaults(handler=step_evaluate)
+
+    parity = steps.add_parser("parity", help="the train-vs-serve parity gate: the draft config read the way the "
+                              "installed vLLM reads it, against what training uses (exit 1 on a mismatch)")
+    parity.add_argument("--run", required=True)
+    parity.add_argument("--checkpoint", default=None, help="check this checkpoint (last | an epoch number) instead "
+                        "of the draft training will write")
+    parity.add_argument("--serve", action=argparse.BooleanOptionalAction, default=None,
+                        help="one real request with the untrained draft through the run's vLLM server "
+                             "(default: on a GPU host or a vllm-backend run with a serve env)")
+    parity.set_defaults(handler=step_parity)
 
     metrics = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
     metrics.add_argument("--run", required=True)

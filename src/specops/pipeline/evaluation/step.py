@@ -135,7 +135,12 @@ def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -
     from specops.pipeline.run import Manifest
 
     settings = run.config.evaluate
-    return {"drafts": {folder.name: _digest(folder) for folder in folders}, "prompts": config_hash(prompts),
+    from specops.pipeline.run import file_digest
+
+    # the config too: vLLM reads it (the auxiliary layers, the flags), and the parity gate checks it
+    return {"drafts": {folder.name: _digest(folder) for folder in folders},
+            "configs": {folder.name: file_digest(folder / "config.json") for folder in folders},
+            "prompts": config_hash(prompts),
             "k": settings.num_speculative_tokens, "max_tokens": settings.max_tokens, "backend": backend,
             "train": Manifest(run.paths.run_dir).inputs_hash("train")}
 
@@ -151,7 +156,18 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())
-    chosen = choose_checkpoint(run.paths.checkpoints, checkpoint or settings.checkpoint)
+    which = checkpoint or settings.checkpoint
+    best = None
+    if which == "best":  # best by the acceptance recorded after each epoch (scored now where missing)
+        from specops.pipeline.evaluation.epochs import choose_best
+
+        finished = epoch_folders(run.paths.checkpoints)
+        if not finished:
+            choose_checkpoint(run.paths.checkpoints, which)  # the one line: no finished checkpoint
+        chosen, best = choose_best(run, finished)
+        say(best["why"])
+    else:
+        chosen = choose_checkpoint(run.paths.checkpoints, which)
     folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
     manifest = Manifest(run.paths.run_dir)
     report_path = run.paths.evaluation / REPORT_FILE
@@ -169,6 +185,9 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
         manifest.steps["evaluate"]["quick_hash"] = quick_hash  # the next re-run decides quickly
         manifest.save()
         return _skipped(report_path)
+    from specops.pipeline.parity import before_evaluation
+
+    parity = [before_evaluation(run, folder) for folder in dict.fromkeys([chosen, *folders])]
     history = manifest.document.get("evaluations") or []
     previous = history[-1] if history else None
     started = manifest.begin("evaluate", inputs_hash, inputs)
@@ -203,6 +222,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
                            title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
     document = {"report": trained, "untrained": untrained, "previous": previous,
                 "epochs": epochs if all_epochs else [], "plot": str(plot), "checkpoint_path": str(chosen),
+                "best": best, "parity": [{key: item[key] for key in ("draft", "ok", "vllm")} for item in parity],
                 "servers": [{key: s.get(key) for key in ("job", "reused", "port", "vllm_version", "ready_s")}
                             for s in scorer.servers]}
     atomic.write_json(report_path, document)

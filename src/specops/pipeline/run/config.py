@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specops.errors import BadInput
 from specops.parallel import ModelShape, ParallelSizes, resolve_sizes
@@ -31,6 +31,13 @@ class DraftSettings(_Strict):
     ttt_steps: int = Field(3, gt=0)
 
 
+class StopIf(_Strict):
+    """End a draft that learns nothing: after epoch `epoch` (speculators' number, 0 = the first), a mean
+    acceptance length below `acceptance_length_below` on the per-epoch held-out prompts stops the trainer."""
+    epoch: int = Field(ge=0)
+    acceptance_length_below: float = Field(gt=1)  # 1.0 is nothing accepted: a bound at or below it never fires
+
+
 class TrainSettings(_Strict):
     epochs: int = Field(10, gt=0)
     lr: float = Field(1e-4, gt=0)
@@ -43,6 +50,16 @@ class TrainSettings(_Strict):
     log_freq: int | None = Field(None, gt=0)  # log (and time) every N steps
     loader_workers: int | None = Field(None, ge=0)  # dataloader worker processes (--num-workers)
     extra_args: list[str] = Field(default_factory=list)
+    stop_if: StopIf | None = None
+
+    @field_validator("stop_if")
+    @classmethod
+    def _stop_within_epochs(cls, value: StopIf | None, info: Any) -> StopIf | None:
+        epochs = info.data.get("epochs")
+        if value is not None and epochs is not None and value.epoch >= epochs:
+            raise ValueError(f"epoch {value.epoch} is not below train.epochs ({epochs}): the check would never "
+                             "run (epochs count from 0)")
+        return value
 
 
 class VllmSettings(_Strict):
@@ -72,7 +89,9 @@ class EvaluateSettings(_Strict):
     backend: Literal["vllm", "hf"] | None = None  # None: the run's backend
     num_speculative_tokens: int = Field(3, gt=0)
     max_tokens: int = Field(64, gt=0)
-    checkpoint: str = "best"  # best | last | an epoch number
+    checkpoint: str = "best"  # best (by the acceptance recorded every epoch) | last | an epoch number
+    # After every epoch, the acceptance on the first N held-out prompts (the replay); 0 turns it off
+    epoch_prompts: int = Field(8, ge=0)
 
 
 class HiddenStatesSettings(_Strict):
@@ -116,6 +135,13 @@ class RunConfig(_Strict):
     # only carried here
     hosts: list[str] | None = None
 
+    @model_validator(mode="after")
+    def _stop_if_is_measured(self) -> RunConfig:
+        if self.train.stop_if is not None and not (self.evaluate.heldout_prompts and self.evaluate.epoch_prompts):
+            raise ValueError("train.stop_if: needs acceptance every epoch: set evaluate.heldout_prompts and "
+                             "evaluate.epoch_prompts above 0")
+        return self
+
     @field_validator("hosts")
     @classmethod
     def _safe_host_names(cls, value: list[str] | None) -> list[str] | None:
@@ -142,6 +168,8 @@ class RunConfig(_Strict):
 def _describe(error: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "(top level)"
     kind = error["type"]
+    if not error["loc"] and kind == "value_error":  # a rule across sections: its message names the keys
+        return error["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden":
         return f"{key}: unknown key"
     if kind == "missing":

@@ -10,6 +10,7 @@ in an empty one, so the run's checkpoints always live at the same path.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -294,22 +295,39 @@ def resolve_executable(name: str) -> str:
     return shutil.which(name) or name
 
 
-def run_training(command: list[str], save_path: Path, env: dict[str, str] | None = None) -> int:
-    """Run the trainer; its output goes to our stderr and is appended to save_path/train.log."""
+def run_training(command: list[str], save_path: Path, env: dict[str, str] | None = None, watch: Any = None) -> int:
+    """Run the trainer; its output goes to our stderr and is appended to save_path/train.log.
+
+    `watch` (training.epochs.EpochWatch) sees each finished epoch while the trainer runs; our stderr then
+    gets the trainer's output in whole lines, so the watcher's own lines never cut one of its records."""
     save_path.mkdir(parents=True, exist_ok=True)
     argv = [resolve_executable(command[0]), *command[1:]]
+    lock = watch.lock if watch is not None else contextlib.nullcontext()
     with open(save_path / LOG_FILE, "ab") as log:
         log.write(f"### specops launch {time.strftime('%Y-%m-%dT%H:%M:%S')}: {json.dumps(command)}\n".encode())
         log.flush()
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env=train_environment(env), start_new_session=False)
         assert process.stdout is not None
+        if watch is not None:
+            watch.attach(process)
+        pending = b""
         try:
             for chunk in iter(lambda: process.stdout.read1(65536), b""):  # type: ignore[union-attr]
                 log.write(chunk)
                 log.flush()
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
+                pending += chunk
+                cut = pending.rfind(b"\n") + 1 if watch is not None else len(pending)
+                with lock:
+                    sys.stderr.buffer.write(pending[:cut])
+                    sys.stderr.flush()
+                pending = pending[cut:]
         except KeyboardInterrupt:
             process.terminate()  # speculators saves interrupted/ on SIGTERM
-        return process.wait()
+        code = process.wait()
+        with lock:
+            sys.stderr.buffer.write(pending)
+            sys.stderr.flush()
+        if watch is not None:
+            watch.finish()
+        return code

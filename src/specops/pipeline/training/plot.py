@@ -15,6 +15,8 @@ X_LABEL = "global step (optimizer steps)"
 Y_LABEL = "loss (cross-entropy, nats)"
 TRAIN_SERIES = "train loss (per step)"
 VAL_SERIES = "validation loss (per epoch, at its last step)"
+ACCEPTANCE_SERIES = "mean acceptance length (held-out prompts, per epoch; right axis)"
+ACCEPTANCE_LABEL = "mean acceptance length"
 
 
 def _epoch_layout(log: TrainingLog) -> tuple[list[tuple[int, int]], list[tuple[int, float]]]:
@@ -30,8 +32,11 @@ def _epoch_layout(log: TrainingLog) -> tuple[list[tuple[int, int]], list[tuple[i
     return starts, validation
 
 
-def plot_loss(log: TrainingLog, path: Path, run: str = "") -> dict[str, Any] | None:
-    """Draw the plot to `path` atomically and say what it shows; None (nothing written) without steps."""
+def plot_loss(log: TrainingLog, path: Path, run: str = "",
+              acceptance: dict[int, float] | None = None) -> dict[str, Any] | None:
+    """Draw the plot to `path` atomically and say what it shows; None (nothing written) without steps.
+
+    acceptance: {epoch: mean acceptance length} measured after each epoch, drawn on a right axis."""
     points = loss_per_step(log)
     if not points:
         return None
@@ -54,17 +59,27 @@ def plot_loss(log: TrainingLog, path: Path, run: str = "") -> dict[str, Any] | N
                          label="epoch start" if index == 0 else None)
             axes.annotate(f"epoch {epoch}", (step, 1.0), xycoords=("data", "axes fraction"),
                           xytext=(2, -10), textcoords="offset points", fontsize=7, color="grey")
+        last = {step.epoch: step.global_step for step in log.steps}
+        accepted = sorted((last[epoch], length) for epoch, length in (acceptance or {}).items() if epoch in last)
+        handles, labels = axes.get_legend_handles_labels()
+        if accepted:
+            right = axes.twinx()
+            acc_steps, lengths = zip(*accepted, strict=True)
+            right.plot(acc_steps, lengths, marker="s", color="tab:green", linewidth=1.5, label=ACCEPTANCE_SERIES)
+            right.set_ylabel(ACCEPTANCE_LABEL)
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
         axes.set_xlabel(X_LABEL)
         axes.set_ylabel(Y_LABEL)
         axes.set_title(title)
         axes.grid(alpha=0.3)
-        axes.legend(loc="best")
+        axes.legend(handles, labels, loc="best")
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", bbox_inches="tight")
     finally:
         pyplot.close(figure)
     write_bytes(path, buffer.getvalue())
     return {"path": str(path), "title": title, "x_label": X_LABEL, "y_label": Y_LABEL,
-            "series": [TRAIN_SERIES, *([VAL_SERIES] if validation else [])],
-            "train_points": len(points), "validation_points": validation,
+            "series": [TRAIN_SERIES, *([VAL_SERIES] if validation else []), *([ACCEPTANCE_SERIES] if accepted else [])],
+            "train_points": len(points), "validation_points": validation, "acceptance_points": accepted,
             "epoch_marks": [{"epoch": epoch, "step": step} for epoch, step in starts]}

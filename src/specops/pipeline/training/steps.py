@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from specops import gpus
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline.training import command as train
+from specops.pipeline.training import epochs as epochs_room
 from specops.pipeline.training import metrics, plot, vocab
 from specops.protocol import TRAINER_END, TRAINER_START
 
@@ -25,6 +27,8 @@ DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
     from specops.pipeline.run import Manifest, Run
+
+Gate = Callable[[train.TrainPlan, int], dict[str, Any]]
 
 
 def _manifest(run: Run) -> Manifest:
@@ -160,8 +164,13 @@ def trained_rows(plan: train.TrainPlan) -> int:
 
 
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
-               nodes: train.Nodes | None = None) -> tuple[int, dict]:
-    """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts."""
+               nodes: train.Nodes | None = None, *, gate: Gate | None = None,
+               scorer: Callable[[], epochs_room.Scorer | None] | None = None) -> tuple[int, dict]:
+    """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts.
+
+    gate(plan, gpus): the parity gate (the parity room), run before anything trains; it raises CheckFailed
+    on a mismatch. scorer(): the per-epoch acceptance scorer (the evaluation room), or None where the run
+    has no held-out prompts; with it every finished epoch is scored and `train.stop_if` applies."""
     # first: the group's pre-launch dry run checks this host's training network before anything else;
     # the host's own settings win, as with thread counts: an operator may know better than the inventory
     collectives = {key: os.environ.get(key, value)
@@ -193,6 +202,14 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     if (not fresh and current
             and max(record.get("counts", {}).get("epochs", 0), on_disk) >= plan.epochs):
         return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
+    stop_if = run.config.train.stop_if
+    if not fresh and stop_if is not None:  # a draft already stopped stays stopped until its inputs change
+        known = epochs_room.recorded(plan.save_path).get(stop_if.epoch)
+        line = epochs_room.stop_line(stop_if, stop_if.epoch, known) if known else None
+        if line:
+            raise CheckFailed(f"{line} (recorded; --fresh or a changed run config trains again)")
+    # one node of a group checks for all (the same command): the rendezvous host
+    parity = gate(plan, gpus) if gate is not None and (nodes is None or nodes.rank == 0) else None
     moved_aside = train.start_fresh(plan.save_path) if fresh else None
     started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
     set_aside = train.set_aside_incomplete(plan.save_path)
@@ -201,19 +218,29 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
     print(TRAINER_START + json.dumps({"epochs": plan.epochs, "first_epoch": first_epoch(state),
                                       "steps_per_epoch": steps_per_epoch(plan)}), file=sys.stderr, flush=True)
+    chosen = scorer() if scorer is not None else None
+    if nodes is not None and stop_if is not None:
+        print("specops: train.stop_if applies to one-host training; across hosts every epoch runs", file=sys.stderr)
+    watch = epochs_room.EpochWatch(plan.save_path, chosen, stop_if if nodes is None else None) if chosen else None
     try:
-        code = train.run_training(command, plan.save_path, {**os.environ, **collectives} if collectives else None)
+        code = train.run_training(command, plan.save_path, {**os.environ, **collectives} if collectives else None,
+                                  watch=watch)
     finally:
         print(TRAINER_END, file=sys.stderr, flush=True)
     final = train.checkpoint_state(plan.save_path)
     report = metrics_report(run)
     finished_epochs = _finished_epochs(final)
-    status = "done" if code == 0 else "failed"
+    stopped = watch.stopped if watch is not None else None
+    status = "stopped" if stopped else "done" if code == 0 else "failed"
     manifest.finish("train", started, {"epochs": finished_epochs, "exit_code": code}, status=status)
     document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
                     else None, resume=note, checkpoints=final.as_dict(), moved_aside=str(moved_aside)
                     if moved_aside else None, incomplete_set_aside=set_aside, metrics=report["epochs"],
-                    plot=report["plot"])
+                    plot=report["plot"], parity=parity,
+                    acceptance_errors=watch.errors if watch is not None else None)
+    if stopped:
+        print(f"specops: {stopped}", file=sys.stderr, flush=True)
+        raise CheckFailed(stopped)
     if code != 0:
         raise CheckFailed(f"speculators train exited with status {code} (log: {plan.save_path / train.LOG_FILE})")
     return 0, document
@@ -234,10 +261,18 @@ def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = 
     log_file = log_path or checkpoints / train.LOG_FILE
     log = metrics.read_log(log_file)
     png = plot_path or checkpoints / plot.PLOT_FILE
+    accepted = epochs_room.recorded(checkpoints)
     drawn: dict[str, Any] | None = None
     if draw_plot:
-        drawn = plot.plot_loss(log, png, run=run.paths.name)
+        drawn = plot.plot_loss(log, png, run=run.paths.name, acceptance={
+            epoch: figures["mean_acceptance_length"] for epoch, figures in accepted.items()
+            if figures.get("mean_acceptance_length") is not None})
     state = train.checkpoint_state(checkpoints)
+    table = metrics.epoch_table(log)
+    for row in table:  # the acceptance measured after the epoch, beside its losses
+        if row["epoch"] in accepted:
+            row["acceptance"] = {key: accepted[row["epoch"]].get(key) for key in (
+                "mean_acceptance_length", "per_position_acceptance", "prompts", "backend")}
     return {"step": "metrics", "run": run.paths.name, "log": str(log_file),
-            "launches": log.launches, "steps": len(log.steps), "epochs": metrics.epoch_table(log),
+            "launches": log.launches, "steps": len(log.steps), "epochs": table,
             "checkpoints": state.as_dict(), "plot": str(png) if png.is_file() else None, "plot_contents": drawn}

@@ -1,0 +1,171 @@
+"""The parity gate: before the first training step and before every evaluation, the draft's config read the
+way the installed vLLM reads it, against what training used. A mismatch is one line, exit 1.
+
+    before_training(run, plan, gpus)   speculators' own `train --dry-run` (the same command, another save
+                                       path) writes the draft config training will write; checked, then,
+                                       where it is cheap (a serve env and a GPU host, or the vllm backend),
+                                       one real request through the serving path with that untrained draft
+    before_evaluation(run, folder)     the checkpoint to be evaluated, checked the same way
+
+The report goes to <run>/parity/report.json (the last gate) and into the step's document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import CheckFailed
+from specops.pipeline.parity import checks, draft
+from specops.pipeline.parity.vllm_reading import VllmReading, read_vllm
+
+PARITY_DIR = "parity"
+REPORT_FILE = "report.json"
+DRY_RUN_DIR = "untrained"
+DRY_RUN_RECORD = "dry_run.json"
+SERVED_METHOD = "eagle3"  # what specops passes in --speculative-config (vllm room's eagle3_config)
+
+
+def say(message: str) -> None:
+    print(f"parity: {message}", file=sys.stderr, flush=True)
+
+
+def parity_dir(run: Any) -> Path:
+    return run.paths.run_dir / PARITY_DIR
+
+
+def trained_with(run: Any, d2t: Path | None) -> checks.Trained:
+    """What training uses: the layers extraction captured (the manifest's record), the target, the d2t file."""
+    from specops.pipeline.run import Manifest, read_model_config, text_config
+
+    layers = run.num_layers()
+    extract = (Manifest(run.paths.run_dir).record("extract") or {}).get("inputs") or {}
+    if extract.get("layer_ids"):
+        backend = extract.get("backend", "hf")
+        ids = checks.vllm_numbering(list(extract["layer_ids"]), backend)
+        origin = f"the layers extraction captured ({backend} backend, manifest)"
+    else:
+        ids, origin = run.layer_ids(), "the run's layer_ids (no extraction recorded)"
+    target = read_model_config(run.model_path)
+    text = text_config(target)
+    architectures = target.get("architectures") or []
+    return checks.Trained(aux_layers=ids[:-1] if ids and ids[-1] == layers else ids, aux_origin=origin,
+                          target_layers=layers, target_vocab=text.get("vocab_size"),
+                          draft_vocab=draft.npy_length(d2t) if d2t is not None else None,
+                          architecture=architectures[0] if architectures else None)
+
+
+def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmReading | None) -> dict[str, Any]:
+    """The parity rows of one draft folder; CheckFailed naming the first mismatch."""
+    from specops.doctor import eagle3_support
+
+    support = (eagle3_support(reading.search_path, trained.architecture)
+               if reading is not None and trained.architecture else None)
+    rows = checks.compare(draft.read_config(folder), draft.tensor_shapes(folder), trained, reading, SERVED_METHOD,
+                          draft.speculators_defaults(), support)
+    bad = [row for row in rows if not row["ok"]]
+    return {"draft": str(folder), "vllm": reading.version if reading else None,
+            "vllm_read": bool(reading), "rows": rows, "ok": not bad,
+            "mismatch": checks.mismatch_line(bad[0]) if bad else None}
+
+
+def _record(run: Any, document: dict[str, Any]) -> None:
+    atomic.write_json(parity_dir(run) / REPORT_FILE, {**document, "at": time.time()})
+
+
+def _refuse(run: Any, document: dict[str, Any], when: str) -> None:
+    _record(run, document)
+    for row in document["rows"]:
+        if not row["ok"]:
+            say(f"mismatch {checks.mismatch_line(row)}")
+    raise CheckFailed(f"parity ({when}): {document['mismatch']}")
+
+
+def dry_run_draft(run: Any, plan: Any) -> Path:
+    """speculators' `train --dry-run` with the training's own arguments into <run>/parity/untrained/: the
+    config (and initial weights) training will write. Kept while the command and the versions are the same."""
+    from specops.pipeline.run.manifest import package_versions
+    from specops.pipeline.training import build_train_command, command
+
+    out = parity_dir(run) / DRY_RUN_DIR
+    # one process whatever the GPUs: the config does not depend on them; the save path is where it goes
+    argv = [*build_train_command(replace(plan, save_path=Path("{save_path}"), epochs=1), 0), "--dry-run"]
+    key = hashlib.sha256(json.dumps([argv, package_versions()]).encode()).hexdigest()[:16]
+    record_file = parity_dir(run) / DRY_RUN_RECORD
+    try:
+        recorded = json.loads(record_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        recorded = {}
+    if recorded.get("key") == key and (out / "config.json").is_file():
+        return out
+
+    def write(staging: Path) -> None:
+        full = [command.resolve_executable(argv[0]), *(str(staging) if part == "{save_path}" else part
+                                                       for part in argv[1:])]
+        started = time.perf_counter()
+        done = subprocess.run(full, capture_output=True, text=True, env=command.train_environment(),
+                              stdin=subprocess.DEVNULL)
+        if done.returncode != 0 or not (staging / "config.json").is_file():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            raise CheckFailed(f"parity: speculators train --dry-run failed (exit {done.returncode}): "
+                              + " | ".join(tail))
+        say(f"speculators train --dry-run wrote the untrained draft in {time.perf_counter() - started:.1f} s")
+
+    atomic.replace_folder(out, write)
+    atomic.write_json(record_file, {"key": key, "argv": argv})
+    return out
+
+
+def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None) -> dict[str, Any]:
+    """The gate before the first training step; CheckFailed (exit 1) on a mismatch, before anything trains."""
+    reading = read_vllm()
+    trained = trained_with(run, plan.d2t_path)
+    untrained = dry_run_draft(run, plan)
+    document = {"when": "before training", **check_folder(run, untrained, trained, reading)}
+    if not document["ok"]:
+        _refuse(run, document, "before training")
+    if serve is None:  # where it is cheap: a GPU host or a run served by vLLM, with a serve env
+        serve = reading is not None and (gpus > 0 or run.backend(gpus) == "vllm"
+                                         or (run.config.evaluate.backend or "") == "vllm")
+    if serve and reading is not None:
+        from specops.pipeline.parity.live import one_request
+
+        document["served"] = one_request(run, untrained, trained, reading)
+        if not document["served"]["ok"]:
+            document["ok"], document["mismatch"] = False, document["served"]["why"]
+            _refuse(run, document, "before training, served")
+    say(_summary(document))
+    _record(run, document)
+    return document
+
+
+def before_evaluation(run: Any, folder: Path) -> dict[str, Any]:
+    """The gate before an evaluation, on the checkpoint to be evaluated."""
+    from specops.pipeline.run import read_model_config, text_config
+    from specops.pipeline.training import draft_vocab_size, vocab
+
+    reading = read_vllm()
+    target_vocab = text_config(read_model_config(run.model_path)).get("vocab_size")
+    d2t = vocab.outputs_in(run.paths.vocab, draft_vocab_size(run, target_vocab)).d2t if target_vocab else None
+    trained = trained_with(run, d2t if d2t is not None and d2t.is_file() else None)
+    document = {"when": f"before evaluating {folder.name}", **check_folder(run, folder, trained, reading)}
+    if not document["ok"]:
+        _refuse(run, document, f"before evaluating {folder.name}")
+    say(_summary(document))
+    _record(run, document)
+    return document
+
+
+def _summary(document: dict[str, Any]) -> str:
+    keys = [row["key"] for row in document["rows"]]
+    served = document.get("served")
+    return (f"{document['when']}: {len(keys)} keys agree with "
+            f"{'vLLM ' + str(document['vllm']) if document['vllm_read'] else 'the config (no vLLM here to read)'}"
+            + (f"; one request served with the untrained draft: {served['num_drafts']} drafts" if served else ""))
