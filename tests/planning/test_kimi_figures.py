@@ -29,8 +29,8 @@ def test_hidden_states_per_token_and_in_total(plan) -> None:
     states = plan.figures["hidden_states"]
     assert states["bytes_per_token"] == 4 * 7168 * 2 == 57_344  # 3 auxiliary layers + the final one, bf16
     assert states["bytes_total"] == 20_000_000 * 57_344 == 1_146_880_000_000  # ≈ 1.15 TB
-    # on disk each file adds int64 token ids (8 B a token) and a header of 152 B
-    assert states["file_bytes_total"] == 20_000_000 * (57_344 + 8) + 10_000 * 152
+    # on disk each file adds int64 token ids (8 B a token) and a header of 160 B
+    assert states["file_bytes_total"] == 20_000_000 * (57_344 + 8) + 10_000 * 160
 
 
 def test_parameters_of_the_deepseek_v3_layout(plan) -> None:
@@ -64,24 +64,25 @@ def test_server_tensor_parallel_and_mla_kv_cache(plan) -> None:
 def test_draft_and_its_trainer(plan) -> None:
     trainer = plan.figures["trainer"]
     layer = 2 * H * (3 * 64 * 112) + 64 * 112 * H + 3 * H * DENSE_I  # q/k/v from [embeds, hidden], o, MLP
-    trainable = 3 * H * H + layer + 4 * H  # fc, the layer, 3 norms in it + the final norm
-    assert trainable == 910_192_640
+    trainable = 3 * H * H + layer + 7 * H  # fc, the layer; norms: over the 3 aux states, 3 in the layer, final
+    assert trainable == 910_214_144
     frozen = VOCAB * H + 2 * H * 32000 + H  # embedding, lm_head + verifier_lm_head at the draft vocab, norm
     assert (trainer["trainable_params"], trainer["draft_params"]) == (trainable, trainable + frozen)
-    assert trainer["draft_params"] == 2_543_356_928
+    assert trainer["draft_params"] == 2_543_378_432
     # Muon: one fp32 momentum per 2-D weight, AdamW's two per norm weight
-    assert trainer["optimizer_bytes"] == 4 * (trainable - 4 * H) + 8 * 4 * H == 3_640_885_248
-    assert trainer["params_bytes"] == 4 * 2_543_356_928 and trainer["grad_bytes"] == 4 * trainable
+    assert trainer["optimizer_bytes"] == 4 * (trainable - 7 * H) + 8 * 7 * H == 3_641_057_280
+    assert trainer["params_bytes"] == 4 * 2_543_378_432 and trainer["grad_bytes"] == 4 * trainable
     per_token = 4 * H * 2 + 8 + 3 * (2 * (4 * H + 2 * 7168 + 2 * 7168 + 3 * DENSE_I) + 12 * 32000)
     assert trainer["activation_bytes"] == 8192 * per_token == 15_443_492_864
 
 
 def test_disk_per_mode_and_the_recommendation(plan) -> None:
     offline, online = plan.modes["offline"], plan.modes["online"]
-    checkpoints = 10 * (2 * 2_543_356_928 + 3_640_885_248)  # bf16 weights + optimizer state, every epoch kept
+    # every epoch kept: bf16 weights (less verifier_lm_head and its norm), bf16 optimizer state, d2t, t2d, files
+    checkpoints = 10 * (2 * (2_543_378_432 - H * 32000 - H) + 3_641_057_280 // 2 + 8 * 32000 + VOCAB + 16 * 1024)
     assert offline["disk_bytes"] == plan.figures["hidden_states"]["file_bytes_total"] + 12 * TOKENS + checkpoints
     assert offline["fits"] and online["fits"]
-    assert online["hidden_state_bytes_on_disk"] == 32 * (2048 * 57_352 + 152)  # only what is in flight
+    assert online["hidden_state_bytes_on_disk"] == 32 * (2048 * 57_352 + 160)  # only what is in flight
     # the server needs all 8 GPUs for its weights: online shares them with the trainer
     assert online["placement"]["kind"] == "shared" and online["placement"]["server_gpus"] == 8
     assert plan.recommended["mode"] == "offline" and "10 epochs" in plan.recommended["reason"]

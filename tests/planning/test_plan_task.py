@@ -95,6 +95,6 @@ def test_plan_of_a_kimi_shaped_target_from_its_config_files_alone(cli: Cli, tmp_
     states = plan["hidden_states"]
     assert states["bytes_per_token"] == 57_344 and states["bytes_total"] == 1_146_880_000_000
     assert plan["target"]["weight_bytes"] == 594_205_305_856 and plan["server"]["kv_bytes_per_token"] == 70_272
-    assert (plan["server"]["tensor_parallel"], plan["trainer"]["draft_params"]) == (8, 2_543_356_928)
+    assert (plan["server"]["tensor_parallel"], plan["trainer"]["draft_params"]) == (8, 2_543_378_432)
     assert plan["recommended"]["mode"] == "offline"
     assert plan["modes"]["offline"]["total_s"] == 20_000_000 / 20_000 + 10 * 20_000_000 / 40_000

@@ -142,8 +142,7 @@ def _draft(target: TargetFacts, run: RunFacts, on_gpu: bool) -> dict[str, Any]:
     activations = sizes.activation_bytes(run.tokens_per_step, target.hidden, target.heads, target.kv_heads,
                                          target.head_dim, target.intermediate, run.draft_vocab, aux, run.ttt_steps)
     memory = sizes.trainer_memory(draft, run.optimizer, activations, on_gpu)
-    # speculators keeps every epoch's folder: bf16 weights and the optimizer state
-    checkpoint = 2 * draft.params + memory.optimizer_bytes
+    checkpoint = draft.checkpoint_bytes(run.optimizer)  # speculators keeps every epoch's folder
     return {"draft_params": draft.params, "trainable_params": draft.trainable, "frozen_params": draft.frozen,
             "optimizer": run.optimizer, "tokens_per_step": run.tokens_per_step, **memory.to_dict(),
             "checkpoint_bytes": checkpoint, "_draft": draft}

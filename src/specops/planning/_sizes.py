@@ -14,13 +14,16 @@ from specops.planning._target import DTYPE_BYTES
 GB = 10**9  # disk_budget_gb and the human figures are decimal, as disks are sold
 GIB = 2**30
 TOKEN_ID_BYTES = 8  # token_ids int64 [seq] beside the hidden states in every file
-# A hs_<i>.safetensors header: 8 length bytes and the JSON of two tensors, padded (measured: 144-152)
-FILE_HEADER_BYTES = 152
+# A hs_<i>.safetensors header: 8 length bytes and the JSON of two tensors, padded (measured on the tiny
+# run's 200 files: 160 each; longer shapes add a few)
+FILE_HEADER_BYTES = 160
 # Prepared rows on disk per token: input_ids int32 + loss_mask int64 (Arrow), seq_len per row aside
 PREPARED_BYTES_PER_TOKEN = 12
 TRAINER_RESERVE_BYTES = 2 * GIB  # CUDA context, allocator slack, NCCL buffers
 SERVER_RESERVE_BYTES = 4 * GIB   # vLLM's activation peak, CUDA graphs, the connector's buffers
-ONLINE_SAMPLES_IN_FLIGHT = 32    # files the server has written and the trainer not yet read
+ONLINE_SAMPLES_IN_FLIGHT = 32
+# An epoch folder's configs, state files, headers and pickling (tiny run: 16-19 kB beyond the tensors)
+CHECKPOINT_FILES_BYTES = 16 * 1024    # files the server has written and the trainer not yet read
 
 
 def hidden_state_dtype(dtype_setting: str, on_gpu: bool) -> str:
@@ -61,25 +64,38 @@ class DraftSize:
     matrices: int    # the trainable 2-D weights (Muon's share under the default optimizer)
     frozen: int      # the target's embedding, lm_head and verifier_lm_head cut to the draft vocab, verifier norm
 
+    hidden: int = 0
+    draft_vocab: int = 0
+    target_vocab: int = 0
+
     @property
     def params(self) -> int:
         return self.trainable + self.frozen
 
+    def checkpoint_bytes(self, optimizer: str) -> int:
+        """One epoch's folder: speculators saves weights and optimizer state in bf16, everything but the
+        verifier's lm_head and norm, plus d2t (int64) and t2d (bool)."""
+        saved = self.params - self.hidden * self.draft_vocab - self.hidden
+        return (2 * saved + optimizer_bytes(self, optimizer) // 2 + 8 * self.draft_vocab + self.target_vocab
+                + CHECKPOINT_FILES_BYTES)
+
 
 def draft_size(hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int, target_vocab: int,
                draft_vocab: int, layers: int, aux_layers: int) -> DraftSize:
-    """Parameters of the draft: fc (aux x H -> H), `layers` decoder layers (the first reads [embeds,
-    hidden], 2H wide, into q/k/v and has a third norm), a final norm; frozen: embedding V x H, lm_head and
+    """Parameters of the draft: a norm over the concatenated aux states (speculators 0.9's eagle3 default,
+    norm_before_fc), fc (aux x H -> H), `layers` decoder layers (the first reads [embeds, hidden], 2H
+    wide, into q/k/v and has a third norm), a final norm; frozen: embedding V x H, lm_head and
     verifier_lm_head H x draft vocab, the verifier norm."""
     query, key = heads * head_dim, kv_heads * head_dim
     matrices = aux_layers * hidden * hidden
-    norms = hidden
+    norms = hidden + aux_layers * hidden
     for index in range(layers):
         width = 2 * hidden if index == 0 else hidden
         matrices += width * (query + 2 * key) + query * hidden + 3 * hidden * intermediate
         norms += 3 * hidden if index == 0 else 2 * hidden
     frozen = target_vocab * hidden + 2 * hidden * draft_vocab + hidden
-    return DraftSize(trainable=matrices + norms, matrices=matrices, frozen=frozen)
+    return DraftSize(trainable=matrices + norms, matrices=matrices, frozen=frozen, hidden=hidden,
+                     draft_vocab=draft_vocab, target_vocab=target_vocab)
 
 
 def optimizer_bytes(draft: DraftSize, optimizer: str) -> int:

@@ -220,6 +220,16 @@ def read_headers(model_dir: Path) -> dict[str, int] | None:
     return found
 
 
+def _draft_head_dim(config: dict[str, Any], text: dict[str, Any]) -> int:
+    """The head_dim speculators reads off the target's config object: config.json's, else what the class
+    sets. transformers' own DeepseekV3Config sets qk_rope_head_dim; a remote-code config (Kimi's kimi_k2,
+    auto_map) sets none, and the draft splits hidden over the heads."""
+    heads = _int(text, "num_attention_heads", default=1)
+    if text.get("model_type") == "deepseek_v3" and "auto_map" not in config and _int(text, "qk_rope_head_dim"):
+        return _int(text, "head_dim", default=_int(text, "qk_rope_head_dim"))
+    return _int(text, "head_dim", default=_int(text, "hidden_size") // max(heads, 1))
+
+
 def read_target(model_dir: Path, config: dict[str, Any] | None = None) -> TargetFacts:
     """The target's facts from `model_dir` (config.json, shards or index); `config` given: no config read."""
     if config is None:
@@ -234,7 +244,7 @@ def read_target(model_dir: Path, config: dict[str, Any] | None = None) -> Target
         architecture=(config.get("architectures") or [None])[0], layout=layout,
         layers=_int(text, "num_hidden_layers"), hidden=hidden, vocab=_int(text, "vocab_size"), heads=heads,
         kv_heads=_int(text, "num_key_value_heads", default=heads),
-        head_dim=_int(text, "head_dim", default=hidden // max(heads, 1)),
+        head_dim=_draft_head_dim(config, text),
         intermediate=_int(text, "intermediate_size", default=3 * hidden), dtype=dtype,
         params=sum(part.params for part in parts), parts=parts,
         experts=_int(text, *EXPERT_KEYS) or None, experts_per_token=_int(text, "num_experts_per_tok") or None,
