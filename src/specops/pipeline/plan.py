@@ -67,13 +67,16 @@ def _written(run: Run) -> int:
     return total
 
 
-def rows_asked(run: Run, samples: int | None = None) -> int:
-    """N: the rows the run trains on (`--samples`, else the run's samples, else every conversation)."""
+def rows_asked(run: Run, samples: int | None = None) -> int | None:
+    """N: the rows the run trains on (`--samples`, else the run's samples, else every conversation of a
+    local file); None when only a hub dataset could say (nothing is downloaded to plan)."""
     if samples or run.config.samples:
         return int(samples or run.config.samples)
+    path = run.paths.resolve(run.config.data)
+    if not path.is_file():
+        return None
     from specops.pipeline.data import Conversation, read_conversations
 
-    path = run.paths.resolve(run.config.data)
     count = sum(isinstance(record, Conversation) for record in read_conversations(run.config.data, path))
     return max(count - run.config.evaluate.heldout_prompts, 1)
 
@@ -206,17 +209,21 @@ def plan_for(run: Run, *, samples: int | None = None, estimate: bool = True) -> 
     config_file = run.model_path / "config.json"
     if not config_file.is_file():
         raise BadInput(f"{run.label}: model: {config_file} not found: the plan reads the target's config")
+    rows = rows_asked(run, samples)
+    if rows is None:
+        raise BadInput(f"{run.label}: samples: not set, and {run.config.data} is no local file to count "
+                       "conversations in: set samples (or pass --samples) to plan")
     target = planning.read_target(run.model_path)
     host = host_facts(run)
-    rows = rows_asked(run, samples)
     facts = run_facts(run, host, data_tokens(run, rows, estimate=estimate), rows)
     return planning.make_plan(target, facts, host, measured_rates(run))
 
 
 def checked_plan(run: Run) -> planning.Plan | None:
-    """The plan the launch boundary judges (None without the target's config): with the upper bound of
-    the tokens first (no tokenizer), and only when that does not fit with the data sampled."""
-    if not (run.model_path / "config.json").is_file():
+    """The plan the launch boundary judges (None without the target's config, or without a row count short
+    of a hub download): with the upper bound of the tokens first (no tokenizer), and only when that does
+    not fit with the data sampled."""
+    if not (run.model_path / "config.json").is_file() or rows_asked(run) is None:
         return None
     plan = plan_for(run, estimate=False)
     return plan if planning.fits(plan) else plan_for(run, estimate=True)
