@@ -203,7 +203,9 @@ def _placement(target: TargetFacts, run: RunFacts, host: HostFacts, trainer_byte
                 "why": "extraction first on the server's GPUs, then training on every GPU"}
     smallest = _smallest_tensor(target, run, host, host.gpus)
     split_problems = list(trainer_problem)
-    if smallest is None or smallest >= host.gpus:
+    if smallest is None:
+        split_problems.append(f"no tensor-parallel size over this host's {host.gpus} GPUs holds the server")
+    elif smallest >= host.gpus:
         split_problems.append(f"the server needs all {host.gpus} GPUs for its weights: none left for the trainer")
     share = round(1 - trainer_bytes / memory - SHARED_MARGIN, 3)
     shared_server = _server(target, run, host, sized.tensor, min(share, run.gpu_memory_utilization))
