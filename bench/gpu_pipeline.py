@@ -317,8 +317,8 @@ def rounding_margin(env: dict[str, str], run_name: str, factors=(1, 2, 4, 8, 16,
 
 def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save, trained: bool) -> None:
     """Extraction against the bare forward, validation of a shifted copy, training run directly."""
-    actions = {"extraction": None if args.no_bare_forward else lambda: bare_forward_rate(env, run),
-               "validation": lambda: shifted_validation(env, run),
+    actions = {"validation": lambda: shifted_validation(env, run),
+               "extraction": None if args.no_bare_forward else lambda: bare_forward_rate(env, run),
                "rounding_margin": lambda: rounding_margin(env, run),
                "direct_training": (lambda: direct_training(env, run, args.workdir))
                if trained and run in args.direct_train else None}
