@@ -92,6 +92,7 @@ def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str, 
     assert (fetched / host_name / "tiny" / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fetched_evaluation = json.loads((fetched / host_name / "tiny" / "evaluation.json").read_text())
     assert fetched_evaluation["report"] == trained
+    assert json.loads((fetched / host_name / "tiny" / "parity.json").read_text())["ok"]  # the last parity gate
     assert not (checkpoint / "optimizer_state_dict.pt").exists()
 
 

@@ -13,7 +13,8 @@ downloads and checks them, then drops the snapshot (`fetch-list --run NAME --dro
 - Growing logs (train.log) are copied up to the last whole line at a recorded offset.
 - The metrics table and loss plot are computed from that copy of the log, so they match it; the
   validation report, manifest and vocab coverage (written atomically) are copied as they are, and so
-  are the evaluation's report (as evaluation.json) and acceptance plot when the run was evaluated.
+  are the evaluation's report (as evaluation.json) and acceptance plot when the run was evaluated, and
+  the last parity gate's rows (as parity.json).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
                 shutil.copyfile(extra, snapshot / extra.name)
         # the evaluation's report and acceptance plot, when the run was evaluated (written atomically)
         for extra, name in ((run.paths.evaluation / "report.json", "evaluation.json"),
-                            (checkpoints / "acceptance.png", "acceptance.png")):
+                            (checkpoints / "acceptance.png", "acceptance.png"),
+                            (run.paths.run_dir / "parity" / "report.json", "parity.json")):
             if extra.is_file():
                 shutil.copyfile(extra, snapshot / name)
     except BaseException:
