@@ -41,7 +41,7 @@ class EpochScorer:
     def _load(self) -> None:
         if self.prompts is not None:
             return
-        from specops.pipeline.evaluation.step import heldout_token_ids
+        from specops.pipeline.evaluation.prompts import heldout_token_ids
 
         self.prompts = heldout_token_ids(self.run, self.prompts_wanted)
 
@@ -49,7 +49,7 @@ class EpochScorer:
         """What the figures are a function of besides the draft, read without a tokenizer: the prompts'
         source (equal sources give equal token ids), k, max tokens, the backend."""
         if self.key is None:
-            from specops.pipeline.evaluation.step import prompt_source
+            from specops.pipeline.evaluation.prompts import prompt_source
 
             self.key = config_hash({"prompts": prompt_source(self.run, self.prompts_wanted), "k": self.k,
                                     "max_tokens": self.max_tokens, "backend": "hf"})

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
-from specops.errors import BadInput
+from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
 from specops.pipeline.run import config_hash
+
+__all__ = ["RENDER_SOURCE", "evaluate", "evaluate_inputs", "heldout_token_ids", "prompt_source"]
 
 REPORT_FILE = "report.json"
 PROGRESS_FILE = "progress.json"
@@ -33,38 +35,6 @@ UNTRAINED_KEPT = 8
 
 def say(message: str) -> None:
     print(f"evaluate: {message}", file=sys.stderr, flush=True)
-
-
-def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
-    from specops.pipeline.data import heldout, load_tokenizer, render_ids
-
-    rows = heldout.read_prompts(run.paths.heldout)
-    if not rows:
-        raise BadInput(f"{run.label}: evaluate.heldout_prompts: no held-out prompts in {run.paths.heldout}; "
-                       "set it > 0 and run prepare again")
-    tokenizer = load_tokenizer(run)
-    rows = rows[:limit] if limit else rows
-    return [render_ids(tokenizer, row["messages"], generation_prompt=True) for row in rows]
-
-
-# render_ids lives here: its code is part of what the prompts' token ids are a function of
-RENDER_SOURCE = Path(__file__).resolve().parents[1] / "data" / "preparation.py"
-
-
-def prompt_source(run: Any, limit: int | None) -> dict[str, Any]:
-    """What the held-out prompts' token ids are a function of, read without loading a tokenizer:
-    the prompts file, the tokenizer's files (and a remote-code tokenizer's code), the limit, our
-    rendering code and the installed versions. Equal sources give equal token ids."""
-    from specops.pipeline.data.heldout import PROMPTS_FILE
-    from specops.pipeline.run import file_digest, tokenizer_digest
-    from specops.pipeline.run.manifest import package_versions
-
-    prompts_file = run.paths.heldout / PROMPTS_FILE
-    return {"prompts_file": file_digest(prompts_file) if prompts_file.is_file() else None,
-            "tokenizer": tokenizer_digest(run.model_path), "limit": limit,
-            "remote_code": ({path.name: file_digest(path) for path in sorted(run.model_path.glob("*.py"))}
-                            if run.config.trust_remote_code else None),
-            "render": file_digest(RENDER_SOURCE), "versions": package_versions()}
 
 
 def _progress(run: Any, **fields: Any) -> None:
