@@ -163,8 +163,10 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh)
+        # the serve env: the parity gate reads the vLLM that will serve the draft (and asks it once)
         result = run_step_job(session, run_name, "train", argv, detach=detach, json=json, doctor=True,
-                              skip_doctor=skip_doctor, env_role="train")
+                              skip_doctor=skip_doctor, env_role="train",
+                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
         render_epochs(result.get("metrics") or [])
 
