@@ -168,17 +168,18 @@ def test_auto_without_a_server_uses_hf(extracted, tmp_path):
 
 @pytest.fixture(scope="module")
 def reduced_width():
-    """A random Llama at the 1b shape's generator and head layout, width 1024, 4 layers, the embedded
-    vocab; rows of random tokens; the final-norm input (and the layer before) of two intact
-    extractions in bf16: the fp32 forward's states stored in bf16 (another kernel's rounding) and a
-    padded batch of the bf16 forward."""
+    """A random Llama at the 1b shape's head layout, width 1024, 4 layers, the embedded vocab; rows of
+    random tokens; the final-norm input (and the layer before) of two intact extractions in bf16: the
+    fp32 forward's states stored in bf16 (another kernel's rounding) and a padded batch of the bf16
+    forward."""
     from specops.pipeline.data import tiny
     from specops.pipeline.validation.fidelity import HfReference, Projector
 
     config = tiny.llama_config("1b", 512, hidden_size=1024, num_hidden_layers=4, intermediate_size=4096,
                                num_attention_heads=16, num_key_value_heads=4)
-    wide = tiny.random_llama(config, torch.device("cpu"), torch.float32)
-    narrow = tiny.random_llama(config, torch.device("cpu"), torch.float32).to(torch.bfloat16)
+    # every matrix at 0.02: each layer moves the answers, so states of the wrong layer are wrong
+    wide = tiny.random_llama(config, torch.device("cpu"), torch.float32, learnable=False)
+    narrow = tiny.random_llama(config, torch.device("cpu"), torch.float32, learnable=False).to(torch.bfloat16)
     generator = torch.Generator().manual_seed(1)
     rows = [torch.randint(6, 512, (length,), generator=generator) for length in (300, 250, 200, 150)]
 

@@ -120,6 +120,9 @@ def test_a_random_llama_at_the_generators_scale_answers_by_its_context():
     top = logits.topk(2, -1).values
     assert len(set(logits.argmax(-1).tolist())) >= 6  # different prompts, different answers
     assert float((top[:, 0] - top[:, 1]).median()) > 0.02 * float(logits.std())
+    with torch.inference_mode():  # the same recent tokens after another context: mostly the same answer
+        other = model(input_ids=torch.cat([prompts.roll(1, 0)[:, :30], prompts[:, 30:]], 1)).logits[:, -1]
+    assert float((other.argmax(-1) == logits.argmax(-1)).float().mean()) >= 0.75
 
 
 def test_the_gpu_run_configs_use_their_generated_targets():
