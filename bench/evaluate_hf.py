@@ -6,14 +6,17 @@ WD is a workdir after `invoke pipeline` (or `python -m specops pipeline --run ti
 checkpoint (the best; the untrained draft is made beside the evaluation if missing); OLD.py an older
 replay module (e.g. `git show 56ba73a~1:src/specops/pipeline/evaluation/replay.py > OLD.py`). Each
 round scores the trained and the untrained draft with both, in turn, in one process with one torch
-thread (as specops runs CPU jobs), on the same target, prompts and drafts; prints the median seconds
-per evaluation, the ratio, and whether the counts agree. Asserts nothing.
+thread (as specops runs CPU jobs), on the same target, prompts and drafts, sharing between the drafts
+what each module's replay lets a caller share (the target's answers, its auxiliary states), then one
+more draft with that kept (what each further epoch costs); prints the median seconds of both, the
+ratios, and whether the counts agree. Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import statistics
 import sys
@@ -54,31 +57,43 @@ def main() -> int:
     best = (run.paths.checkpoints / "checkpoint_best").resolve()
     drafts = [best, untrained_draft(best, run.model_path, run.paths.evaluation / UNTRAINED)]
 
-    def evaluation_before() -> list[dict]:
-        return [before.replay(run, draft, prompts, k, max_tokens, target=target) for draft in drafts]
+    shares = {"before": set(inspect.signature(before.replay).parameters) & {"answers", "states"},
+              "after": {"answers", "states"}}
+    modules = {"before": before, "after": after}
 
-    def evaluation_after() -> list[dict]:
-        answers: dict[int, list[int]] = {}  # as evaluate's Scorer shares them between its drafts
-        return [after.replay(run, draft, prompts, k, max_tokens, target=target, answers=answers) for draft in drafts]
+    def shared(name: str) -> dict:
+        """Fresh dicts for what the module's replay shares between the drafts of one evaluation."""
+        return {key: {} for key in shares[name]}
 
-    times: dict[str, list[float]] = {"before": [], "after": []}
+    def evaluation(name: str, kept: dict) -> list[dict]:
+        return [modules[name].replay(run, draft, prompts, k, max_tokens, target=target, **kept) for draft in drafts]
+
+    times: dict[str, list[float]] = {"before": [], "after": [], "before per draft": [], "after per draft": []}
     counts: dict[str, list[dict]] = {}
-    evaluation_after()  # warm-up
+    evaluation("after", shared("after"))  # warm-up
     for _ in range(args.n):
-        for name, evaluate in (("before", evaluation_before), ("after", evaluation_after)):
+        for name in ("before", "after"):
+            kept = shared(name)
             began = time.perf_counter()
-            counts[name] = evaluate()
+            counts[name] = evaluation(name, kept)
             times[name].append(time.perf_counter() - began)
+            # one more draft of the same evaluation (another epoch): the target's work is kept
+            began = time.perf_counter()
+            modules[name].replay(run, drafts[0], prompts, k, max_tokens, target=target, **kept)
+            times[f"{name} per draft"].append(time.perf_counter() - began)
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"hf evaluation of 2 drafts (trained, untrained) on {len(prompts)} held-out prompts, k={k}, "
           f"{max_tokens} tokens, one thread, n={args.n}")
-    for name in ("before", "after"):
-        print(f"  {name:6s} {median[name]:7.2f} s  (rounds: {', '.join(f'{t:.2f}' for t in times[name])})")
-    print(f"  after / before: {median['after'] / median['before']:.3f}  "
-          f"({median['before'] / median['after']:.1f}x faster)")
+    for name in times:
+        print(f"  {name:16s} {median[name]:7.2f} s  (rounds: {', '.join(f'{t:.2f}' for t in times[name])})")
+    for what in ("", " per draft"):
+        ratio = median[f"after{what}"] / median[f"before{what}"]
+        print(f"  after / before{what or ' (evaluation)'}: {ratio:.3f}  ({1 / ratio:.1f}x faster)")
     agree = all(a["num_accepted_tokens"] == b["num_accepted_tokens"] and a["num_drafts"] == b["num_drafts"]
+                and a["accepted_per_position"] == b["accepted_per_position"]
                 for a, b in zip(counts["before"], counts["after"], strict=True))
-    print(f"  same counts: {agree} " + "; ".join(
+    print(f"  same counts: {agree}; accepted/drafted before " + "; ".join(
+        f"{c['num_accepted_tokens']}/{c['num_draft_tokens']}" for c in counts["before"]) + ", after " + "; ".join(
         f"{c['num_accepted_tokens']}/{c['num_draft_tokens']}" for c in counts["after"]))
     return 0
 

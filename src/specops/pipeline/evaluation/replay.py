@@ -1,24 +1,34 @@
 """The `hf` backend of evaluate: greedy EAGLE-3 drafting replayed with the draft and the target.
 
-What vLLM does when it serves the draft as the target's speculator, in plain transformers:
-greedy decoding of the target never depends on the drafts, so the target's own continuation is
-computed once per evaluation (one batched generate, whatever the number of drafts scored), and one
-forward over prompt + continuation gives its auxiliary hidden states. Then, round by round as vLLM
-drafts: with the first L tokens verified, the draft reads
-position i as (embedding of token i+1, fc(auxiliary states at i)) for i < L-1 and proposes k
-tokens, each step feeding its own pre-norm output and the embedding of its proposal to the next
-position; the target accepts the longest prefix that equals its own continuation, and the
-verified length grows by accepted + 1 (the target's own next token). A 1-layer draft's keys and
-values at a position depend only on that position's input, so recomputing the sequence each
-step is what vLLM's KV cache holds. Counted like vLLM's spec-decode counters: drafts, drafted
-tokens, accepted tokens, accepted per position.
+What vLLM does when it serves the draft as the target's speculator, in plain transformers.
+Greedy decoding of the target never depends on the drafts, so the target's own continuation is
+computed once per evaluation (one batched generate on its KV cache, whatever the number of drafts
+scored), and one forward over prompt + continuation gives its auxiliary hidden states, also kept
+for every draft of the evaluation.
+
+The draft reads position i as (embedding of token i+1, fc(auxiliary states at i)). With the first
+V tokens verified, vLLM has run the draft over positions 0..V-2 (its KV cache holds them) and the
+output at V-2 proposes the first token; each of the k-1 further steps feeds one position (the
+embedding of the proposal, the draft's pre-norm output) and proposes the next. The target accepts
+the longest prefix that equals its own continuation, the speculative positions leave the cache,
+and V grows by accepted + 1. The draft's keys, values and outputs at a verified position depend
+only on the verified positions before it, and the verified tokens are the target's continuation,
+known here in advance: so one causal pass of the draft over the whole sequence fills its KV cache
+with every verified position at once (what vLLM's cache holds at each round is a prefix of it),
+and a round costs only its k-1 speculative steps, each one query attending to the verified prefix
+(an attention mask) and to the round's earlier speculative positions. Nothing is recomputed;
+the work per drafted token is one draft position plus attention over the sequence.
+
+The prompts of a batch draft together, as a server batches requests (one cache, rows padded to one
+width, each row at its own verified length). Counted like vLLM's spec-decode counters: drafts,
+drafted tokens, accepted tokens, accepted per position.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-ANSWER_BATCH = 16  # held-out prompts answered by the target, then drafted, together
+ANSWER_BATCH = 32  # held-out prompts answered by the target, then drafted, together
 
 
 class Counts:
@@ -36,6 +46,12 @@ class Counts:
         self.accepted += accepted
         for position in range(accepted):
             self.per_position[position] += 1
+
+    def add_tally(self, drafted: int, tally: list[int]) -> None:
+        """tally[j]: drafts that had j tokens accepted."""
+        for accepted, drafts in enumerate(tally):
+            for _ in range(drafts):
+                self.add(drafted, accepted)
 
     def as_dict(self) -> dict[str, Any]:
         return {"num_drafts": self.drafts, "num_draft_tokens": self.draft_tokens,
@@ -66,7 +82,8 @@ def greedy_answers(target: Any, prompts: list[list[int]], max_tokens: int, eos: 
 
 
 class Replay:
-    def __init__(self, target: Any, draft: Any, k: int, device: Any) -> None:
+    def __init__(self, target: Any, draft: Any, k: int, device: Any,
+                 states: dict[Any, Any] | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -76,108 +93,144 @@ class Replay:
         self.device = device
         self.aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
         self.dtype = draft.fc.weight.dtype
+        self.window = getattr(draft, "sliding_window", None)
+        self.sliding_layers = set(getattr(draft, "sliding_window_indices", None) or [])
+        self.states = {} if states is None else states  # the target's auxiliary states by sequence
 
     def aux_states(self, tokens: list[int]) -> Any:
         """[len(tokens), n_aux * hidden]: the hidden states entering the draft's auxiliary layers."""
         torch = self.torch
-        with torch.no_grad():
-            out = self.target(input_ids=torch.tensor([tokens], device=self.device), output_hidden_states=True)
-        return torch.cat([out.hidden_states[layer][0] for layer in self.aux_ids], dim=-1).to(self.dtype)
+        key = (tuple(self.aux_ids), tuple(tokens))
+        if key not in self.states:
+            with torch.no_grad():
+                out = self.target(input_ids=torch.tensor([tokens], device=self.device), output_hidden_states=True)
+            self.states[key] = torch.cat([out.hidden_states[layer][0] for layer in self.aux_ids], dim=-1)
+        return self.states[key].to(self.dtype)
 
-    def _draft_forward(self, inputs: list[Any]) -> tuple[Any, Any]:
-        """(logits over the draft vocabulary, pre-norm output) at the last position of each row.
-
-        inputs: per row, [positions, embedding + fc(hidden)]; the rows are right-padded to one
-        width: attention is causal, so a row's positions never see the padding after them."""
-        torch = self.torch
+    def _fc(self, aux: Any) -> Any:
+        """The draft's reading of the target's auxiliary states, its optional norms included (vLLM
+        applies them too)."""
         draft = self.draft
-        lengths = torch.tensor([len(row) for row in inputs], device=self.device)
-        states = torch.nn.utils.rnn.pad_sequence(inputs, batch_first=True)
-        positions = torch.arange(states.shape[1], device=self.device).unsqueeze(0)
-        rotary = draft.rotary_emb(states, positions)
-        for layer in draft.layers:
-            states = layer(states, attention_mask=None, position_ids=positions, past_key_values=None,
-                           cache_position=positions[0], position_embeddings=rotary)
-        last = states[torch.arange(len(inputs), device=self.device), lengths - 1]
-        if draft.config.norm_output:
-            normed = draft.norm(last)
-            return draft.lm_head(normed), normed
-        return draft.lm_head(draft.norm(last)), last
+        if getattr(draft, "input_norm", None) is not None:
+            aux = draft.input_norm(aux)
+        if getattr(draft, "fc_norm", None) is not None:
+            chunks = aux.chunk(len(draft.fc_norm), dim=-1)
+            aux = self.torch.cat([norm(chunk) for norm, chunk in zip(draft.fc_norm, chunks, strict=True)], dim=-1)
+        return draft.fc(aux)
 
-    def _row(self, prompt: list[int], answer: list[int]) -> _Row:
-        torch = self.torch
-        draft = self.draft
+    def _inputs(self, prompt: list[int], answer: list[int]) -> Any:
+        """[len(sequence) - 1, 2 * hidden]: position i reads token i+1 and the target's state at i."""
         sequence = prompt + answer
-        aux = draft.fc(self.aux_states(sequence[:-1]))
-        embeds = draft.embed_tokens(torch.tensor(sequence, device=self.device)).to(self.dtype)
-        # Position i reads token i+1 and the target's state at i.
-        return _Row(answer, torch.cat([embeds[1:], aux], dim=-1), verified=len(prompt) + 1)
+        aux = self._fc(self.aux_states(sequence[:-1]))
+        embeds = self.draft.embed_tokens(self.torch.tensor(sequence, device=self.device)).to(self.dtype)
+        return self.torch.cat([embeds[1:], aux], dim=-1)
+
+    def _layers(self, states: Any, positions: Any, cache: Any, masks: tuple[Any, Any]) -> Any:
+        rotary = self.draft.rotary_emb(states, positions)
+        for index, layer in enumerate(self.draft.layers):
+            states = layer(states, attention_mask=masks[1] if index in self.sliding_layers else masks[0],
+                           position_ids=positions, past_key_values=cache, position_embeddings=rotary)
+        return states
+
+    def _head(self, out: Any) -> tuple[Any, Any]:
+        """(the proposed target token ids, the state fed to the next position) from layer outputs."""
+        draft = self.draft
+        if draft.config.norm_output:
+            out = draft.norm(out)
+            logits = draft.lm_head(out)
+        else:
+            logits = draft.lm_head(draft.norm(out))
+        draft_ids = self.torch.argmax(logits, dim=-1)
+        tokens = draft_ids + draft.d2t[draft_ids] if draft.d2t is not None else draft_ids
+        return tokens, out
+
+    def _window(self, allowed: Any, query: Any, keys: Any) -> Any:
+        """`allowed` [rows, 1, queries, keys] narrowed to the sliding window (None without one)."""
+        if not self.sliding_layers:
+            return None
+        return allowed & (query[:, None, :, None] - keys[:, None, None, :] < self.window)
 
     def score(self, prompts: list[list[int]], answers: list[list[int]], counts: Counts) -> None:
         """Counts the drafting of the prompts whose greedy answers by the target are `answers`; the
         prompts draft together, round by round, as a server batches its requests."""
+        from transformers import DynamicCache
+
         torch = self.torch
-        draft = self.draft
-        d2t = draft.d2t
+        device = self.device
+        pairs = [(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True) if len(answer) >= 2]
+        if not pairs:
+            return
         with torch.no_grad():
-            rows = [self._row(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True)
-                    if len(answer) >= 2]
-            while rows:
-                inputs = [row.inputs[: row.verified - 1] for row in rows]
-                proposals: list[list[int]] = [[] for _ in rows]
-                for _step in range(self.k):
-                    logits, pre_norm = self._draft_forward(inputs)
-                    draft_ids = torch.argmax(logits, dim=-1)
-                    tokens = draft_ids + d2t[draft_ids] if d2t is not None else draft_ids
-                    embeds = draft.embed_tokens(tokens).to(self.dtype)
-                    fed = torch.cat([embeds, pre_norm], dim=-1)
-                    for index, token in enumerate(tokens.tolist()):
-                        proposals[index].append(token)
-                        inputs[index] = torch.cat([inputs[index], fed[index: index + 1]], dim=0)
-                for row, proposed in zip(rows, proposals, strict=True):
-                    row.accept(proposed, self.k, counts)
-                rows = [row for row in rows if row.produced < len(row.answer)]
-
-
-class _Row:
-    """One prompt being drafted: its answer, its inputs at every verified position, how far it got."""
-
-    def __init__(self, answer: list[int], inputs: Any, verified: int) -> None:
-        self.answer = answer
-        self.inputs = inputs
-        self.verified = verified  # the prefill's own token included
-        self.produced = 1
-
-    def accept(self, proposed: list[int], k: int, counts: Counts) -> None:
-        expected = self.answer[self.produced: self.produced + k]
-        accepted = 0
-        while accepted < len(expected) and proposed[accepted] == expected[accepted]:
-            accepted += 1
-        counts.add(k, accepted)
-        self.produced += accepted + 1
-        self.verified += accepted + 1
+            inputs = torch.nn.utils.rnn.pad_sequence([self._inputs(*pair) for pair in pairs], batch_first=True)
+            rows, width = inputs.shape[:2]
+            slots = torch.arange(width, device=device)
+            positions = slots[None, :].expand(rows, -1)
+            cache = DynamicCache()
+            # Every verified position at once: causal, so right padding never reaches a real position.
+            causal = slots[None, None, None, :] <= slots[None, None, :, None]
+            prefill = self._layers(inputs, positions, cache,
+                                   (None, self._window(causal.expand(rows, -1, -1, -1), positions, positions)))
+            expected = torch.nn.utils.rnn.pad_sequence(
+                [torch.tensor(answer, device=device) for _, answer in pairs], batch_first=True, padding_value=-1)
+            answer_lengths = torch.tensor([len(answer) for _, answer in pairs], device=device)
+            verified = torch.tensor([len(prompt) + 1 for prompt, _ in pairs], device=device)
+            produced = torch.ones(rows, dtype=torch.long, device=device)
+            ahead = torch.arange(self.k, device=device)
+            tally = torch.zeros(self.k + 1, dtype=torch.long, device=device)  # drafts by tokens accepted
+            every = torch.arange(rows, device=device)
+            active = produced < answer_lengths
+            while bool(active.any()):
+                last = torch.minimum(verified - 2, torch.tensor(width - 1, device=device))
+                tokens, fed = self._head(prefill[every, last])
+                proposed = [tokens]
+                prefix = slots[None, :] <= last[:, None]  # the row's verified positions, in its cache
+                for step in range(1, self.k):
+                    state = torch.cat([self.draft.embed_tokens(tokens).to(self.dtype), fed], dim=-1)[:, None, :]
+                    query = (last + step)[:, None]
+                    speculative = torch.ones((rows, step), dtype=torch.bool, device=device)
+                    allowed = torch.cat([prefix, speculative], dim=1)[:, None, None, :]
+                    key_positions = torch.cat([positions, last[:, None] + torch.arange(1, step + 1, device=device)],
+                                              dim=1)
+                    out = self._layers(state, query, cache, (allowed, self._window(allowed, query, key_positions)))
+                    tokens, fed = self._head(out[:, 0])
+                    proposed.append(tokens)
+                if self.k > 1:
+                    cache.crop(-(self.k - 1))
+                at = produced[:, None] + ahead[None, :]
+                wanted = torch.gather(expected, 1, at.clamp(max=expected.shape[1] - 1))
+                matches = (torch.stack(proposed, dim=1) == wanted) & (at < answer_lengths[:, None])
+                accepted = matches.long().cumprod(dim=1).sum(dim=1)
+                tally += torch.bincount(accepted[active], minlength=self.k + 1)
+                produced = torch.where(active, produced + accepted + 1, produced)
+                verified = torch.where(active, verified + accepted + 1, verified)
+                active = produced < answer_lengths
+            counts.add_tally(self.k, tally.tolist())
 
 
 def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
-           target: Any = None, answers: dict[int, list[int]] | None = None) -> dict[str, Any]:
+           target: Any = None, answers: dict[int, list[int]] | None = None,
+           states: dict[Any, Any] | None = None) -> dict[str, Any]:
     """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids).
 
-    answers: the target's greedy answers by prompt index, filled as they are generated; pass the
-    same dict for every draft of one evaluation (the answers do not depend on the draft)."""
-    import torch
-
+    target: the run's target model (loaded here when None: on the GPU in bf16 when there is one,
+    else on the CPU in fp32; the run's dtype setting decides as for every other step); the draft
+    computes on its device and in its dtype. answers: the target's greedy answers by prompt index,
+    filled as they are generated; pass the same dict for every draft of one evaluation (the
+    answers do not depend on the draft). states: likewise the target's auxiliary hidden states of
+    each sequence (on the target's device: about n_aux * hidden * 4 bytes a token in fp32)."""
     from specops.pipeline.data import load_tokenizer
     from specops.pipeline.evaluation.drafts import load_draft
-    from specops.pipeline.target import load_target
+    from specops.pipeline.target import choose_device, load_target
 
     if target is None:
-        target = load_target(run, torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32)
-    device = next(target.parameters()).device  # the draft and every input go where the target is
-    draft = load_draft(draft_folder, run.model_path, torch.float32).to(device)
+        target = load_target(run, *choose_device(run.config.dtype))
+    parameter = next(target.parameters())
+    device = parameter.device  # the draft and every input go where the target is
+    draft = load_draft(draft_folder, run.model_path, parameter.dtype).to(device)
     tokenizer = load_tokenizer(run)
     eos = tokenizer.eos_token_id
     counts = Counts(k)
-    replayer = Replay(target, draft, k, device)
+    replayer = Replay(target, draft, k, device, states)
     answers = {} if answers is None else answers
     missing = [index for index in range(len(prompts)) if index not in answers]
     for start in range(0, len(missing), ANSWER_BATCH):

@@ -58,6 +58,7 @@ class Scorer:
         self.max_tokens = run.config.evaluate.max_tokens
         self.target = None
         self.answers: dict[int, list[int]] = {}  # hf: the target's greedy answers, shared by every draft
+        self.states: dict[Any, Any] = {}  # hf: and its auxiliary hidden states
         self.base_tokens_per_s: float | None = None
         self.servers: list[dict[str, Any]] = []
         self.total = 0
@@ -70,16 +71,13 @@ class Scorer:
                   done=self.done, total=self.total)
         self.done += 1
         if self.backend == "hf":
-            import torch
-
             from specops.pipeline.evaluation.replay import replay
-            from specops.pipeline.target import load_target
+            from specops.pipeline.target import choose_device, load_target
 
-            if self.target is None:  # on the GPU when there is one: the replay follows the target
-                self.target = load_target(self.run, torch.device("cuda" if torch.cuda.is_available() else "cpu"),
-                                          torch.float32)
+            if self.target is None:  # on the GPU when there is one (bf16): the replay follows the target
+                self.target = load_target(self.run, *choose_device(self.run.config.dtype))
             counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target,
-                            answers=self.answers)
+                            answers=self.answers, states=self.states)
             return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
         from specops.pipeline.evaluation.served import run_prompts
         from specops.pipeline.vllm import eagle3_config, generating_server
