@@ -2,8 +2,8 @@
 
 EpochScorer scores a checkpoint folder on a small fixed held-out set (the first `evaluate.epoch_prompts`
 held-out prompts, `evaluate.num_speculative_tokens`, `evaluate.max_tokens`) with the replay: it loads the
-target and the prompts once, on the first epoch, and keeps the target's greedy answers for every later
-epoch (they do not depend on the draft). The training room runs it after each epoch while the next one
+target and the prompts once, on the first epoch, and keeps the target's greedy answers and auxiliary states
+for every later epoch (they do not depend on the draft). The training room runs it after each epoch while the next one
 trains (training.epochs), and records the figures beside the epoch's metrics.
 
 choose_best picks, among the finished epochs, the one with the highest recorded mean acceptance length on
@@ -35,6 +35,7 @@ class EpochScorer:
         self.prompts: list[list[int]] | None = None
         self.target: Any = None
         self.answers: dict[int, list[int]] = {}
+        self.states: dict[Any, Any] = {}  # the target's auxiliary states: the same for every epoch too
         self.key: str | None = None
         self._lock = threading.Lock()
 
@@ -56,20 +57,17 @@ class EpochScorer:
         return self.key
 
     def __call__(self, epoch: int, folder: Path) -> dict[str, Any]:
-        import torch
-
         from specops.pipeline.evaluation.replay import replay
         from specops.pipeline.evaluation.report import figures
-        from specops.pipeline.target import load_target
+        from specops.pipeline.target import choose_device, load_target
 
         with self._lock:
             self._load()
             assert self.prompts is not None
-            if self.target is None:
-                self.target = load_target(self.run, torch.device("cuda" if torch.cuda.is_available() else "cpu"),
-                                          torch.float32)
+            if self.target is None:  # on the GPU in bf16 when there is one, as the evaluate step loads it
+                self.target = load_target(self.run, *choose_device(self.run.config.dtype))
             counts = replay(self.run, folder, self.prompts, self.k, self.max_tokens, target=self.target,
-                            answers=self.answers)
+                            answers=self.answers, states=self.states)
         return {**figures(counts, len(self.prompts), str(epoch), "hf"), "key": self.settings_key()}
 
 
