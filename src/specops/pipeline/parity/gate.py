@@ -30,6 +30,7 @@ PARITY_DIR = "parity"
 REPORT_FILE = "report.json"
 DRY_RUN_DIR = "untrained"
 DRY_RUN_RECORD = "dry_run.json"
+SERVED_RECORD = "served.json"
 SERVED_METHOD = "eagle3"  # what specops passes in --speculative-config (vllm room's eagle3_config)
 
 
@@ -88,6 +89,14 @@ def _refuse(run: Any, document: dict[str, Any], when: str) -> None:
     raise CheckFailed(f"parity ({when}): {document['mismatch']}")
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
 def dry_run_draft(run: Any, plan: Any) -> Path:
     """speculators' `train --dry-run` with the training's own arguments into <run>/parity/untrained/: the
     config (and initial weights) training will write. Kept while the command and the versions are the same."""
@@ -99,10 +108,7 @@ def dry_run_draft(run: Any, plan: Any) -> Path:
     argv = [*build_train_command(replace(plan, save_path=Path("{save_path}"), epochs=1), 0), "--dry-run"]
     key = hashlib.sha256(json.dumps([argv, package_versions()]).encode()).hexdigest()[:16]
     record_file = parity_dir(run) / DRY_RUN_RECORD
-    try:
-        recorded = json.loads(record_file.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        recorded = {}
+    recorded = _read_json(record_file)
     if recorded.get("key") == key and (out / "config.json").is_file():
         return out
 
@@ -137,7 +143,17 @@ def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None
     if serve and reading is not None:
         from specops.pipeline.parity.live import one_request
 
-        document["served"] = one_request(run, untrained, trained, reading)
+        # a server load is minutes on a large target: the same untrained draft, vLLM and serve settings
+        # served before are not served again
+        served_key = hashlib.sha256(json.dumps([_read_json(parity_dir(run) / DRY_RUN_RECORD).get("key"),
+                                                reading.version, list(run.config.vllm.serve_args),
+                                                run.config.evaluate.num_speculative_tokens]).encode()).hexdigest()[:16]
+        known = _read_json(parity_dir(run) / SERVED_RECORD)
+        if known.get("key") == served_key and (known.get("served") or {}).get("ok"):
+            document["served"] = {**known["served"], "reused": True}
+        else:
+            document["served"] = one_request(run, untrained, trained, reading)
+            atomic.write_json(parity_dir(run) / SERVED_RECORD, {"key": served_key, "served": document["served"]})
         if not document["served"]["ok"]:
             document["ok"], document["mismatch"] = False, document["served"]["why"]
             _refuse(run, document, "before training, served")
@@ -168,4 +184,5 @@ def _summary(document: dict[str, Any]) -> str:
     served = document.get("served")
     return (f"{document['when']}: {len(keys)} keys agree with "
             f"{'vLLM ' + str(document['vllm']) if document['vllm_read'] else 'the config (no vLLM here to read)'}"
-            + (f"; one request served with the untrained draft: {served['num_drafts']} drafts" if served else ""))
+            + (f"; one request served with the untrained draft: {served['num_drafts']} drafts"
+               + (" (served before, same draft and vLLM)" if served.get("reused") else "") if served else ""))
