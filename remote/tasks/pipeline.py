@@ -270,108 +270,70 @@ def _acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]
              f"({trained['prompts']} held-out prompts, {trained['backend']})")]
 
 
+def with_steps(body):
+    """The task's docstring lists the steps of the step table (specops.steps), the one place they are."""
+    from specops.steps import sequence
+
+    body.__doc__ = body.__doc__.replace("{steps}", sequence())
+    return body
+
+
 @task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host",
-            "hosts": "across these inventory hosts (comma-separated; default: the run's hosts:): each extracts its "
-                     "share, every host gets every file, one training across them",
-            "port": "with several hosts: the training rendezvous port on the first host (default 29400)"})
+            "hosts": "across these inventory hosts (comma-separated; default: the run's hosts:): one engine a "
+                     "host, each extracts its share, every host gets every file, one training across them",
+            "port": "with several hosts: the rendezvous port on the first host (default 29400; the training "
+                    "meets at PORT+1)",
+            "detach": "return at once with the first host's job id; the run goes on without this machine"})
 @reports_errors
+@with_steps
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
              no_fetch=False, detach=False, json=False, hosts=None, port=None):
-    """doctor → patches → regenerate → prepare → extract → validate → vocab → train → evaluate, then fetch.
+    """doctor, then {steps}, then fetch.
 
-    Unchanged steps skip; regenerate and evaluate run when the run config enables them. Across several
-    hosts (--hosts, or the run's hosts:) see remote/spread.py."""
-    from remote.fetch import fetch_run
-
-    if pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_fetch, detach, json, hosts, port):
-        return
-    started = time.perf_counter()
-    with host_session(host) as session:  # one connection: doctor, launch, follow and fetch
-        chosen = session.host
-        run_name = chosen_run(session, run)
-        # the doctor runs here first, before launching
-        argv = commandline.pipeline(run=run_name, samples=samples, backend=backend or None, skip_doctor=True,
-                                   skip_patches=skip_patches)
-        result = run_step_job(session, run_name, "pipeline", argv, detach=detach, json=False, doctor=True,
-                              skip_doctor=skip_doctor, env_role="train",
-                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
-        if result is None:
-            return
-        fetched: dict[str, Any] | None = None
-        if not no_fetch:
-            fetched = fetch_run(session.conn, chosen, run_name)
-    if not skip_doctor:
-        result["steps"]["doctor"] = {"status": "ok (checked before launch)"}
-    summary = {**result, "host": chosen.name, "fetched": fetched and fetched["destination"],
-               "elapsed_s": round(time.perf_counter() - started, 1)}
-    if json:
-        emit_json(summary)
-        return
-    render_epochs(result.get("epochs") or [])
-    render_evaluation(result.get("evaluation"))
-    render_summary(summary)
-
-
-def pipeline_across(host, run, samples, backend, skip_doctor, skip_patches, no_fetch, detach, json, hosts,
-                    port) -> bool:
-    """The pipeline across the hosts of --hosts or the run's `hosts:`; False when it is a one-host run."""
-    from remote.group import RDZV_PORT
+    The doctor checks every host before anything is launched; then the engine runs on the host(s) as
+    a tmux job (one a host across several: --hosts, or the run's hosts:), and this machine follows it
+    (--detach: returns at once). Unchanged steps skip; regenerate and evaluate run when the run config
+    enables them. The same command again attaches to a run's engine that is still running."""
     from remote.inventory import load_inventory
     from remote.names import safe_name
-    from remote.spread import members, pipeline_across
+    from remote.pipeline_nodes import RDZV_PORT, members, pipeline_on_hosts
 
     inventory = load_inventory()
     chosen = members(inventory, safe_name(run or inventory.host(host).run, "--run"), host, hosts)
-    if chosen is None:
-        return False
-    if detach or backend not in (None, "hf"):
-        raise BadInput("across hosts: followed, with the hf backend (--detach and --backend vllm are one-host only)")
     run_name = safe_name(run or chosen[0].run, "--run")
+    chosen_samples = positive(samples, "--samples")
+    commandline.pipeline(run=run_name, samples=chosen_samples, backend=backend or None)  # checked before any host
+    rendezvous_port = positive(port, "--port") or RDZV_PORT
 
     def check(conn, member):
         checked = check_run(conn, member, run_name)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
-    summary = pipeline_across(chosen, inventory, run_name, check, samples=positive(samples, "--samples"),
-                              skip_patches=skip_patches, no_fetch=no_fetch, port=positive(port, "--port") or RDZV_PORT)
+    jobs, summary = pipeline_on_hosts(chosen, inventory, run_name, check, samples=chosen_samples,
+                                      backend=backend or None, skip_patches=skip_patches, no_fetch=no_fetch,
+                                      detach=detach, port=rendezvous_port)
+    first = chosen[0].name
+    if summary is None:  # detached
+        if json:
+            emit_json({"ok": True, "job": {"id": jobs[first], "host": first}, "jobs": jobs})
+        else:
+            print(jobs[first])
+        return
     if json:
         emit_json(summary)
-    else:
-        render_evaluation(summary.get("evaluation"))
-        render_across(summary)
-    return True
-
-
-def render_across(summary: dict[str, Any]) -> None:
-    from remote import render
-
-    view = render.table(f"pipeline — run {summary['run']} across {', '.join(summary['hosts'])}", ["", ""])
-    rows = [("steps", ", ".join(f"{name} {info['status']}" + (f" {info['seconds']} s" if "seconds" in info else "")
-                                for name, info in summary["steps"].items())),
-            ("samples", str(summary["samples"])),
-            ("regenerated", ", ".join(f"{name} rows {info['rows'][0]}..{info['rows'][1]} ({info['status']})"
-                                      for name, info in ((summary.get("regenerate") or {}).get("shares") or {}).items())
-             or "-"),
-            ("extracted", ", ".join(f"{name} {info['rows']} rows ({info['written']} written)"
-                                    for name, info in summary["extract"].items())),
-            ("gathered", render.human_bytes(summary["gathered"]["bytes"])),
-            ("fidelity", "-" if summary.get("fidelity") is None else f"{summary['fidelity']:.3f}"),
-            ("trained", f"epoch {summary['train']['epoch']}, saved on {summary['train']['saved_on']}"),
-            ("evaluated on", summary["evaluated_on"]),
-            ("fetched to", str(summary.get("fetched") or "-")),
-            ("elapsed", f"{summary['elapsed_s']} s")]
-    for key, value in rows:
-        view.add_row(key, value)
-    render.console().print(view)
+        return
+    render_epochs(summary.get("epochs") or [])
+    render_evaluation(summary.get("evaluation"))
+    render_summary(summary)
 
 
 def render_summary(summary: dict[str, Any]) -> None:
     from remote import render
 
     out = render.console()
-    view = render.table(f"pipeline — run {summary['run']} on {summary['host']}", ["", ""])
+    view = render.table(f"pipeline — run {summary['run']} on {', '.join(summary['hosts'])}", ["", ""])
     steps = ", ".join(f"{name} {info.get('status')}" for name, info in summary["steps"].items())
     rows = [
         ("steps", steps),
@@ -381,7 +343,7 @@ def render_summary(summary: dict[str, Any]) -> None:
         ("fidelity", number_text(summary.get("fidelity"))),
         ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
         *_acceptance_rows(summary.get("evaluation")),
-        ("checkpoints on host", str(summary.get("checkpoints"))),
+        ("checkpoints on host", f"{summary.get('saved_on') or summary['host']}: {summary.get('checkpoints')}"),
         ("fetched to", str(summary.get("fetched") or "-")),
         ("elapsed", f"{summary['elapsed_s']} s"),
     ]

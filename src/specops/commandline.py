@@ -172,13 +172,33 @@ def step_metrics(*, run: str, no_plot: bool = False) -> list[str]:
     return ["step", "metrics", *_flags(run=_name(run, "--run"), no_plot=no_plot)]
 
 
-# ---- the whole pipeline on one host
+# ---- the whole pipeline: on one host, or one host's node of a run across several
 
-def pipeline(*, run: str, samples: int | None = None, backend: str | None = None, skip_doctor: bool = False,
-             skip_patches: bool = False) -> list[str]:
+def pipeline(*, run: str, samples: int | None = None, backend: str | None = None, skip_patches: bool = False,
+             hosts: Sequence[str] | None = None, node_rank: int | None = None, rendezvous: str | None = None,
+             group: str | None = None, local_addr: str | None = None, interface: str | None = None) -> list[str]:
+    """With `hosts` (every host's name, by node rank): node `node_rank` of the run across them, meeting at
+    `rendezvous` (HOST0:PORT; the training meets at PORT+1), in launch `group`."""
+    node = (node_rank, rendezvous, group)
+    if hosts is None and any(value is not None for value in (*node, local_addr, interface)):
+        raise BadArgument("--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts")
+    names = None
+    if hosts is not None:
+        if any(value is None for value in node):
+            raise BadArgument("--hosts: give --node-rank, --rendezvous HOST0:PORT and --group with it")
+        names = ",".join(_name(name, "--hosts") for name in hosts)
+        if len(set(hosts)) != len(hosts) or len(hosts) < 2:
+            raise BadArgument(f"--hosts: two or more distinct names, got {list(hosts)!r}")
+        if not 0 <= _whole(node_rank, "--node-rank", 0) < len(hosts):
+            raise BadArgument(f"--node-rank: expected 0..{len(hosts) - 1}, got {node_rank}")
     return ["pipeline", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
                                 backend=_optional(backend, _choice, "--backend", BACKENDS),
-                                skip_doctor=skip_doctor, skip_patches=skip_patches)]
+                                skip_patches=skip_patches, hosts=names,
+                                node_rank=_optional(node_rank, _whole, "--node-rank", 0),
+                                rendezvous=_optional(rendezvous, _text, "--rendezvous"),
+                                group=_optional(group, _name, "--group"),
+                                local_addr=_optional(local_addr, _text, "--local-addr"),
+                                interface=_optional(interface, _text, "--interface"))]
 
 
 # ---- jobs

@@ -1,15 +1,18 @@
-"""`invoke pipeline` across two hosts: a run config naming `hosts: [gpu1, gpu2]` drives the whole pipeline.
+"""`invoke pipeline` across two hosts: a run config naming `hosts: [gpu1, gpu2]` runs the engine on both.
 
 Two real sshds on loopback stand for two hosts, each with its own workdir (test_many_hosts' fixtures).
-Each host extracts its own share of the rows, every host ends with all N files (the bytes one host
-writes alone), one torchrun training spans both (gloo on the CPU), and the checkpoint comes home. A file
-damaged on one host after the gather is refused before anything trains; bad `hosts:` are one line.
+`--detach` returns at once with the first host's job id; the engine runs on the hosts, node 0 and node
+1 meeting at a rendezvous on gpu1, so the workstation's invoke killed -9 in the middle changes nothing,
+and the same command again attaches to the running engine instead of starting (or stopping) anything.
+Each host regenerates and extracts its own share, every host ends with the bytes one host writes
+alone, one torchrun training spans both (gloo on the CPU), and the checkpoint comes home. Bad `hosts:`
+are one line.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import random
 from pathlib import Path
 
 import pytest
@@ -24,16 +27,13 @@ from tests.support.sshd import SshServer, free_port
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 
 SAMPLES = 48  # regenerated rows are short: 48 of them fill two hf extraction batches, one per host
-RUN = "spread"
-# the host's python, damaging one hidden-state file just before the check that every file is whole
-DAMAGING_PYTHON = """#!/bin/sh
-case " $* " in *" extract "*" --require-whole "*) truncate -s -100 '{victim}' ;; esac
-exec '{python}' "$@"
-"""
+RUN = "across"
+# where the workstation's invoke is killed -9: a random step of the engine on the first host
+KILLED_AT = ("regenerate", "prepare", "extract", "vocab", "train")
 
 
 def write_runs(root: Path, **changes: object) -> Path:
-    """runs/spread.yaml: the tiny demo on 48 rows, one epoch, 4 held-out prompts, answers regenerated
+    """runs/across.yaml: the tiny demo on 48 rows, one epoch, 4 held-out prompts, answers regenerated
     (16 tokens), across gpu1 and gpu2."""
     runs = root / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -63,29 +63,61 @@ def hidden_states(root: Path, host: str) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def across(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer, second_sshd: SshServer) -> tuple:  # noqa: F811
+    """The pipeline launched detached; then followed by an invoke killed -9 at a random step; then the
+    same command again, to the end (it attaches)."""
     root = tmp_path_factory.mktemp("across")
     cli = Cli(hosts_inventory(root, sshd, second_sshd), root / "logs")
     env = {"SPECOPS_RUNS_DIR": str(write_runs(root)), "SPECOPS_FETCHED": str(root / "fetched")}
-    result = cli("pipeline", "--run", RUN, "--port", str(free_port()), "--json", timeout=1500, **env)
-    return cli, env, root, result
+    command = ("pipeline", "--run", RUN, "--port", str(free_port()))
+    detached = cli(*command, "--detach", "--json", timeout=600, **env)
+    assert detached.exit_code == 0, detached.stderr[-4000:]
+    killed_at = random.choice(KILLED_AT)
+    follower = cli.popen(*command, merge_streams=True, **env)
+    assert follower.stdout is not None
+    seen = ""
+    for line in follower.stdout:  # the engine's log, as the follower shows it
+        seen += line
+        if f"== {killed_at}" in line:
+            break
+    follower.kill()  # SIGKILL: no handler of ours runs
+    follower.wait()
+    assert f"== {killed_at}" in seen, seen[-4000:]
+    result = cli(*command, "--json", timeout=1500, **env)
+    return cli, env, root, result, detached.json(), killed_at
 
 
-def test_a_run_naming_two_hosts_drives_the_whole_pipeline_and_fetches_a_loadable_checkpoint(across: tuple) -> None:
+def test_detached_the_engine_finishes_on_the_hosts_and_the_same_command_attaches_to_it(across: tuple) -> None:
+    cli, env, _root, result, detached, killed_at = across
+    assert result.exit_code == 0, (killed_at, result.stderr[-4000:])
+    summary = result.json()
+    # the command after the kill followed the very jobs the detached launch started: nothing new, nothing stopped
+    assert summary["attached"] is True and summary["jobs"]["gpu1"] == detached["job"]["id"] == detached["jobs"]["gpu1"]
+    assert summary["jobs"] == detached["jobs"]
+    status = cli("status", "--hosts", "gpu1,gpu2", "--all", "--json", **env).json()
+    for host in status["hosts"]:
+        engines = [job for job in host["document"]["jobs"] if job["name"] == "pipeline"]
+        assert [job["state"] for job in engines] == ["succeeded"], (host["host"], engines)
+        assert engines[0]["id"] == detached["jobs"][host["host"]]
+        assert not [job for job in host["document"]["jobs"] if job["state"] == "stopped"]
+
+
+def test_a_run_naming_two_hosts_runs_every_step_and_fetches_a_loadable_checkpoint(across: tuple) -> None:
+    from specops import steps
     from tests.e2e.test_pipeline_cli import _assert_loads_with_speculators
 
-    _cli, _env, root, result = across
+    _cli, _env, root, result, _detached, _killed_at = across
     assert result.exit_code == 0, result.stderr[-4000:]
     summary = result.json()
     assert summary["ok"] is True and summary["hosts"] == ["gpu1", "gpu2"] and summary["samples"] == SAMPLES
-    assert list(summary["steps"]) == ["check", "patches", "regenerate", "gather answers", "verify answers", "extract",
-                                      "gather", "verify", "validate", "vocab", "train", "evaluate"]
+    assert list(summary["steps"]) == steps.names()
+    assert list(summary["on_hosts"]["gpu2"]) == steps.names()
+    assert summary["on_hosts"]["gpu2"]["validate"] == "on gpu1"  # the first host's step
     assert summary["fidelity"] >= 0.98
-    assert set(summary["train"]["states"].values()) == {"succeeded"}
     for host in ("gpu1", "gpu2"):  # both nodes trained in one group of two
         log = root / f"{host}-workdir" / "runs" / RUN / "checkpoints" / "train.log"
         assert "dp_size=2" in log.read_text()
     assert summary["evaluation"]["report"]["prompts"] == 4
-    checkpoint = root / "fetched" / summary["evaluated_on"] / RUN / "checkpoint"
+    checkpoint = root / "fetched" / summary["saved_on"] / RUN / "checkpoint"
     assert summary["fetched"] == str(checkpoint.parent)
     _assert_loads_with_speculators(checkpoint)
 
@@ -98,21 +130,19 @@ def test_each_host_regenerated_its_own_conversations_and_every_host_ends_with_th
         across: tuple) -> None:
     from specops.pipeline.run import Manifest
 
-    cli, env, root, result = across
+    cli, env, root, result, _detached, _killed_at = across
     assert result.exit_code == 0, result.stderr[-4000:]
     shares = result.json()["regenerate"]["shares"]
     (start1, stop1), (start2, stop2) = shares["gpu1"]["rows"], shares["gpu2"]["rows"]
     source = [json.loads(line)["id"] for line in (regenerated(root, "gpu1") / "source.jsonl").read_text().splitlines()]
     assert start1 == 0 < stop1 == start2 < stop2 == len(source)  # contiguous, disjoint, covering
-    for host, part in (("gpu1", 0), ("gpu2", 1)):  # each answered only its share: the rest came by the gather
+    for host, part in (("gpu1", 0), ("gpu2", 1)):  # each answered only its share: the rest came host to host
         assert shares[host]["status"] == f"part {part} of 2"
         start, stop = shares[host]["rows"]
         written = (regenerated(root, host) / "parts" / f"part-{part}-of-2" / "responses.jsonl").read_text()
         answered = {json.loads(line)["primary_id"] for line in written.splitlines()}
         assert answered and answered <= set(source[start:stop])
         assert not (regenerated(root, host) / "chunks").exists()  # no batch outside the share was answered here
-    gathered = result.json()["regenerate"]["gathered"]
-    assert gathered["shares"]["gpu1"]["responses"] + gathered["shares"]["gpu2"]["responses"] == gathered["answers"]
 
     alone = cli("regenerate", "--host", "local", "--run", RUN, "--json", timeout=900, **env)
     assert alone.exit_code == 0, alone.stderr[-3000:]
@@ -126,15 +156,15 @@ def test_each_host_regenerated_its_own_conversations_and_every_host_ends_with_th
 
 
 def test_each_host_extracted_its_own_rows_and_every_host_ends_with_the_files_one_host_writes(across: tuple) -> None:
-    cli, env, root, result = across
+    cli, env, root, result, _detached, _killed_at = across
     assert result.exit_code == 0, result.stderr[-4000:]
-    extracted = result.json()["extract"]
+    extracted = result.json()["extract"]["shares"]
     shares = {host: {row for start, stop in info["spans"] for row in range(start, stop)}
               for host, info in extracted.items()}
     assert not shares["gpu1"] & shares["gpu2"] and shares["gpu1"] | shares["gpu2"] == set(range(SAMPLES))
-    for host, info in extracted.items():  # each wrote only its share: the rest came by the gather
+    for host, info in extracted.items():  # each wrote only its share: the rest came host to host
         assert info["written"] == info["rows"] == len(shares[host]) > 0
-    copies = result.json()["gathered"]["copies"]
+    copies = result.json()["extract"]["exchanged"]["copies"]
     assert sorted((copy["from"], copy["to"], copy["files"]) for copy in copies) == [
         ("gpu1", ["gpu2"], len(shares["gpu1"])), ("gpu2", ["gpu1"], len(shares["gpu2"]))]
 
@@ -146,43 +176,24 @@ def test_each_host_extracted_its_own_rows_and_every_host_ends_with_the_files_one
 
 
 def test_a_second_run_across_the_hosts_skips_the_work_already_done(across: tuple) -> None:
-    cli, env, root, first = across
+    cli, env, root, first, _detached, _killed_at = across
     assert first.exit_code == 0, first.stderr[-4000:]
     logs = [root / f"{host}-workdir" / "runs" / RUN / "checkpoints" / "train.log" for host in ("gpu1", "gpu2")]
     launches = [log.read_text().count("### specops launch") for log in logs]
     again = cli("pipeline", "--run", RUN, "--skip-doctor", "--port", str(free_port()), "--json", timeout=900, **env)
     assert again.exit_code == 0, again.stderr[-4000:]
     summary = again.json()
-    assert {info["status"] for info in summary["extract"].values()} == {"skipped: unchanged"}
+    assert summary["attached"] is False  # the first run's engines had ended: a new launch, every step skips
+    for host in ("gpu1", "gpu2"):
+        for step, status in summary["on_hosts"][host].items():  # no step did any work again
+            assert status in ("ok", "skipped: unchanged") or status.startswith("on gpu"), (host, step, status)
+    assert {info["status"] for info in summary["extract"]["shares"].values()} == {"skipped: unchanged"}
     assert {info["status"] for info in summary["regenerate"]["shares"].values()} == {"skipped: unchanged"}
-    assert summary["regenerate"]["gathered"] is None and "gather answers" not in summary["steps"]
-    assert summary["gathered"]["copies"] == []  # every host already holds every file
-    assert summary["train"]["epoch"] == first.json()["train"]["epoch"]
+    assert summary["regenerate"]["exchanged"] is None
+    assert summary["extract"]["exchanged"]["copies"] == []  # every host already holds every file
+    assert summary["epochs"] == first.json()["epochs"]
     # both nodes skipped together: no trainer was started on either host
     assert [log.read_text().count("### specops launch") for log in logs] == launches
-
-
-def test_a_file_damaged_on_one_host_after_the_gather_is_refused_before_anything_trains(
-        across: tuple, tmp_path: Path, sshd: SshServer, second_sshd: SshServer) -> None:  # noqa: F811
-    _cli, env, root, first = across
-    assert first.exit_code == 0, first.stderr[-4000:]
-    for host in ("gpu1", "gpu2"):  # the hosts' data and run as the first run left them; jobs of their own
-        for part in ("models", "data", f"runs/{RUN}"):
-            shutil.copytree(root / f"{host}-workdir" / part, tmp_path / f"{host}-workdir" / part, symlinks=True)
-    row = first.json()["extract"]["gpu1"]["spans"][0][0]  # a row gpu1 writes: it reached gpu2 by the gather
-    victim = tmp_path / "gpu2-workdir" / "runs" / RUN / "hidden_states" / f"hs_{row}.safetensors"
-    damaging = tmp_path / "damaging-python"
-    damaging.write_text(DAMAGING_PYTHON.format(victim=victim, python=PYTHON))
-    damaging.chmod(0o755)
-    cli = Cli(hosts_inventory(tmp_path, sshd, second_sshd, python2=str(damaging)), tmp_path / "logs")
-    refused = cli("pipeline", "--run", RUN, "--skip-doctor", "--port", str(free_port()), timeout=900, **env)
-    assert refused.exit_code == 1, refused.stderr[-3000:]
-    message = refused.stderr.strip().splitlines()[-1]
-    assert "gpu2" in message and str(victim) in message and "header promises" in message, message
-    status = cli("status", "--hosts", "gpu1,gpu2", "--json", **env).json()
-    for host in status["hosts"]:
-        names = [job["name"] for job in host["document"]["jobs"]]
-        assert "extract" in names and "train" not in names and "vocab" not in names, (host["host"], names)
 
 
 def test_a_doctor_error_on_the_hosts_refuses_the_run_before_anything_is_launched(
@@ -200,10 +211,10 @@ def test_a_doctor_error_on_the_hosts_refuses_the_run_before_anything_is_launched
 
 
 @pytest.mark.parametrize(("hosts", "flag", "expected"), [
-    (["gpu1", "nowhere"], None, "runs/spread.yaml: hosts: 'nowhere' is not a host of"),
-    (["gpu1"], None, "runs/spread.yaml: hosts: a pipeline across hosts needs at least two (got 1)"),
-    (["gpu1", "gpu1"], None, "runs/spread.yaml: hosts: 'gpu1' is named twice"),
-    ("gpu1", None, "runs/spread.yaml: hosts: must be a list of inventory host names"),
+    (["gpu1", "nowhere"], None, "runs/across.yaml: hosts: 'nowhere' is not a host of"),
+    (["gpu1"], None, "runs/across.yaml: hosts: a pipeline across hosts needs at least two (got 1)"),
+    (["gpu1", "gpu1"], None, "runs/across.yaml: hosts: 'gpu1' is named twice"),
+    ("gpu1", None, "runs/across.yaml: hosts: must be a list of inventory host names"),
     (None, "gpu1,gpu1", "--hosts: 'gpu1' is named twice"),
     (None, "gpu1", "--hosts: a pipeline across hosts needs at least two (got 1)"),
     (None, "gpu1,nowhere", "nowhere"),

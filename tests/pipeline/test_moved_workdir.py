@@ -13,15 +13,16 @@ import json
 import shutil
 from pathlib import Path
 
+from specops import steps
 from tests.support.agent import run_agent
 from tests.support.finished import copy_of
 
-STEPS = ("regenerate", "prepare", "extract", "validate", "vocab", "train", "evaluate")
+STEPS = [step.name for step in steps.STEPS if step.recorded]
 
 
 def test_a_copy_of_a_finished_run_elsewhere_skips_every_step(finished: tuple[Path, dict], tmp_path: Path) -> None:
     root = copy_of(finished, tmp_path / "elsewhere")
-    code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny", "--skip-doctor", timeout=600)
+    code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny", timeout=600)
     assert code == 0, stderr[-3000:]
     assert {step: summary["steps"][step]["status"] for step in STEPS} == dict.fromkeys(STEPS, "skipped: unchanged")
     assert summary["evaluation"]["report"] == finished[1]["evaluation"]["report"]

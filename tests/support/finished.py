@@ -38,7 +38,7 @@ def finished_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFa
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
         if not summary_file.is_file():
             _build(root)
-            code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny", "--skip-doctor",
+            code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny",
                                               timeout=BUILD_TIMEOUT_S)
             assert code == 0, f"{summary}\n{stderr[-4000:]}"
             summary_file.write_text(json.dumps(summary))

@@ -1,12 +1,13 @@
-"""The pipeline: a run's steps on this host (regenerate -> prepare -> extract -> validate -> vocab -> train
--> evaluate -> metrics).
+"""The pipeline: a run's steps on this host, in the order of the step table (specops.steps).
 
 This is the face other packages import; each function loads its room only when called (the agent
 imports a command's modules on every call, and the rooms pull in pydantic, torch or datasets).
 
 Rooms, one job each (a room imports another only through that room's face):
   commands/    the agent commands' argparse registrations (`step`, `tiny`, `run`, `pipeline`, `fetch-list`, `vllm`)
-  driver.py    the step sequence of `pipeline`
+  engine.py    `pipeline`: the step table's steps in order, on one host or as one node of several
+  hosts.py     the nodes of a run across hosts: rendezvous, barriers, file exchange (torch's TCPStore)
+  patches.py   the patches step
   run/         run config, folders, manifest, fingerprints
   data/        conversations, the prepare step, the embedded tiny target
   target.py    device and dtype choice, loading the target, its dimensions and decoder parts
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
+    from specops.pipeline.run.context import Hosts
 
 
 def open_run(name: str) -> Run:
@@ -34,12 +36,13 @@ def open_run(name: str) -> Run:
     return open_with_data(name)
 
 
-def run_pipeline(run_name: str, samples: int | None, skip_doctor: bool, skip_patches: bool,
-                 backend: str | None) -> tuple[int, dict[str, Any]]:
-    """Every step of a run, in order, each skipped when unchanged: (exit code, summary)."""
-    from specops.pipeline.driver import run_pipeline as run_steps
+def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
+                 hosts: Hosts | None = None) -> tuple[int, dict[str, Any]]:
+    """Every step of a run, in the step table's order, each skipped when unchanged: (exit code, summary).
+    `hosts`: this host's node of a run across several (pipeline.hosts)."""
+    from specops.pipeline.engine import run_pipeline as run_steps
 
-    return run_steps(run_name, samples, skip_doctor, skip_patches, backend)
+    return run_steps(run_name, samples, skip, backend, hosts)
 
 
 __all__ = ["open_run", "run_pipeline"]

@@ -37,7 +37,7 @@ def _regenerated_first(run: Any, samples: int | None) -> Any:
     if run.config.regenerate.enabled:
         from specops.pipeline.regenerate.step import regenerate
 
-        regenerate(run, samples=samples if samples is not None else run.config.samples)
+        regenerate(run, samples=run.samples_for(samples))
     return run
 
 
@@ -95,7 +95,7 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
             raise BadInput(nodes.problems()[0])
     elif args.node_rank is not None or args.rdzv_endpoint or args.rdzv_id or args.local_addr or args.interface:
         raise BadInput("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes")
-    from specops.pipeline.driver import train_hooks
+    from specops.pipeline.training_hooks import train_hooks
 
     run = Run(args.run)
     return train_step(run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes, **train_hooks(run))

@@ -159,7 +159,7 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     N = `samples`, else the run's `samples`, else every usable row. Only N changed: the rows are
     re-made, the extracted hidden states are kept (they are per row) and the steps that read every
     row (vocab, validate, train) are invalidated."""
-    samples = samples if samples is not None else run.config.samples
+    samples = run.samples_for(samples)
     inputs = prepare_inputs(run)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
@@ -224,3 +224,7 @@ def load_tokenizer(run: Run) -> Any:
     if getattr(tokenizer, "chat_template", None) is None:
         raise BadInput(f"{run.label}: model: the tokenizer of {run.model_path} has no chat template")
     return tokenizer
+
+
+def pipeline_step(context: Any) -> dict[str, Any]:
+    return prepare(context.run, context.samples, False)

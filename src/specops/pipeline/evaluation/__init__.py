@@ -1,1 +1,5 @@
 """Step `evaluate`: the draft's acceptance when it speculates for the target, on held-out prompts."""
+
+from specops.pipeline.evaluation.step import evaluate, pipeline_step
+
+__all__ = ["evaluate", "pipeline_step"]

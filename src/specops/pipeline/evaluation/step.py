@@ -216,3 +216,8 @@ def _skipped(report_path: Path) -> dict[str, Any]:
     import json
 
     return {**json.loads(report_path.read_text()), "step": "evaluate", "status": "skipped: unchanged"}
+
+
+def pipeline_step(context: Any) -> dict[str, Any]:
+    """The pipeline's evaluate: the run's checkpoint with the run's evaluate.backend, else its backend."""
+    return evaluate(context.run, backend=context.run.config.evaluate.backend or context.backend)

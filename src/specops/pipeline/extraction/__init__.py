@@ -25,6 +25,7 @@ from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
+    from specops.pipeline.run.context import StepContext
 
 BACKENDS = ("hf", "vllm")
 
@@ -116,6 +117,15 @@ def extract(run: Run, samples: int | None, backend: str | None = None,
     return {"backend": chosen.name, **chosen.extract(run, samples, options)}
 
 
+def pipeline_step(context: StepContext) -> dict[str, Any]:
+    """The pipeline's extract: rows 0..N-1 with the run's backend; across hosts, a share each (across.py)."""
+    if context.hosts.count > 1:
+        from specops.pipeline.extraction.across import across_hosts
+
+        return across_hosts(context)
+    return extract(context.run, context.samples, context.backend)
+
+
 __all__ = [
     "BACKENDS",
     "Backend",
@@ -129,8 +139,10 @@ __all__ = [
     "extract_shard",
     "file_for",
     "index_of",
+    "pipeline_step",
     "plan_extraction",
     "remove_temporaries",
     "verify_header",
     "write_sample",
 ]
+

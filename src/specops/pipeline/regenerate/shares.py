@@ -138,3 +138,57 @@ def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, A
         manifest.finish("regenerate", started, counts)
     return {"step": "regenerate", "status": "done: whole", "backend": backend, "inputs_hash": inputs_hash,
             "counts": counts, "failed": checked["failed_list"], "output": str(path)}
+
+
+def same_regeneration(plans: list[dict[str, Any]], names: list[str]) -> None:
+    """Every host cut the same conversations with the same inputs: else the shares do not fit."""
+    if len({(plan["inputs_hash"], plan["source"]) for plan in plans}) > 1:
+        shown = ", ".join(f"{name}: {plan['inputs_hash'][:12]} of {plan['source']} conversations"
+                          for name, plan in zip(names, plans, strict=True))
+        raise CheckFailed(f"regenerate across hosts: the hosts planned different regenerations ({shown}); their "
+                          "target, data or sampling settings differ, so their shares would not fit together")
+
+
+def join_shares(folder: Path, count: int) -> dict[str, int]:
+    """The answers of every share, joined in share order (= source order) into the run's own files;
+    errors first: the responses file marks the answers written."""
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
+
+    lines: dict[str, int] = {}
+    for name in (ERRORS_FILE, RESPONSES_FILE):
+        pieces = []
+        for index in range(count):
+            path = share_folder(folder, (index, count)) / name
+            data = path.read_bytes() if path.is_file() else b""  # no errors file when nothing failed
+            if data and not data.endswith(b"\n"):
+                raise CheckFailed(f"regenerate across hosts: {path}: its last line is cut")
+            pieces.append(data)
+        joined = b"".join(pieces)
+        atomic.write_bytes(folder / name, joined)
+        lines[name] = joined.count(b"\n")
+    return lines
+
+
+def across_hosts(context: Any, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Share `rank` of `count` answered here; every share onto every host (the engine's exchange);
+    joined; checked whole and recorded done with the one-host inputs hash, so prepare finds it current."""
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
+
+    run, hosts = context.run, context.hosts
+    part = (hosts.rank, hosts.count)
+    report = regenerate_part(run, backend, inputs, part)
+    plans = hosts.all_gather("regenerate-plan", {"inputs_hash": report["inputs_hash"],
+                                                 "source": report["part"]["source"], "status": report["status"],
+                                                 "rows": report["part"]["rows"]})
+    same_regeneration(plans, hosts.names)
+    shares = {name: {"rows": plan["rows"], "status": plan["status"]} for name, plan in zip(hosts.names, plans,
+                                                                                             strict=True)}
+    if all(plan["status"] == "skipped: unchanged" for plan in plans):
+        return {**report, "status": "skipped: unchanged", "shares": shares, "exchanged": None}
+    folder = run.paths.regenerated
+    mine = [str((share_folder(folder, part) / name).relative_to(folder)) for name in (ERRORS_FILE, RESPONSES_FILE)
+            if (share_folder(folder, part) / name).is_file()]
+    exchanged = hosts.exchange("regenerate", folder, mine, lacking=True)
+    joined = join_shares(folder, hosts.count)
+    whole = require_whole(run, backend, inputs)
+    return {**whole, "shares": shares, "joined": joined, "exchanged": exchanged}

@@ -111,3 +111,15 @@ def regenerate(run: Any, backend: str | None = None, *, samples: int | None = No
     return {"step": "regenerate", "status": "done", "backend": backend, "inputs_hash": inputs_hash,
             "counts": counts, "failed": checked["failed_list"], "missing": checked["missing_list"],
             "output": str(folder / RESPONSES_FILE), **details}
+
+
+def pipeline_step(context: Any) -> dict[str, Any]:
+    """The pipeline's regenerate: as many answers as prepare's N rows need; across hosts, each host
+    answers its share and every host joins all of them (regenerate.shares.across_hosts)."""
+    backend = context.run.config.regenerate.backend or context.backend
+    if context.hosts.count == 1:
+        return regenerate(context.run, backend, samples=context.samples)
+    from specops.pipeline.regenerate.shares import across_hosts
+
+    backend = chosen_backend(context.run, backend)
+    return across_hosts(context, backend, regenerate_inputs(context.run, backend))

@@ -299,6 +299,11 @@ class Run:
         self.config = load_run_config(self.paths.config_file)
         self.label = f"runs/{name}.yaml"
 
+    def samples_for(self, asked: int | None) -> int | None:
+        """The rows a step works on: --samples when given, else the run's `samples` (None: every row).
+        The one place this default is applied."""
+        return asked if asked is not None else self.config.samples
+
     @property
     def model_path(self) -> Path:
         return self.paths.resolve(self.config.model)

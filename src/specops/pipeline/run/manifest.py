@@ -15,31 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
+from specops import atomic, steps
 from specops.installed import version_of
 from specops.paths import workdir
 
-# Which steps read the outputs of which. vocab and train are added by their own modules' steps
-# but are listed here so that invalidation reaches them.
-DEPENDS_ON: dict[str, list[str]] = {
-    "regenerate": [],
-    "prepare": ["regenerate"],
-    "extract": ["prepare"],
-    "validate": ["extract"],
-    "vocab": ["prepare"],
-    "train": ["vocab", "extract"],
-    "evaluate": ["train"],
-}
-# Output folders of each step, relative to the run folder.
-OUTPUTS: dict[str, list[str]] = {
-    "regenerate": ["regenerated"],
-    "prepare": ["prepared", "heldout"],
-    "extract": ["hidden_states"],
-    "validate": [],
-    "vocab": ["vocab"],
-    "train": ["checkpoints"],
-    "evaluate": ["evaluation"],
-}
+# Which steps read the outputs of which, and each step's output folders (relative to the run folder):
+# from the step table, the one place that lists the steps.
+DEPENDS_ON: dict[str, list[str]] = steps.depends_on()
+OUTPUTS: dict[str, list[str]] = steps.outputs()
 # Outputs too costly to delete outright: moved aside instead.
 KEEP_ASIDE = {"checkpoints"}
 

@@ -3,7 +3,15 @@ checkpoints, the steps with their manifest books, the metrics read back from the
 
 from specops.pipeline.training import command, metrics, plot, vocab
 from specops.pipeline.training.command import Nodes, TrainPlan, build_train_command
-from specops.pipeline.training.steps import draft_vocab_size, metrics_report, train_plan, train_step, vocab_step
+from specops.pipeline.training.steps import (
+    draft_vocab_size,
+    metrics_report,
+    train_pipeline_step,
+    train_plan,
+    train_step,
+    vocab_pipeline_step,
+    vocab_step,
+)
 
 __all__ = ["Nodes", "TrainPlan", "build_train_command", "command", "draft_vocab_size", "metrics", "metrics_report",
-           "plot", "train_plan", "train_step", "vocab", "vocab_step"]
+           "plot", "train_pipeline_step", "train_plan", "train_step", "vocab", "vocab_pipeline_step", "vocab_step"]

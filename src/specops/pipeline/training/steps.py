@@ -276,3 +276,59 @@ def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = 
     return {"step": "metrics", "run": run.paths.name, "log": str(log_file),
             "launches": log.launches, "steps": len(log.steps), "epochs": table,
             "checkpoints": state.as_dict(), "plot": str(png) if png.is_file() else None, "plot_contents": drawn}
+
+
+def vocab_pipeline_step(context: Any) -> dict[str, Any]:
+    return vocab_step(context.run)
+
+
+def train_pipeline_step(context: Any, *, gate: Gate | None = None,
+                        scorer: Callable[[], epochs_room.Scorer | None] | None = None) -> dict[str, Any]:
+    """The pipeline's train. On a GPU host the run's extraction server holds most of each GPU's memory
+    (vLLM's gpu_memory_utilization): the trainer needs it back; on CPU it is left for the next extract.
+    Across hosts: one torchrun node a host, from the newest checkpoint any host holds; the report
+    names the host whose trainer saved (c10d's global rank 0), where evaluate runs. `gate` and `scorer`:
+    what runs around speculators' trainer (pipeline.training_hooks hands them in)."""
+    run, hosts = context.run, context.hosts
+    stopped = None
+    if gpus.device_count() > 0:
+        from specops.pipeline.vllm import stop_running
+
+        stopped = stop_running(run, "the pipeline's training needs the GPUs")
+    nodes, copied = None, None
+    if hosts.count > 1 and hosts.training is not None:
+        training = hosts.training
+        nodes = train.Nodes(hosts.count, hosts.rank, training.endpoint, training.rdzv_id, training.local_addr,
+                            training.interface)
+        if nodes.problems():
+            raise BadInput(nodes.problems()[0])
+        copied = newest_checkpoint_everywhere(run, hosts)
+    _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False, nodes=nodes, gate=gate,
+                                 scorer=scorer)
+    saver = hosts.rank
+    if hosts.count > 1:
+        links = hosts.all_gather("train-saved", len(list(run.paths.checkpoints.glob("epoch*_end"))))
+        if not max(links):
+            raise CheckFailed(f"train across {', '.join(hosts.names)}: no host holds a finished checkpoint")
+        saver = links.index(max(links))
+    return {**document, "saver": saver, **({"saved_on": hosts.names[saver]} if hosts.count > 1 else {}),
+            **({"stopped_server": stopped} if stopped else {}), **({"synced_before": copied} if copied else {})}
+
+
+def newest_checkpoint_everywhere(run: Run, hosts: Any) -> dict[str, Any] | None:
+    """Every host resumes from the newest complete checkpoint any of them holds: c10d assigns ranks
+    itself and only global rank 0 saves, so the saver of one launch may be another host the next time."""
+    folder = run.paths.checkpoints
+    newest = hosts.all_gather("train-newest", train.checkpoint_state(folder).newest_epoch)
+    known = [epoch for epoch in newest if epoch is not None]
+    if not known:
+        return None
+    epoch = max(known)
+    source = newest.index(epoch)
+    mine = ([str(path.relative_to(folder)) for path in sorted((folder / str(epoch)).rglob("*")) if path.is_file()]
+            if hosts.rank == source else [])
+    behind = [name for name, value in zip(hosts.names, newest, strict=True) if value != epoch]
+    if not behind:
+        return None
+    exchanged = hosts.exchange("train-checkpoint", folder, mine, lacking=newest[hosts.rank] != epoch)
+    return {"epoch": epoch, "source": hosts.names[source], "copied_to": behind, "bytes": exchanged["bytes"]}

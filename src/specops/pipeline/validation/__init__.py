@@ -8,9 +8,10 @@ from specops.pipeline.validation.checks import (
     check_fidelity,
     check_files,
     fidelity_indices,
+    pipeline_step,
     validate,
 )
 from specops.pipeline.validation.fidelity import Unsupported, load_projector
 
 __all__ = ["FIDELITY_THRESHOLD", "MAX_LISTED", "REFERENCES", "Unsupported", "check_fidelity", "check_files",
-           "fidelity_indices", "load_projector", "validate"]
+           "fidelity_indices", "load_projector", "pipeline_step", "validate"]

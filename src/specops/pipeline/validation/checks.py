@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from specops import atomic
-from specops.errors import BadInput
+from specops.errors import BadInput, CheckFailed
 from specops.pipeline import vllm
 from specops.pipeline.extraction import file_for, verify_header
 from specops.pipeline.run import Manifest, Run, config_hash
@@ -189,3 +189,13 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     document = {"ok": ok, "step": "validate", "checks": checks}
     atomic.write_json(run.paths.validate_report, document)
     return document
+
+
+def pipeline_step(context: Any) -> dict[str, Any]:
+    """The pipeline's validate: files that passed with the same inputs are not checked again; a
+    failing check stops the pipeline."""
+    report = validate(context.run, 4, skip_unchanged=True)
+    if not report["ok"]:
+        raise CheckFailed("validation failed: " + "; ".join(
+            f"{name}: {check.get('detail')}" for name, check in report["checks"].items() if not check["ok"]))
+    return report

@@ -1,0 +1,194 @@
+"""The hosts of one run across K hosts: the engine's nodes meeting at a rendezvous on the first host.
+
+Every host runs the same engine as its own tmux job (node rank i of K), torchrun-style; the nodes meet
+at torch's TCPStore, hosted by node 0's engine (the store torchrun's c10d rendezvous uses too). Through
+it they wait for each other between steps (barriers), share small JSON (each host's plan of a share)
+and copy files to the hosts that lack them (each written beside its final name, then renamed in:
+specops.atomic). No node depends on the workstation that launched it.
+
+A node that fails publishes why before it exits; the others stop at their next wait naming it. A node
+killed -9, or a host cut off, stops beating: the others give up on it after SILENT_S and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from specops import atomic
+from specops.errors import CheckFailed
+from specops.pipeline.run.context import Training
+from specops.protocol import stays_inside
+
+BEAT_S = 2.0
+SILENT_S = 60.0     # no beat for this long: the node's engine is gone (killed, its host down or cut off)
+CONNECT_S = 300.0   # how long a node waits for the first host's store (the hosts are launched together)
+POLL_S = 0.1
+CHUNK = 4 << 20     # TCPStore's libuv server takes values of at most 8 MiB
+
+
+class Rendezvous:
+    """This node's view of the K hosts (specops.pipeline.run.context.Hosts)."""
+
+    def __init__(self, names: list[str], rank: int, address: str, port: int, group: str,
+                 training: Training | None) -> None:
+        from torch.distributed import TCPStore
+
+        self.names, self.rank, self.count, self.training = names, rank, len(names), training
+        self.prefix = f"{group}/"
+        try:
+            self.store = TCPStore(address, port, self.count, rank == 0, timedelta(seconds=CONNECT_S),
+                                  wait_for_workers=False)
+        except Exception as exc:
+            raise CheckFailed(f"{names[rank]}: the rendezvous at {address}:{port} on {names[0]}: {exc}") from None
+        self._beats: dict[int, tuple[int, float]] = {}
+        self._stopped = threading.Event()
+        self._beating = threading.Thread(target=self._beat, daemon=True, name="specops-beat")
+        self._beating.start()
+
+    def _key(self, *parts: object) -> str:
+        return self.prefix + "/".join(str(part) for part in parts)
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(BEAT_S):
+            try:
+                self.store.add(self._key("beat", self.rank), 1)
+            except Exception:
+                return
+
+    def close(self) -> None:
+        """Leave: the first host, whose engine holds the store, waits for the others to have read
+        what they need from it (bounded: a node gone already does not hold it up)."""
+        try:
+            if self.rank != 0:
+                self.store.set(self._key("left", self.rank), b"1")
+                return
+            keys = [self._key("left", rank) for rank in range(1, self.count)]
+            deadline = time.monotonic() + SILENT_S
+            while time.monotonic() < deadline and not self.store.check(keys) and not self._silent():
+                time.sleep(POLL_S)
+        except Exception:
+            pass
+        finally:
+            self._stopped.set()
+
+    def fail(self, message: str) -> None:
+        """Tell the other nodes why this one stops (the first failure wins)."""
+        try:
+            if not self.store.check([self._key("failed")]):
+                self.store.set(self._key("failed"), f"{self.names[self.rank]}: {message}")
+        except Exception:
+            pass
+
+    def _silent(self) -> str | None:
+        now = time.monotonic()
+        for rank in range(self.count):
+            if rank == self.rank:
+                continue
+            count = self.store.add(self._key("beat", rank), 0)
+            seen, since = self._beats.get(rank, (-1, now))
+            if count != seen:
+                self._beats[rank] = (count, now)
+            elif now - since > SILENT_S:
+                return f"{self.names[rank]}: its engine has not been heard for {round(now - since)} s (killed, " \
+                       "its host down or cut off)"
+        return None
+
+    def wait(self, keys: list[str]) -> None:
+        """Until every key exists; CheckFailed naming the host when one failed or went silent."""
+        try:
+            while True:
+                if self.store.check([self._key("failed")]):
+                    raise CheckFailed(self.store.get(self._key("failed")).decode())
+                if self.store.check(keys):
+                    return
+                silent = self._silent()
+                if silent:
+                    raise CheckFailed(silent)
+                time.sleep(POLL_S)
+        except CheckFailed:
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"{self.names[0]}: the rendezvous is gone ({exc}): its engine ended") from None
+
+    def barrier(self, tag: str) -> None:
+        self.store.set(self._key(tag, "at", self.rank), b"1")
+        self.wait([self._key(tag, "at", rank) for rank in range(self.count)])
+
+    def all_gather(self, tag: str, value: Any) -> list[Any]:
+        self.store.set(self._key(tag, "value", self.rank), json.dumps(value).encode())
+        keys = [self._key(tag, "value", rank) for rank in range(self.count)]
+        self.wait(keys)
+        return [json.loads(self.store.get(key)) for key in keys]
+
+    def exchange(self, tag: str, folder: Path, mine: list[str], lacking: bool) -> dict[str, Any]:
+        for name in mine:
+            if not stays_inside(name):
+                raise CheckFailed(f"{folder}: {name!r} would leave the folder")
+        offers = self.all_gather(f"{tag}-offers", {"files": mine, "lacking": lacking})
+        receivers = [rank for rank, offer in enumerate(offers) if offer["lacking"] and rank != self.rank]
+        sent: dict[str, int] = {}
+        sender = threading.Thread(target=self._send, args=(tag, folder, mine, len(receivers), sent), daemon=True)
+        sender.start()
+        received = 0
+        if lacking:
+            for owner, offer in enumerate(offers):
+                if owner == self.rank:
+                    continue
+                for index, name in enumerate(offer["files"]):
+                    if not stays_inside(name):
+                        raise CheckFailed(f"{self.names[owner]}: offered {name!r}, which would leave {folder}")
+                    received += self._receive(tag, owner, index, folder / name)
+        sender.join()
+        if "error" in sent:
+            raise CheckFailed(f"{self.names[self.rank]}: sending {tag} files: {sent['error']}")
+        copies = [{"from": self.names[owner], "to": [self.names[rank] for rank, other in enumerate(offers)
+                                                    if other["lacking"] and rank != owner],
+                   "files": len(offer["files"])} for owner, offer in enumerate(offers) if offer["files"]]
+        copies = [copy for copy in copies if copy["to"]]
+        self.barrier(f"{tag}-exchanged")
+        return {"copies": copies, "received_bytes": received, "bytes": sent.get("bytes", 0) + received}
+
+    def _send(self, tag: str, folder: Path, mine: list[str], receivers: int, sent: dict[str, Any]) -> None:
+        """Each file in chunks under its own keys; the next file once every receiver has this one (the
+        store holds at most one file per sender)."""
+        sent["bytes"] = 0
+        if not receivers:
+            return
+        try:
+            for index, name in enumerate(mine):
+                data = (folder / name).read_bytes()
+                chunks = [data[start:start + CHUNK] for start in range(0, len(data), CHUNK)] or [b""]
+                for number, chunk in enumerate(chunks):
+                    self.store.set(self._key(tag, self.rank, index, number), chunk)
+                self.store.set(self._key(tag, self.rank, index, "chunks"), str(len(chunks)).encode())
+                acks = self._key(tag, self.rank, index, "acks")
+                while self.store.add(acks, 0) < receivers:
+                    if self.store.check([self._key("failed")]):
+                        return
+                    time.sleep(POLL_S)
+                for number in range(len(chunks)):
+                    self.store.delete_key(self._key(tag, self.rank, index, number))
+                sent["bytes"] += len(data) * receivers
+        except Exception as exc:
+            sent["error"] = str(exc)
+            self.fail(f"sending {tag} files: {exc}")
+
+    def _receive(self, tag: str, owner: int, index: int, path: Path) -> int:
+        count_key = self._key(tag, owner, index, "chunks")
+        self.wait([count_key])
+        chunks = int(self.store.get(count_key))
+        data = b"".join(self.store.get(self._key(tag, owner, index, number)) for number in range(chunks))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(path, data)  # beside, then renamed in: a cut copy never has the final name
+        self.store.add(self._key(tag, owner, index, "acks"), 1)
+        return len(data)
+
+
+def say(message: str) -> None:
+    print(f"specops: {message}", file=sys.stderr, flush=True)

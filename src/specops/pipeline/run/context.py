@@ -1,0 +1,74 @@
+"""What the engine hands a step: the run, the settings applied once, and the hosts the run spans.
+
+A step's own room holds its pipeline function, `pipeline_step(context) -> report` (named in the step
+table, specops.steps). With one host, `context.hosts` is `OneHost`: every exchange is a no-op. With K
+hosts it is the rendezvous of the engine's nodes (pipeline.hosts): a step whose scope is a share per
+host writes its share, then makes the shares whole through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from specops.pipeline.run.config import Run
+
+
+@dataclass(frozen=True)
+class Training:
+    """The torchrun node this host runs when training spans hosts (c10d rendezvous on the first host)."""
+
+    endpoint: str              # HOST0:PORT
+    rdzv_id: str               # the same on every node of one launch
+    local_addr: str | None     # this host's address on the training network
+    interface: str | None      # the interface of the collectives
+
+
+class Hosts(Protocol):
+    rank: int                  # this host's place (0: the first host, the rendezvous)
+    count: int
+    names: list[str]           # every host's name, by rank
+    training: Training | None
+
+    def barrier(self, tag: str) -> None:
+        """Wait for every host to reach `tag`; raises CheckFailed naming a host that failed or went silent."""
+
+    def all_gather(self, tag: str, value: Any) -> list[Any]:
+        """Every host's `value` (JSON), by rank."""
+
+    def exchange(self, tag: str, folder: Path, mine: list[str], lacking: bool) -> dict[str, Any]:
+        """Every host's files `mine` (names relative to `folder`) onto every host whose `lacking` is true,
+        each written beside its final name and renamed in; what went where."""
+
+
+@dataclass
+class OneHost:
+    rank: int = 0
+    count: int = 1
+    names: list[str] = field(default_factory=lambda: ["this host"])
+    training: Training | None = None
+
+    def barrier(self, tag: str) -> None:
+        return None
+
+    def all_gather(self, tag: str, value: Any) -> list[Any]:
+        return [value]
+
+    def exchange(self, tag: str, folder: Path, mine: list[str], lacking: bool) -> dict[str, Any]:
+        return {"copies": [], "bytes": 0}
+
+
+@dataclass
+class StepContext:
+    run: Run
+    samples: int | None        # --samples, else the run's `samples` (applied once, by the engine)
+    backend: str               # the backend chosen for the run on this host (hf | vllm)
+    hosts: Hosts = field(default_factory=OneHost)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier steps' reports, this pipeline
+
+    @property
+    def name(self) -> str:
+        """This host's name, as the messages of a run across hosts show it."""
+        return self.hosts.names[self.hosts.rank]

@@ -1,0 +1,92 @@
+"""The step table: every step of a run, in the order the engine runs them. Pure data.
+
+The one place that says which steps there are and in what order. Derived from it: the manifest's
+dependencies and output folders (pipeline.run.manifest), the engine's order and scopes
+(pipeline.engine), and the step lists of `--help` on both sides. Standard library only: the control
+side (remote/) reads it too and never imports specops.pipeline.
+
+Adding a step = one row here + the step's own room (the function named in `runs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Scope(StrEnum):
+    """Where a step runs when a run spans K hosts (K = 1: the one host, whatever the scope)."""
+
+    EVERY_HOST = "every host"            # each host runs it on its own copy of the run
+    SHARE_PER_HOST = "a share per host"  # host i of K does share i; the step's room makes them whole
+    FIRST_HOST = "the first host"        # node 0 runs it, the others wait
+    SAVER = "the host that saved the checkpoint"  # the trainer's global rank 0 (c10d picks it)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    reads: tuple[str, ...]   # the steps whose outputs it reads: a change there invalidates it
+    writes: tuple[str, ...]  # its output folders under the run folder (moved or removed on invalidation)
+    enabled_by: str | None   # the run config's boolean key that turns it on ("regenerate.enabled"); None: always
+    scope: Scope
+    runs: str                # "module:function" in the step's own room: function(context) -> its report
+    summary: str             # one line for --help
+    recorded: bool = True    # has a manifest record (its inputs hash decides whether it skips)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("patches", (), (), None, Scope.EVERY_HOST, "specops.pipeline.patches:pipeline_step",
+         "apply and verify the patch sets that fit the host", recorded=False),
+    Step("regenerate", (), ("regenerated",), "regenerate.enabled", Scope.SHARE_PER_HOST,
+         "specops.pipeline.regenerate:pipeline_step", "the target answers the conversations' prompts"),
+    Step("prepare", ("regenerate",), ("prepared", "heldout"), None, Scope.EVERY_HOST,
+         "specops.pipeline.data:pipeline_step", "tokenise, loss mask, token frequencies, held-out prompts"),
+    Step("extract", ("prepare",), ("hidden_states",), None, Scope.SHARE_PER_HOST,
+         "specops.pipeline.extraction:pipeline_step", "the target's hidden states at the run's layers"),
+    Step("validate", ("extract",), (), None, Scope.FIRST_HOST,
+         "specops.pipeline.validation:pipeline_step", "every file whole, fidelity to the target"),
+    Step("vocab", ("prepare",), ("vocab",), None, Scope.EVERY_HOST,
+         "specops.pipeline.training:vocab_pipeline_step", "the draft vocabulary (d2t/t2d)"),
+    Step("train", ("vocab", "extract"), ("checkpoints",), None, Scope.SHARE_PER_HOST,
+         "specops.pipeline.training_hooks:pipeline_step",
+         "the parity gate, then speculators trains the draft (one torchrun node a host)"),
+    Step("evaluate", ("train",), ("evaluation",), "evaluate.enabled", Scope.SAVER,
+         "specops.pipeline.evaluation:pipeline_step", "the draft's acceptance on held-out prompts"),
+)
+
+
+def names() -> list[str]:
+    return [step.name for step in STEPS]
+
+
+def step(name: str) -> Step:
+    for entry in STEPS:
+        if entry.name == name:
+            return entry
+    raise KeyError(name)
+
+
+def depends_on() -> dict[str, list[str]]:
+    """{step: the recorded steps it reads}: what the manifest invalidates along."""
+    return {entry.name: list(entry.reads) for entry in STEPS if entry.recorded}
+
+
+def outputs() -> dict[str, list[str]]:
+    return {entry.name: list(entry.writes) for entry in STEPS if entry.recorded}
+
+
+def enabled(entry: Step, config: Any) -> bool:
+    """Whether the run config turns the step on (`enabled_by` read off the config's attributes)."""
+    if entry.enabled_by is None:
+        return True
+    value: Any = config
+    for part in entry.enabled_by.split("."):
+        value = getattr(value, part)
+    return bool(value)
+
+
+def sequence(arrow: str = " → ") -> str:
+    """The steps in order, as `--help` shows them."""
+    return arrow.join(names())

@@ -1,0 +1,91 @@
+"""The nodes of a run across hosts meet at a rendezvous on the first host (pipeline.hosts): two nodes on
+loopback, each in its own thread, as two hosts' engines would be in their own processes.
+
+They wait for each other, share JSON, copy each other's files whole (larger than one store value,
+nested, written beside and renamed in), and a node that fails stops the other at its next wait with
+one line naming the failing host.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from specops.errors import CheckFailed
+from specops.pipeline import hosts as rendezvous
+from tests.support.sshd import free_port
+
+NAMES = ["gpu1", "gpu2"]
+
+
+def both(work: Any) -> list[Any]:
+    """work(node) on node 0 and node 1 at once; their values (or the exception each raised)."""
+    port, group = free_port(), f"test-{free_port()}"
+
+    def one(rank: int) -> Any:
+        node = rendezvous.Rendezvous(NAMES, rank, "127.0.0.1", port, group, None)
+        try:
+            return work(node)
+        except Exception as exc:  # the test looks at it
+            node.fail(str(exc))  # as the engine does
+            return exc
+        finally:
+            node.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(one, [0, 1]))
+
+
+def test_the_nodes_share_values_by_rank_and_each_others_files_whole(tmp_path: Path) -> None:
+    big = bytes(range(256)) * (rendezvous.CHUNK // 256 * 2 + 3)  # three store values
+
+    def work(node: rendezvous.Rendezvous) -> Any:
+        folder = tmp_path / NAMES[node.rank]
+        mine = [f"hs_{node.rank}.safetensors", f"{node.rank}/nested/state.pt"]
+        for name in mine:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(big + name.encode())
+        node.barrier("written")
+        values = node.all_gather("plan", {"rank": node.rank, "host": NAMES[node.rank]})
+        return values, node.exchange("files", folder, mine, lacking=True)
+
+    (values0, copied0), (values1, copied1) = both(work)
+    assert values0 == values1 == [{"rank": 0, "host": "gpu1"}, {"rank": 1, "host": "gpu2"}]
+    for name in ("hs_0.safetensors", "0/nested/state.pt", "hs_1.safetensors", "1/nested/state.pt"):
+        assert (tmp_path / "gpu1" / name).read_bytes() == (tmp_path / "gpu2" / name).read_bytes() == big + name.encode()
+    assert copied0["copies"] == copied1["copies"] == [{"from": "gpu1", "to": ["gpu2"], "files": 2},
+                                                      {"from": "gpu2", "to": ["gpu1"], "files": 2}]
+    assert not list(tmp_path.rglob("*.tmp*"))  # nothing half-written left beside the files
+
+
+def test_a_node_that_fails_stops_the_other_at_its_next_wait_naming_it() -> None:
+    def work(node: rendezvous.Rendezvous) -> Any:
+        if node.rank == 1:
+            node.fail("extract: hs_3.safetensors: the header promises 120 tokens")
+            raise CheckFailed("failed here")
+        node.barrier("extract")
+        return "passed the barrier"
+
+    first, second = both(work)
+    assert isinstance(first, CheckFailed) and isinstance(second, CheckFailed)
+    assert str(first) == "gpu2: extract: hs_3.safetensors: the header promises 120 tokens"
+
+
+def test_a_file_name_leaving_the_folder_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    def work(node: rendezvous.Rendezvous) -> Any:
+        mine = ["../escape"] if node.rank == 0 else []
+        return node.exchange("files", tmp_path, mine, lacking=True)
+
+    first, second = both(work)
+    assert isinstance(first, CheckFailed) and "would leave the folder" in str(first)
+    assert isinstance(second, CheckFailed) and str(second).startswith("gpu1: ")
+
+
+def test_one_host_is_the_same_engine_with_nothing_to_meet() -> None:
+    from specops.pipeline.run.context import OneHost
+
+    one = OneHost()
+    one.barrier("extract")
+    assert one.all_gather("plan", {"rows": 3}) == [{"rows": 3}]
+    assert one.exchange("extract", Path("/nowhere"), ["hs_0.safetensors"], True) == {"copies": [], "bytes": 0}
