@@ -3,11 +3,12 @@
     PYTHONPATH=src:. .venv/bin/python bench/pipeline_hosts.py [--samples 24] [--epochs 1] [--out DIR]
 
 Both go through the real `invoke pipeline` over real sshds on loopback (tests/support/sshd.py), each
-host with a fresh workdir: `--host gpu1` (the one-host job) and `--hosts gpu1,gpu2` (remote/spread.py:
-each host extracts its share, the shares are gathered, one torchrun training over both, evaluated and
-fetched). The two "hosts" share this machine's cores, so the ratio shows the spread's overhead
-(two doctors, the gather, the checks, the rendezvous), not a speed-up; on real hosts extraction
-divides by the host count. Prints; asserts nothing.
+host with a fresh workdir: `--host gpu1` (the engine as one job) and `--hosts gpu1,gpu2` (the same
+engine as one job a host, meeting at a rendezvous on gpu1: each extracts its share, the shares go host
+to host, one torchrun training over both, evaluated and fetched). The two "hosts" share this machine's
+cores, so the ratio shows the overhead of running across hosts (two doctors, the exchange, the
+barriers, the two-node training), not a speed-up; on real hosts extraction divides by the host count.
+Prints; asserts nothing.
 """
 
 from __future__ import annotations

@@ -93,19 +93,3 @@ def test_run_show_reports_derived_layer_ids_and_paths(tiny_workdir, tmp_path):
     assert document["derived"]["layer_ids"] == [1, 2, 3, 4]
     assert document["derived"]["paths"]["hidden_states"] == str(root / "runs" / "tiny" / "hidden_states")
     assert document["config"]["max_seq_len"] == 256
-
-
-def test_run_check_says_whether_the_run_regenerates(tiny_workdir, tmp_path):
-    # the spread pipeline launches no regenerate job on any host when the run has no such step
-    import yaml
-
-    root = tmp_path / "w"
-    shutil.copytree(tiny_workdir, root)
-    config_file = root / "runs" / "tiny.yaml"
-    for enabled in (False, True):
-        config = yaml.safe_load(config_file.read_text())
-        config["regenerate"] = {**config.get("regenerate", {}), "enabled": enabled}
-        config_file.write_text(yaml.safe_dump(config))
-        code, document, _ = agent(root, "run", "check", "--run", "tiny")
-        assert code == 0, document
-        assert document["regenerates"] is enabled

@@ -29,8 +29,7 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run
 
     run = open_run(args.run)  # the embedded tiny target is made here, as the first step would
-    document: dict[str, Any] = {"ok": True, "run": args.run, "config_file": run.label,
-                                "regenerates": run.config.regenerate.enabled}
+    document: dict[str, Any] = {"ok": True, "run": args.run, "config_file": run.label}
     if (run.model_path / "config.json").is_file():
         document["layer_ids"] = run.layer_ids()
     from specops.pipeline.plan import refuse_unfit
