@@ -5,7 +5,7 @@
 PATH is another checkout of specops (e.g. `git worktree add /tmp/before 81ef24a`). Each tree runs the
 demo's whole pipeline once in a tiny workdir of its own (this checkout's .venv, one torch thread),
 then, in turn with the other tree so that load from elsewhere hits both alike, times `step evaluate`
-and `pipeline --skip-doctor` on its finished run: what a user waits for when nothing changed. Prints
+and `pipeline` (no doctor) on its finished run: what a user waits for when nothing changed. Prints
 the median seconds of each with each tree and the ratio. Asserts nothing.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from samples_first import REPO, specops_in, tiny_template  # bench/ is first on the path of a bench script
 
 COMMANDS = {"step evaluate (skips)": ["step", "evaluate", "--run", "tiny"],
-            "pipeline (every step skips)": ["pipeline", "--run", "tiny", "--skip-doctor"]}
+            "pipeline (every step skips)": ["pipeline", "--run", "tiny"]}
 
 
 def main() -> int:

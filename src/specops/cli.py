@@ -65,7 +65,7 @@ def _pipeline_commands() -> tuple[Register, ...]:
     return (runs.register,)
 
 
-def _pipeline_driver() -> tuple[Register, ...]:
+def _pipeline_engine() -> tuple[Register, ...]:
     from specops.pipeline.commands import pipeline
 
     return (pipeline.register,)
@@ -98,7 +98,7 @@ COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {
     "step": _pipeline_steps,
     "tiny": _pipeline_commands,
     "run": _pipeline_commands,
-    "pipeline": _pipeline_driver,
+    "pipeline": _pipeline_engine,
     "fetch-list": _fetch_list,
     "vllm": _vllm,
     "plan": _plan,
