@@ -16,7 +16,14 @@ import re
 from collections import deque
 from typing import IO, Any
 
-from specops.protocol import TRAINER_ACCEPTANCE, TRAINER_END, TRAINER_METRIC, TRAINER_START
+from specops.protocol import (
+    TRAINER_ACCEPTANCE,
+    TRAINER_END,
+    TRAINER_METRIC,
+    TRAINER_ONLINE,
+    TRAINER_START,
+    WAITS_FOR_DATA,
+)
 
 # speculators' own epoch bar, printed when an epoch ends: "Epoch 0 100% ━━━ 40/40 [...]"
 _EPOCH_BAR = re.compile(r"^Epoch (\d+) .*?(\d+)/(\d+)")
@@ -51,6 +58,7 @@ class TrainingBars:
         self.pending: dict[str, float] = {}
         self.steps_in_epoch: dict[int, int] = {}
         self.accepted: dict[int, str] = {}  # epoch -> its acceptance, kept on its bar
+        self.server: dict[str, Any] | None = None  # online training: the server's side (TRAINER_ONLINE)
 
     def _task(self, epoch: int) -> Any:
         if epoch not in self.tasks:
@@ -64,6 +72,12 @@ class TrainingBars:
     def feed(self, line: str) -> None:
         if line.startswith(TRAINER_ACCEPTANCE):
             self._acceptance(line[len(TRAINER_ACCEPTANCE):])
+            return
+        if line.startswith(TRAINER_ONLINE):
+            try:
+                self.server = json.loads(line[len(TRAINER_ONLINE):])
+            except json.JSONDecodeError:
+                pass
             return
         bar = _EPOCH_BAR.match(line.strip())
         if bar:
@@ -102,6 +116,8 @@ class TrainingBars:
             self.progress.update(task_id, total=done)
         metrics = (f"loss {record['train/loss']:.3f}  acc@0 {record.get('train/full_acc_0', float('nan')):.3f}  "
                    f"{record.get('profile/tokens_per_s', float('nan')):.0f} tokens/s")
+        if self.server is not None:
+            metrics += "  |  " + side_by_side(self.server, record.get("profile/fetch_frac"))
         self.progress.update(task_id, completed=done, metrics=metrics + self.accepted.get(epoch, ""))
 
     def close(self) -> None:
@@ -110,6 +126,18 @@ class TrainingBars:
             if done:
                 self.progress.update(task_id, total=done, completed=done)
         self.progress.stop()
+
+
+def side_by_side(server: dict[str, Any], fetch_frac: float | None) -> str:
+    """The server's side of an online training beside the trainer's, and which one waits: the trainer
+    when it spends most of a step waiting for data (speculators' profile/fetch_frac)."""
+    served = server.get("served_per_s")
+    text = f"server {'?' if served is None else served} hidden states/s"
+    if fetch_frac is not None:
+        slower = ("the trainer waits for the server" if fetch_frac > WAITS_FOR_DATA
+                  else "the server waits for the trainer")
+        text += f", trainer waits {100 * fetch_frac:.0f}% of a step: {slower}"
+    return text
 
 
 class StepView:

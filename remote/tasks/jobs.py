@@ -87,6 +87,8 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
         if progress and state in ACTIVE_STATES and progress.get("step") == "evaluate":
             detail = (f"evaluating {progress.get('draft')} ({progress.get('done')}/{progress.get('total')} drafts, "
                       f"{progress.get('prompts')} prompts, {progress.get('backend')})\n{detail}")
+        elif progress and state in ACTIVE_STATES and progress.get("online"):
+            detail = f"{online_line(progress)}\n{detail}"
         elif progress and state in ACTIVE_STATES:
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
@@ -265,3 +267,19 @@ def stopped_summary(document: dict) -> str:
 
 
 TASKS = [run, status, logs, stop]
+
+
+def online_line(progress: dict) -> str:
+    """Server and trainer side by side while a run trains online: who serves how fast, who waits."""
+    server, trainer, disk = progress.get("server") or {}, progress.get("trainer") or {}, progress.get("disk") or {}
+    budget = disk.get("budget_bytes")
+    on_disk = f"{_mb(disk.get('bytes'))} on disk" + (f" of {_mb(budget)} budget" if budget else "")
+    fetch, served = trainer.get("fetch_frac"), server.get("served_per_s")
+    return (f"server {server.get('job') or '?'}: {'?' if served is None else served} hidden states/s | "
+            f"trainer: {trainer.get('tokens_per_s') or '?'} tokens/s, "
+            f"{'?' if fetch is None else f'{100 * fetch:.0f}%'} of each step waiting for data | "
+            f"{progress.get('waits') or 'measuring'} | {on_disk}")
+
+
+def _mb(value: object) -> str:
+    return f"{value / 1e6:.1f} MB" if isinstance(value, (int, float)) else "?"

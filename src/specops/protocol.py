@@ -114,6 +114,12 @@ TRAINER_END = "### specops trainer end"
 # Between them, after each epoch: {"epoch": N, "mean_acceptance_length": x, "per_position_acceptance": [...],
 # "prompts": P}, the draft's acceptance on a few held-out prompts (shown on that epoch's bar).
 TRAINER_ACCEPTANCE = "### specops epoch acceptance "
+# Online and hybrid training: the server's side beside the trainer's, now and then between the trainer's
+# lines: {"served_per_s": .., "busy_share": .., "bytes": .., "budget_bytes": .., "job": ..}.
+TRAINER_ONLINE = "### specops online "
+# The trainer spends more than this share of a step waiting for data (speculators' profile/fetch_frac):
+# the server is the slower side ("the trainer waits for the server"), else the server waits for it.
+WAITS_FOR_DATA = 0.5
 # One `key=value` of the trainer's step and validation records (train/loss=.., epoch=.., global_step=..).
 TRAINER_METRIC = re.compile(
     r"(?<![\w/])((?:train|val|profile|lr)/[\w.]+|lr|epoch|global_step)=(-?(?:\d+\.?\d*(?:e[+-]?\d+)?|nan|inf))(?=[,\s]|$)")

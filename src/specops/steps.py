@@ -29,7 +29,8 @@ class Step:
     name: str
     reads: tuple[str, ...]   # the steps whose outputs it reads: a change there invalidates it
     writes: tuple[str, ...]  # its output folders under the run folder (moved or removed on invalidation)
-    enabled_by: str | None   # the run config's boolean key that turns it on ("regenerate.enabled"); None: always
+    enabled_by: str | None   # the run config's boolean key or property that turns it on ("regenerate.enabled",
+                             # "hidden_states.extracts"); None: always
     scope: Scope
     runs: str                # "module:function" in the step's own room: function(context) -> its report
     summary: str             # one line for --help
@@ -43,9 +44,11 @@ STEPS: tuple[Step, ...] = (
          "specops.pipeline.regenerate:pipeline_step", "the target answers the conversations' prompts"),
     Step("prepare", ("regenerate",), ("prepared", "heldout"), None, Scope.EVERY_HOST,
          "specops.pipeline.data:pipeline_step", "tokenise, loss mask, token frequencies, held-out prompts"),
-    Step("extract", ("prepare",), ("hidden_states",), None, Scope.SHARE_PER_HOST,
+    # off in hidden_states.mode online (the trainer asks the run's server for every row); in hybrid the
+    # extraction room writes only the leading rows the disk budget holds
+    Step("extract", ("prepare",), ("hidden_states",), "hidden_states.extracts", Scope.SHARE_PER_HOST,
          "specops.pipeline.extraction:pipeline_step", "the target's hidden states at the run's layers"),
-    Step("validate", ("extract",), (), None, Scope.FIRST_HOST,
+    Step("validate", ("extract",), (), "hidden_states.extracts", Scope.FIRST_HOST,
          "specops.pipeline.validation:pipeline_step", "every file whole, fidelity to the target"),
     Step("vocab", ("prepare",), ("vocab",), None, Scope.EVERY_HOST,
          "specops.pipeline.training:vocab_pipeline_step", "the draft vocabulary (d2t/t2d)"),

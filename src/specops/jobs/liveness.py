@@ -73,6 +73,10 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
 
     from specops import paths
 
+    if record.get("name") in ("train", "pipeline"):
+        online = online_progress(paths.workdir() / "runs" / record["run"])
+        if online is not None:
+            return online
     if record.get("name") in ("evaluate", "pipeline"):
         evaluation = paths.workdir() / "runs" / record["run"] / "evaluation" / "progress.json"
         try:
@@ -89,3 +93,43 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
         return json.loads(progress.read_text())
     except (OSError, ValueError):
         return None
+
+
+_TRAIN_LOG_TAIL_BYTES = 16384
+
+
+def online_progress(run_dir: Path) -> dict[str, Any] | None:
+    """Server and trainer side by side while a run trains online or hybrid: hidden states the server
+    serves per second (its own counters, sampled by the training's watch in online.json), the trainer's
+    tokens per second and the share of each step it spent waiting for data (speculators'
+    profile/fetch_frac, from the newest step line of train.log), and which one waits for the other."""
+    import json
+
+    from specops.protocol import TRAINER_METRIC, WAITS_FOR_DATA
+
+    try:
+        state = json.loads((run_dir / "online.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("state") != "running":
+        return None
+    try:
+        with (run_dir / "checkpoints" / "train.log").open("rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(handle.tell() - _TRAIN_LOG_TAIL_BYTES, 0))
+            tail = handle.read().decode(errors="replace")
+    except OSError:
+        tail = ""
+    metrics: dict[str, float] = {}
+    for key, value in TRAINER_METRIC.findall(tail):  # later lines overwrite earlier ones: the newest step
+        metrics[key] = float(value)
+    fetch = metrics.get("profile/fetch_frac")
+    server = state.get("server") or {}
+    waits = None
+    if fetch is not None:
+        waits = "the trainer waits for the server" if fetch > WAITS_FOR_DATA else "the server waits for the trainer"
+    return {"step": "train", "online": True, "server": server,
+            "trainer": {"tokens_per_s": metrics.get("profile/tokens_per_s"), "fetch_frac": fetch,
+                        "epoch": metrics.get("epoch"), "global_step": metrics.get("global_step")},
+            "waits": waits, "disk": {"bytes": state.get("bytes"), "peak_bytes": state.get("peak_bytes"),
+                                     "budget_bytes": state.get("budget_bytes")}}

@@ -239,3 +239,16 @@ def refuse_unfit(run: Run) -> dict[str, Any] | None:
         raise BadInput(f"{run.label}: hidden_states.mode: {plan.run.mode} does not fit this host: {plan.problems[0]}"
                        + (f" (the plan recommends {plan.recommended['mode']})" if plan.recommended.get("mode") else ""))
     return {"mode": plan.run.mode, "fits": True, "recommended": plan.recommended.get("mode")}
+
+
+def planned_placement(run: Run) -> dict[str, Any] | None:
+    """The plan's placement of the server and the trainer for an online or hybrid run (None offline, or
+    without the target's config); a mode that does not fit is refused here too (one line, exit 2)."""
+    if run.config.hidden_states.mode == "offline":
+        return None
+    plan = checked_plan(run)
+    if plan is None:
+        return None
+    if not planning.fits(plan):
+        refuse_unfit(run)  # raises the launch boundary's own line
+    return plan.modes[plan.run.mode]["placement"]

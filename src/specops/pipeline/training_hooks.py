@@ -1,5 +1,6 @@
 """The pipeline's train step with what runs around speculators' trainer: the parity gate before anything
-trains (the parity room) and the acceptance after every epoch (the evaluation room). Here, beside the
+trains (the parity room), the acceptance after every epoch (the evaluation room) and the plan's placement
+of an online run's server and trainer (pipeline.plan). Here, beside the
 rooms, because the training room imports neither (they read the training's checkpoints)."""
 
 from __future__ import annotations
@@ -12,10 +13,14 @@ if TYPE_CHECKING:
 
 
 def train_hooks(run: Run) -> dict[str, Any]:
+    """gate, scorer, and for an online or hybrid run the plan's placement of its server and trainer on
+    this host's GPUs (`planned`; a mode that does not fit is refused here, one line, exit 2)."""
     from specops.pipeline.evaluation.epochs import epoch_scorer
     from specops.pipeline.parity import before_training
+    from specops.pipeline.plan import planned_placement
 
-    return {"gate": lambda plan, gpus: before_training(run, plan, gpus), "scorer": lambda: epoch_scorer(run)}
+    return {"gate": lambda plan, gpus: before_training(run, plan, gpus), "scorer": lambda: epoch_scorer(run),
+            "planned": planned_placement(run)}
 
 
 def pipeline_step(context: StepContext) -> dict[str, Any]:

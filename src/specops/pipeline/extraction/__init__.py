@@ -112,8 +112,11 @@ def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int
 
 def extract(run: Run, samples: int | None, backend: str | None = None,
             options: Options = Options()) -> dict[str, Any]:
-    """Step 2 with the chosen backend; the report names the backend."""
+    """Step 2 with the chosen backend; the report names the backend. Online mode extracts nothing:
+    the trainer asks the run's server for every row (hybrid writes the rows the disk budget holds)."""
     chosen = backend_for(run, backend)
+    if run.config.hidden_states.mode == "online":
+        return {"backend": chosen.name, "step": "extract", "status": ONLINE_SKIP, "counts": {"samples": 0}}
     return {"backend": chosen.name, **chosen.extract(run, samples, options)}
 
 
@@ -126,8 +129,12 @@ def pipeline_step(context: StepContext) -> dict[str, Any]:
     return extract(context.run, context.samples, context.backend)
 
 
+ONLINE_SKIP = "skipped: hidden_states.mode is online (the trainer asks the run's server)"
+
+
 __all__ = [
     "BACKENDS",
+    "ONLINE_SKIP",
     "Backend",
     "BackgroundWriter",
     "ExtractionPlan",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from specops import atomic
 from specops.errors import BadInput
 from specops.pipeline.extraction.hidden_states import BackgroundWriter, write_sample
-from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, row_count
+from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, rows_to_extract
 from specops.pipeline.target import choose_device, decoder_parts, load_target
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
@@ -241,8 +241,9 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     device, dtype = choose_device(run.config.dtype)
     batch_tokens = batch_tokens or (GPU_BATCH_TOKENS if device.type == "cuda" else CPU_BATCH_TOKENS)
     batch_tokens = max(batch_tokens, max(lengths))
-    count = row_count(lengths)
-    plan = plan_extraction(run, lengths, count, extract_inputs(run, prepare_hash, device, dtype, batch_tokens))
+    inputs = extract_inputs(run, prepare_hash, device, dtype, batch_tokens)
+    count = rows_to_extract(run, lengths, inputs["dtype"], _gpu_count(device))
+    plan = plan_extraction(run, lengths, count, inputs)
     if require_whole:
         plan.require_all_whole()
     batches = plan_batches(lengths, batch_tokens)
@@ -282,6 +283,13 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
             "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
             "progress": progress.document("done"), "output": str(folder), "processes": processes,
             **({"part": share} if share else {})}
+
+
+def _gpu_count(device: Any) -> int:
+    """GPUs of the host as the trainer sees them (0 on a CPU host)."""
+    from specops import gpus
+
+    return gpus.device_count() if device.type == "cuda" else 0
 
 
 def _gpu_processes(device: Any) -> int:

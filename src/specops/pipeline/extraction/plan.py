@@ -35,6 +35,25 @@ def row_count(lengths: list[int]) -> int:
     return len(lengths)
 
 
+def rows_to_extract(run: Run, lengths: list[int], dtype: str, host_gpus: int) -> int:
+    """The rows extract writes, by the run's `hidden_states.mode`: every prepared row (offline), none
+    (online: the trainer asks the server for each), or the leading rows whose files fit the disk budget
+    beside the files the trainer will have in flight from the server (hybrid)."""
+    from specops.pipeline.extraction import budget
+    from specops.pipeline.target import hidden_size
+
+    settings = run.config.hidden_states
+    if settings.mode == "offline":
+        return row_count(lengths)
+    if settings.mode == "online":
+        return 0
+    layers, hidden = len(run.layer_ids()), hidden_size(run)
+    in_flight = budget.in_flight_rows(run.config.train.loader_workers, host_gpus)
+    allowance = (budget.budget_bytes(settings.disk_budget_gb) or 0) - budget.in_flight_reserve(
+        lengths, layers, hidden, dtype, in_flight)
+    return budget.rows_within(lengths, layers, hidden, dtype, max(allowance, 0))
+
+
 def check_files(folder: Path, lengths: list[int], count: int, n_layers: int, hidden: int,
                 dtype: str) -> dict[int, str]:
     """Rows 0..count-1 whose file is missing or not whole, with what is wrong."""

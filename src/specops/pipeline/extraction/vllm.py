@@ -36,7 +36,7 @@ from specops.errors import CheckFailed
 from specops.parallel import row_ranges
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
-from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, row_count
+from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, rows_to_extract
 from specops.pipeline.run import Run, model_digest
 
 DEFAULT_CONCURRENCY = 8
@@ -68,7 +68,7 @@ def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
     """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
     prepare_hash, lengths = prepared_rows(run, samples)
     inputs = extract_inputs(run, prepare_hash, vllm.serve_dtype(run, host_gpus))
-    return plan_extraction(run, lengths, row_count(lengths), inputs)
+    return plan_extraction(run, lengths, rows_to_extract(run, lengths, inputs["dtype"], host_gpus), inputs)
 
 
 def vllm_share(plan: ExtractionPlan, part: tuple[int, int]) -> tuple[dict[str, Any], set[int]]:

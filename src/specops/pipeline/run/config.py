@@ -97,10 +97,40 @@ class EvaluateSettings(_Strict):
 class HiddenStatesSettings(_Strict):
     """Where the trainer's hidden states come from: offline (all extracted to disk first), online (the
     run's vLLM server makes them as the trainer asks) or hybrid (up to the disk budget on disk, the rest
-    online). `invoke plan` shows what each costs; a mode that does not fit is refused before launch."""
+    online). `invoke plan` shows what each costs; a mode that does not fit is refused before launch.
+
+    offline  extract writes every row's file, then training reads them (`--on-missing raise`);
+    online   the run's vllm-server job stays up through training and speculators asks it for every
+             row (`--on-missing generate`); generated states are discarded once loaded; no extract;
+    hybrid   extract writes the first rows that fit `disk_budget_gb`, the trainer generates the rest.
+    """
     mode: Literal["offline", "online", "hybrid"] = "offline"
-    disk_budget_gb: float | None = Field(None, gt=0)  # hidden-state bytes on disk at most (decimal GB)
-    placement: Literal["split", "shared"] | None = None  # online/hybrid on one host's GPUs; None: the plan's
+    # decimal GB of hidden-state files on disk at any time: the run's files and the server's staged
+    # ones; watched while training, not only planned before
+    disk_budget_gb: float | None = Field(None, gt=0)
+    # GPUs of one host: split (server on some, trainer on the rest) or shared (the server's memory
+    # share lowered); null: the plan chooses
+    placement: Literal["split", "shared"] | None = None
+    server_gpus: int | None = Field(None, gt=0)  # split: the server's GPUs (default: the plan's)
+    server_memory_share: float | None = Field(None, gt=0, lt=1)  # shared: vLLM --gpu-memory-utilization
+    # speculators' bounds on one generation request (--request-timeout, --max-retries) and its circuit
+    # breaker (--max-consecutive-generation-failures); our own watch of the server job comes first
+    request_timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(1, ge=0)
+    max_consecutive_failures: int = Field(3, gt=0)
+
+    @property
+    def extracts(self) -> bool:
+        """The step table's enable rule of extract and validate: every mode writes files but online."""
+        return self.mode != "online"
+
+    @model_validator(mode="after")
+    def _budget_for_hybrid(self) -> HiddenStatesSettings:
+        if self.mode == "hybrid" and self.disk_budget_gb is None:
+            raise ValueError("mode hybrid needs disk_budget_gb (extraction writes up to it)")
+        if self.server_gpus is not None and self.placement == "shared":
+            raise ValueError("server_gpus is for placement split, not shared")
+        return self
 
 
 class PlanSettings(_Strict):

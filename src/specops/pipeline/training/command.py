@@ -32,6 +32,21 @@ OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass(frozen=True)
+class Generation:
+    """Online and hybrid modes: rows without a file are asked of the run's vLLM server."""
+
+    endpoint: str  # the server's OpenAI base URL
+    request_timeout_s: float = 120.0  # --request-timeout, per request
+    max_retries: int = 1  # --max-retries, per request
+    max_consecutive_failures: int = 3  # --max-consecutive-generation-failures (the circuit breaker)
+
+    def args(self) -> list[str]:
+        return ["--on-missing", "generate", "--vllm-endpoint", self.endpoint,
+                "--request-timeout", repr(float(self.request_timeout_s)), "--max-retries", str(self.max_retries),
+                "--max-consecutive-generation-failures", str(self.max_consecutive_failures)]
+
+
+@dataclass(frozen=True)
 class TrainPlan:
     """Everything `speculators train` needs, resolved to concrete values and paths."""
 
@@ -55,6 +70,7 @@ class TrainPlan:
     log_freq: int | None = None  # None: speculators' default (every step)
     loader_workers: int | None = None  # None: speculators' default (12) on a GPU, 0 on a CPU host
     extra_args: tuple[str, ...] = field(default=())
+    generation: Generation | None = None  # None: offline, every row's file on disk (--on-missing raise)
 
 
 def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_layers: int) -> tuple[int, ...]:
@@ -165,7 +181,8 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: Nodes | None = None) 
         "--verifier-name-or-path", plan.verifier,
         "--data-path", str(plan.data_path),
         "--hidden-states-path", str(plan.hidden_states_path),
-        "--on-missing", "raise",  # never let the trainer call an inference server
+        # offline: never let the trainer call an inference server
+        *(plan.generation.args() if plan.generation else ["--on-missing", "raise"]),
         "--save-path", str(plan.save_path),
         "--draft-vocab-size", str(plan.draft_vocab_size),
         "--num-layers", str(plan.num_layers),
@@ -295,14 +312,18 @@ def resolve_executable(name: str) -> str:
     return shutil.which(name) or name
 
 
-def run_training(command: list[str], save_path: Path, env: dict[str, str] | None = None, watch: Any = None) -> int:
+def run_training(command: list[str], save_path: Path, env: dict[str, str] | None = None, watch: Any = None,
+                 guard: Any = None) -> int:
     """Run the trainer; its output goes to our stderr and is appended to save_path/train.log.
 
     `watch` (training.epochs.EpochWatch) sees each finished epoch while the trainer runs; our stderr then
-    gets the trainer's output in whole lines, so the watcher's own lines never cut one of its records."""
+    gets the trainer's output in whole lines, so the watcher's own lines never cut one of its records.
+    `guard` (training.online.Watch, online and hybrid modes) is started with a callable that stops the
+    trainer (its server died, or the disk budget was passed) and puts its own lines between the trainer's."""
     save_path.mkdir(parents=True, exist_ok=True)
     argv = [resolve_executable(command[0]), *command[1:]]
     lock = watch.lock if watch is not None else contextlib.nullcontext()
+    whole_lines = watch is not None or guard is not None
     with open(save_path / LOG_FILE, "ab") as log:
         log.write(f"### specops launch {time.strftime('%Y-%m-%dT%H:%M:%S')}: {json.dumps(command)}\n".encode())
         log.flush()
@@ -311,15 +332,22 @@ def run_training(command: list[str], save_path: Path, env: dict[str, str] | None
         assert process.stdout is not None
         if watch is not None:
             watch.attach(process)
+        if guard is not None:
+            guard.trainer_pid = process.pid
+            guard.start(lambda: _stop_trainer(process))
         pending = b""
         try:
             for chunk in iter(lambda: process.stdout.read1(65536), b""):  # type: ignore[union-attr]
                 log.write(chunk)
-                log.flush()
                 pending += chunk
-                cut = pending.rfind(b"\n") + 1 if watch is not None else len(pending)
+                cut = pending.rfind(b"\n") + 1 if whole_lines else len(pending)
+                # between the trainer's lines, never inside one (the log holds the whole chunk)
+                line = guard.pending_line() if guard is not None and cut == len(pending) else None
+                if line:
+                    log.write(line.encode())
+                log.flush()
                 with lock:
-                    sys.stderr.buffer.write(pending[:cut])
+                    sys.stderr.buffer.write(pending[:cut] + (line.encode() if line else b""))
                     sys.stderr.flush()
                 pending = pending[cut:]
         except KeyboardInterrupt:
@@ -331,3 +359,17 @@ def run_training(command: list[str], save_path: Path, env: dict[str, str] | None
         if watch is not None:
             watch.finish()
         return code
+
+
+STOP_GRACE_S = 15.0
+
+
+def _stop_trainer(process: subprocess.Popen) -> None:
+    """SIGTERM (speculators saves interrupted/), then SIGKILL after a grace: the step must end in bounded time."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()

@@ -19,7 +19,7 @@ from specops import gpus
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline.training import command as train
 from specops.pipeline.training import epochs as epochs_room
-from specops.pipeline.training import metrics, plot, vocab
+from specops.pipeline.training import metrics, online, plot, vocab
 from specops.protocol import TRAINER_END, TRAINER_START
 
 TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
@@ -79,6 +79,15 @@ def gpu_count() -> int:
     return gpus.device_count()
 
 
+def generation_for(run: Run) -> train.Generation | None:
+    """Online and hybrid: the trainer asks the run's vllm-server job (on this host, the run's port)."""
+    settings = run.config.hidden_states
+    if settings.mode == "offline":
+        return None
+    return train.Generation(f"http://127.0.0.1:{run.config.vllm.port}/v1", settings.request_timeout_s,
+                            settings.max_retries, settings.max_consecutive_failures)
+
+
 def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     config, paths = run.config, run.paths
     target_vocab = vocab.target_vocab_size(run.model_path)
@@ -105,6 +114,7 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
         log_freq=config.train.log_freq,
         loader_workers=config.train.loader_workers,
         extra_args=tuple(config.train.extra_args),
+        generation=generation_for(run),
     )
 
 
@@ -118,10 +128,14 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: train.Nodes
     # Unset optimizer/log_freq/loader_workers stay out too: runs trained before these settings existed
     # keep their hash (and are not trained again).
     settings = {key: _within(run.paths.workdir, value) if relative else str(value)
-                for key, value in vars(replace(plan, epochs=0)).items()
-                if not (value is None and key in ("optimizer", "log_freq", "loader_workers"))}
+                for key, value in vars(replace(plan, epochs=0, generation=None)).items()
+                if not (value is None and key in ("optimizer", "log_freq", "loader_workers", "generation"))}
     inputs = {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
               "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
+    if plan.generation is not None:  # offline runs keep the hash they had before online mode existed
+        from specops.pipeline.run import model_digest
+
+        inputs["hidden_states"] = {"mode": run.config.hidden_states.mode, "model_digest": model_digest(run.model_path)}
     if nodes is not None:  # the group's shape is an input; the rendezvous id of one launch is not
         inputs["nodes"] = nodes.count
     return inputs
@@ -156,6 +170,8 @@ def trained_rows(plan: train.TrainPlan) -> int:
     from specops.pipeline.data import saved
 
     rows = saved.row_count(plan.data_path)
+    if plan.generation is not None:
+        return rows  # online and hybrid: the trainer asks the server for rows without a file
     missing = [index for index in range(rows) if not (plan.hidden_states_path / f"hs_{index}.safetensors").is_file()]
     if missing:
         raise BadInput(f"{plan.data_path}: {rows} rows are prepared but {len(missing)} have no hidden states "
@@ -165,26 +181,40 @@ def trained_rows(plan: train.TrainPlan) -> int:
 
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
                nodes: train.Nodes | None = None, *, gate: Gate | None = None,
-               scorer: Callable[[], epochs_room.Scorer | None] | None = None) -> tuple[int, dict]:
+               scorer: Callable[[], epochs_room.Scorer | None] | None = None,
+               planned: dict[str, Any] | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts.
 
     gate(plan, gpus): the parity gate (the parity room), run before anything trains; it raises CheckFailed
     on a mismatch. scorer(): the per-epoch acceptance scorer (the evaluation room), or None where the run
-    has no held-out prompts; with it every finished epoch is scored and `train.stop_if` applies."""
+    has no held-out prompts; with it every finished epoch is scored and `train.stop_if` applies.
+    planned: the plan's placement of server and trainer for an online or hybrid run (the caller plans)."""
     # first: the group's pre-launch dry run checks this host's training network before anything else;
     # the host's own settings win, as with thread counts: an operator may know better than the inventory
     collectives = {key: os.environ.get(key, value)
                    for key, value in (train.collectives_environment(nodes) if nodes else {}).items()}
     gpus = gpu_count() if gpus is None else gpus
     plan = train_plan(run, epochs)
+    placement = None
+    if plan.generation is not None:
+        if nodes is not None:
+            raise BadInput(f"{run.label}: hidden_states.mode: {run.config.hidden_states.mode} trains on one host "
+                           "(its vllm-server job beside the trainer); use offline for a training over hosts")
+        placement = online.placement_for(run, gpus, planned)
+        gpus = len(placement.trainer_gpus)
     command = train.build_train_command(plan, gpus, nodes)
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
     if collectives:
         document["collectives"] = collectives
+    if placement is not None:
+        document["hidden_states"] = {"mode": run.config.hidden_states.mode, "placement": placement.as_dict()}
     if dry_run:
         return 0, {**document, "status": "dry run"}
     vocab_step(run)  # step 3 first when it is missing or stale (skipped when unchanged), as extract prepares
-    for needed, step in ((plan.d2t_path, "vocab"), (plan.hidden_states_path / "hs_0.safetensors", "extract")):
+    needs = [(plan.d2t_path, "vocab")]
+    if plan.generation is None:
+        needs.append((plan.hidden_states_path / "hs_0.safetensors", "extract"))
+    for needed, step in needs:
         if needed is not None and not needed.exists():
             raise BadInput(f"{needed}: missing; run the {step} step first")
     inputs = _train_inputs(run, plan, gpus, nodes)
@@ -210,6 +240,9 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
             raise CheckFailed(f"{line} (recorded; --fresh or a changed run config trains again)")
     # one node of a group checks for all (the same command): the rendezvous host
     parity = gate(plan, gpus) if gate is not None and (nodes is None or nodes.rank == 0) else None
+    serving = online.serve(run, placement) if placement is not None else None
+    if serving is not None:
+        document["hidden_states"]["server"] = serving.describe()
     moved_aside = train.start_fresh(plan.save_path) if fresh else None
     started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
     set_aside = train.set_aside_incomplete(plan.save_path)
@@ -222,10 +255,15 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     if nodes is not None and stop_if is not None:
         print("specops: train.stop_if applies to one-host training; across hosts every epoch runs", file=sys.stderr)
     watch = epochs_room.EpochWatch(plan.save_path, chosen, stop_if if nodes is None else None) if chosen else None
+    env = {**os.environ, **collectives} if collectives else None
+    if serving is not None:
+        env = {**os.environ, **serving.trainer_env()}
     try:
-        code = train.run_training(command, plan.save_path, {**os.environ, **collectives} if collectives else None,
-                                  watch=watch)
+        code = train.run_training(command, plan.save_path, env, watch=watch,
+                                  guard=serving.watch if serving is not None else None)
     finally:
+        if serving is not None:
+            serving.watch.stop()
         print(TRAINER_END, file=sys.stderr, flush=True)
     final = train.checkpoint_state(plan.save_path)
     report = metrics_report(run)
@@ -238,11 +276,16 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
                     if moved_aside else None, incomplete_set_aside=set_aside, metrics=report["epochs"],
                     plot=report["plot"], parity=parity,
                     acceptance_errors=watch.errors if watch is not None else None)
+    if serving is not None:
+        document["hidden_states"]["disk"] = serving.watch.as_dict()
     if stopped:
         print(f"specops: {stopped}", file=sys.stderr, flush=True)
         raise CheckFailed(stopped)
     if code != 0:
-        raise CheckFailed(f"speculators train exited with status {code} (log: {plan.save_path / train.LOG_FILE})")
+        log = plan.save_path / train.LOG_FILE
+        if serving is not None:
+            raise CheckFailed(serving.failure(code, serving.watch.trainer_pid, log))
+        raise CheckFailed(f"{online.ended_how(code, None)} (log: {log})")
     return 0, document
 
 
@@ -283,15 +326,17 @@ def vocab_pipeline_step(context: Any) -> dict[str, Any]:
 
 
 def train_pipeline_step(context: Any, *, gate: Gate | None = None,
-                        scorer: Callable[[], epochs_room.Scorer | None] | None = None) -> dict[str, Any]:
+                        scorer: Callable[[], epochs_room.Scorer | None] | None = None,
+                        planned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The pipeline's train. On a GPU host the run's extraction server holds most of each GPU's memory
-    (vLLM's gpu_memory_utilization): the trainer needs it back; on CPU it is left for the next extract.
+    (vLLM's gpu_memory_utilization): an offline trainer needs it back; on CPU it is left for the next
+    extract; online and hybrid training keep it up (`planned`: the plan's split or shared GPUs).
     Across hosts: one torchrun node a host, from the newest checkpoint any host holds; the report
     names the host whose trainer saved (c10d's global rank 0), where evaluate runs. `gate` and `scorer`:
     what runs around speculators' trainer (pipeline.training_hooks hands them in)."""
     run, hosts = context.run, context.hosts
     stopped = None
-    if gpus.device_count() > 0:
+    if gpus.device_count() > 0 and run.config.hidden_states.mode == "offline":
         from specops.pipeline.vllm import stop_running
 
         stopped = stop_running(run, "the pipeline's training needs the GPUs")
@@ -304,7 +349,7 @@ def train_pipeline_step(context: Any, *, gate: Gate | None = None,
             raise BadInput(nodes.problems()[0])
         copied = newest_checkpoint_everywhere(run, hosts)
     _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False, nodes=nodes, gate=gate,
-                                 scorer=scorer)
+                                 scorer=scorer, planned=planned)
     saver = hosts.rank
     if hosts.count > 1:
         links = hosts.all_gather("train-saved", len(list(run.paths.checkpoints.glob("epoch*_end"))))

@@ -194,15 +194,34 @@ class ServerJob:
 
 def start_server_job(run: Run, gpus: int, *, port: int | None = None,
                      serve_python: str | os.PathLike[str] | None = None,
-                     ready_timeout_s: float = 1800.0) -> ServerJob:
+                     ready_timeout_s: float = 1800.0, visible_gpus: tuple[int, ...] | None = None,
+                     memory_share: float | None = None) -> ServerJob:
     """This run's ready extraction `vllm-server` job (reused or launched). Raises CheckFailed with the
-    server's log tail when it dies or does not get ready, BadInput for a missing serve env."""
+    server's log tail when it dies or does not get ready, BadInput for a missing serve env.
+
+    visible_gpus  only these GPUs (CUDA_VISIBLE_DEVICES): the server's share of a split host
+    memory_share  vLLM's --gpu-memory-utilization: a lower share leaves room for a trainer beside it
+    Both go into the job record's signature (meta.server.placement), so a server placed otherwise is
+    replaced."""
     python, version = serve_env(serve_python)
     chosen_port = port or run.config.vllm.port
-    argv, env = build_serve_command(run, gpus, chosen_port, workdir(), serve_python=python, vllm_version=version)
-    if gpus == 0 and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+    serving_gpus = len(visible_gpus) if visible_gpus is not None else gpus
+    argv, env = build_serve_command(run, serving_gpus, chosen_port, workdir(), serve_python=python,
+                                    vllm_version=version)
+    placement: dict[str, Any] = {}
+    if visible_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_gpus))
+        placement["gpus"] = list(visible_gpus)
+    if memory_share is not None:
+        # before the run's own serve args, which come last in argv and win
+        at = argv.index("serve") + 2
+        argv[at:at] = ["--gpu-memory-utilization", repr(float(memory_share))]
+        placement["memory_share"] = memory_share
+    if serving_gpus == 0 and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
-    signature = server_signature(run, argv, gpus, chosen_port, version)
+    signature = server_signature(run, argv, serving_gpus, chosen_port, version)
+    if placement:
+        signature["placement"] = placement
     return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
                      same="same model, layer ids, dtype, serve args and vLLM version")
 
