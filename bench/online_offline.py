@@ -119,7 +119,10 @@ def main() -> int:
             shutil.copytree(template, workdirs[mode], symlinks=True)
         online_config = workdirs["online"] / "runs" / "tiny.yaml"
         edited = yaml.safe_load(online_config.read_text())
-        edited["hidden_states"] = {"mode": "online"}
+        # online asks the run's vLLM server (the plan wants the vllm backend); answers and scoring stay hf
+        edited.update(backend="vllm", hidden_states={"mode": "online"})
+        edited["regenerate"]["backend"] = "hf"
+        edited.setdefault("evaluate", {})["backend"] = "hf"
         online_config.write_text(yaml.safe_dump(edited, sort_keys=False))
         epochs = ["--epochs", str(args.epochs)] if args.epochs else []
         results = {}
