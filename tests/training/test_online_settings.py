@@ -3,6 +3,7 @@ server and trainer on one host, the disk budget's arithmetic, and the trainer's 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,47 @@ def test_the_step_table_runs_extract_and_validate_unless_online(tmp_path, monkey
     for name in ("extract", "validate"):
         assert steps.enabled(steps.step(name), config) is extracts
     assert steps.enabled(steps.step("train"), config)
+
+
+def test_the_watch_stops_the_trainer_once_the_bytes_on_disk_pass_the_budget(tmp_path):
+    import threading
+
+    from specops.pipeline.training.online import Watch
+    from tests.support.agent import wait_until
+
+    staging = tmp_path / "vllm_staging"
+    staging.mkdir()
+    (staging / "hs_a.safetensors").write_bytes(b"x" * 600)
+    stopped = threading.Event()
+    watch = Watch((tmp_path / "hidden_states", staging), 1000, lambda: None, tmp_path / "online.json",
+                  period_s=0.01)
+    watch.start(stopped.set)
+    try:
+        wait_until(lambda: watch.samples > 3, what="a few samples under the budget")
+        assert not stopped.is_set() and watch.peak_bytes == 600
+        (staging / "hs_b.safetensors").write_bytes(b"x" * 600)
+        wait_until(stopped.is_set, what="the trainer stopped")
+    finally:
+        watch.stop()
+    assert watch.reason.startswith("hidden states on disk: 1200 bytes in ")
+    assert watch.reason.endswith("exceed hidden_states.disk_budget_gb (1000 bytes)")
+    assert json.loads((tmp_path / "online.json").read_text())["peak_bytes"] == 1200
+
+
+def test_the_watch_names_a_dead_server_within_a_second(tmp_path):
+    import threading
+
+    from specops.pipeline.training.online import Watch
+    from tests.support.agent import wait_until
+
+    alive = threading.Event()
+    alive.set()
+    stopped = threading.Event()
+    watch = Watch((tmp_path,), None, lambda: None if alive.is_set() else "vLLM server job j died during training")
+    watch.start(stopped.set)
+    try:
+        alive.clear()
+        wait_until(stopped.is_set, timeout_s=2.0, what="the trainer stopped")
+    finally:
+        watch.stop()
+    assert watch.reason == "vLLM server job j died during training"

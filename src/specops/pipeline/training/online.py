@@ -29,6 +29,7 @@ from specops.errors import BadInput
 from specops.protocol import TRAINER_ONLINE
 
 WATCH_PERIOD_S = 0.25
+SERVER_EVERY = 4  # samples between two looks at the server job (one a second)
 STATE_PERIOD_S = 2.0  # the server's counters are asked and online.json written this often
 LOG_PERIOD_S = 10.0  # the server's side goes into the job log this often
 DEFAULT_SHARE = 0.5  # shared without a plan: half of each GPU for the server
@@ -136,7 +137,8 @@ class Watch:
         if self.budget is not None and now > self.budget:
             return (f"hidden states on disk: {now} bytes in {', '.join(map(str, self.folders))} exceed "
                     f"hidden_states.disk_budget_gb ({self.budget} bytes)")
-        return self.server_alive()
+        # the server's liveness reads /proc for its group: once a second is bound enough
+        return self.server_alive() if self.samples % SERVER_EVERY == 1 else None
 
     def start(self, stop_trainer: Any) -> None:
         def loop() -> None:
