@@ -132,7 +132,8 @@ def jobs_summary(document: dict) -> str:
         if job["state"] not in ACTIVE_STATES:
             continue
         progress = job.get("progress") or {}
-        detail = (f" {progress.get('done')}/{progress.get('total')}, ETA {progress.get('eta_s')} s"
+        detail = (f" {online_line(progress)}" if progress.get("online")
+                  else f" {progress.get('done')}/{progress.get('total')}, ETA {progress.get('eta_s')} s"
                   if progress else "")
         parts.append(f"{job['id']} {job['state']}{detail}")
     return "; ".join(parts)

@@ -59,3 +59,11 @@ def test_the_training_view_puts_the_server_beside_the_trainers_bar():
     assert "250 tokens/s" in metrics
     assert "server 3.5 hidden states/s, trainer waits 80% of a step: the trainer waits for the server" in metrics
     view.close()
+
+
+def test_the_one_line_per_host_shows_the_online_training_too(tmp_path):
+    from remote.tasks.jobs import jobs_summary
+
+    write_run(tmp_path, fetch=0.8)
+    job = {"id": "train-1", "state": "running", "progress": online_progress(tmp_path)}
+    assert jobs_summary({"jobs": [job]}).startswith("1 running; train-1 running server vllm-server-1: 3.5 hidden")
