@@ -66,7 +66,7 @@ def run_hosts(run: str) -> tuple[str, list[str] | None]:
 
 def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: str | None) -> list[Host]:
     """The run's hosts: --hosts, else --host, else the run's `hosts:` list, else the default host."""
-    from remote.fleet import chosen_hosts
+    from remote.several_hosts import chosen_hosts
 
     if hosts_flag:
         chosen = chosen_hosts(inventory, host_flag, hosts_flag, False) or []
@@ -132,7 +132,7 @@ def running_engine(session: HostSession, run: str) -> dict[str, Any] | None:
 def engine_args(run: str, hosts: list[Host], rank: int, group: str, port: int, *, samples: int | None,
                 backend: str | None, skip_patches: bool) -> list[str]:
     """Host `rank`'s engine: the pipeline alone on one host, node `rank` of K meeting on hosts[0] with more."""
-    from remote.group import rendezvous_endpoint
+    from remote.training_nodes import rendezvous_endpoint
 
     if len(hosts) == 1:
         return commandline.pipeline(run=run, samples=samples, backend=backend, skip_patches=skip_patches)

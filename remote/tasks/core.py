@@ -43,8 +43,8 @@ def hosts(c, json=False):
 @reports_errors
 def check(c, host=None, json=False, accept_new_host_key=False, hosts=None, all_=False):
     """Connect and report the host's python envs, package versions, GPUs, disk and tools."""
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
+    from remote.several_hosts import chosen_hosts, run_across
 
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_)

@@ -18,8 +18,8 @@ def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
 
     Without --run it judges the installed stack alone; launches always check their run."""
     from remote import render
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
+    from remote.several_hosts import chosen_hosts, run_across
 
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_)

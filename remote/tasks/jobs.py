@@ -57,8 +57,8 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
 def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     """Jobs on the host with state, age, exit code and last log line; GPU use if it has GPUs."""
     from remote import render
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
+    from remote.several_hosts import chosen_hosts, run_across
     from remote.tasks.shared import render_epochs
     from specops.protocol import ACTIVE_STATES, JobState
 
@@ -217,10 +217,10 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
 
     Without --job: the run's running job when there is exactly one; with several, they are listed (exit 2).
     """
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
     from remote.jobs import job_call
     from remote.names import safe_name
+    from remote.several_hosts import chosen_hosts, run_across
     from specops.protocol import ACTIVE_STATES
 
     if job is not None:

@@ -64,9 +64,9 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
     from remote.agent import agent_call
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
     from remote.names import safe_name
+    from remote.several_hosts import chosen_hosts, run_across
 
     if not action:
         raise BadInput(f"patch: which action? one of: {', '.join(ACTIONS)} (e.g. invoke patch verify)")

@@ -173,9 +173,9 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
 
 def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port) -> None:
     """`train --hosts a,b`: sync checkpoints, launch one node job per host together, watch them as one."""
-    from remote.fleet import chosen_hosts
-    from remote.group import RDZV_PORT, Group
     from remote.inventory import load_inventory
+    from remote.several_hosts import chosen_hosts
+    from remote.training_nodes import RDZV_PORT, TrainingNodes
 
     inventory = load_inventory()
     members = chosen_hosts(inventory, host, hosts, False) or []
@@ -185,25 +185,25 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
         raise BadInput("--hosts: --gpus and --detach are per host; each node trains on all its GPUs, followed")
     run_name = run or members[0].run
     started = time.perf_counter()
-    with Group(members, inventory) as group:
-        for session in group.sessions.values():  # the config, and the plan's fit: exit 2 before any job
+    with TrainingNodes(members, inventory) as nodes:
+        for session in nodes.sessions.values():  # the config, and the plan's fit: exit 2 before any job
             check_run(session.conn, session.host, run_name)
         if not skip_doctor:
-            for session in group.sessions.values():
+            for session in nodes.sessions.values():
                 preflight(session.conn, session.host, run_name, False)
         rdzv_port = positive(port, "--port") or RDZV_PORT
-        group.check_training_network(run_name, rdzv_port)
-        stale = group.stop_stale(run_name)
+        nodes.check_training_network(run_name, rdzv_port)
+        stale = nodes.stop_stale(run_name)
         if stale:
             print(f"specops: stopped a leftover train job of {run_name} on {', '.join(stale)}", file=sys.stderr)
-        synced = group.sync_checkpoints(run_name)
+        synced = nodes.sync_checkpoints(run_name)
         if synced.get("copied_to"):
             print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
                   f"{', '.join(synced['copied_to'])}", file=sys.stderr)
-        rdzv_id = group.launch(run_name, rdzv_port, epochs=positive(epochs, "--epochs"), fresh=fresh)
+        rdzv_id = nodes.launch(run_name, rdzv_port, epochs=positive(epochs, "--epochs"), fresh=fresh)
         print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
               file=sys.stderr)
-        outcome = group.watch()
+        outcome = nodes.watch()
     document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
                 **outcome.as_dict(),
                 "elapsed_s": round(time.perf_counter() - started, 3)}

@@ -124,8 +124,8 @@ def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=Fals
     """What a run costs on a host before any model load: hidden-state bytes, disk per mode, GPU memory
     of the server and the trainer, parallel sizes, time, and the mode that fits. Exit 1: the run's
     mode does not fit (a launch would be refused)."""
-    from remote.fleet import chosen_hosts, run_across
     from remote.inventory import load_inventory
+    from remote.several_hosts import chosen_hosts, run_across
     from remote.tasks.shared import exchange_once
 
     rows = positive(samples, "--samples")

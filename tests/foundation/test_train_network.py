@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote.group import node_step_args, rendezvous_endpoint
 from remote.inventory import Host, load_inventory
+from remote.training_nodes import node_step_args, rendezvous_endpoint
 from tests.conftest import ssh_host
 from tests.support.cli import Cli, write_inventory
 from tests.support.sshd import SshServer

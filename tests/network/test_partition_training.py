@@ -36,7 +36,7 @@ RUN = "split"
 EPOCHS = 4
 CONNECT_TIMEOUT = 3.0
 CHANNEL_TIMEOUT = 5.0
-POLL_S = 1.0  # remote.group.POLL_S
+POLL_S = 1.0  # remote.training_nodes.POLL_S
 SLACK_S = 30.0  # invoke's start-up and the stop of gpu1's node on a loaded 2-core machine; a hang is minutes
 def interface_in(host: NetnsHost) -> str:
     """The name of the namespace's own end of its veth pair (the interface holding its address)."""

@@ -49,7 +49,7 @@ def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str,
 
 
 @dataclass
-class GroupOutcome:
+class TrainingOutcome:
     ok: bool
     states: dict[str, str | None]
     jobs: dict[str, str]
@@ -63,7 +63,7 @@ class GroupOutcome:
                 "why": self.why, "stopped": self.stopped, "stop_took_s": self.detected_after_s}
 
 
-class Group:
+class TrainingNodes:
     """The hosts of one training, each with its one session (connection) for the whole task."""
 
     def __init__(self, hosts: list[Host], inventory: Inventory) -> None:
@@ -74,7 +74,7 @@ class Group:
         self.sessions: dict[str, HostSession] = {host.name: HostSession(host, inventory) for host in hosts}
         self.jobs: dict[str, str] = {}
 
-    def __enter__(self) -> Group:
+    def __enter__(self) -> TrainingNodes:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -232,7 +232,7 @@ class Group:
 
         return sorted(name for name, value in self.each(stop).items() if value is True)
 
-    def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None, what: str = "train") -> GroupOutcome:
+    def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None, what: str = "train") -> TrainingOutcome:
         """Until every job succeeded, or one host's job failed or the host went silent: then stop the rest."""
         from specops.protocol import ACTIVE_STATES, JobState
 
@@ -246,8 +246,8 @@ class Group:
                     seen = time.monotonic()
                     why = str(value) if isinstance(value, Exception) else f"its {what} job {value}"
                     stopped = self.stop_all(but=name)
-                    return GroupOutcome(False, shown, self.jobs, name, why, stopped,
+                    return TrainingOutcome(False, shown, self.jobs, name, why, stopped,
                                         round(time.monotonic() - seen, 2))
             if all(value == JobState.SUCCEEDED for value in states.values()):
-                return GroupOutcome(True, shown, self.jobs)
+                return TrainingOutcome(True, shown, self.jobs)
             time.sleep(POLL_S)
