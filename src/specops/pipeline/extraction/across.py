@@ -26,7 +26,10 @@ def across_hosts(context: StepContext) -> dict[str, Any]:
     from specops.pipeline.extraction import Options, extract
 
     run, hosts = context.run, context.hosts
-    report = extract(run, context.samples, context.backend, Options(part=(hosts.rank, hosts.count)))
+    # node i's server listens on vllm.port + i: hosts that share one machine (two inventory entries of one
+    # box, the tests' loopback hosts) never collide; on separate machines it changes nothing
+    port = run.config.vllm.port + hosts.rank if context.backend == "vllm" else None
+    report = extract(run, context.samples, context.backend, Options(part=(hosts.rank, hosts.count), port=port))
     share = report["part"]
     written = report.get("counts", {}).get("written", 0)
     plans = hosts.all_gather("extract-plan", {**share, "status": report["status"], "written": written})
