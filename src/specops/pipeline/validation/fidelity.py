@@ -1,9 +1,12 @@
 """Fidelity of hidden states without a forward of the whole target.
 
 The final captured slice (id n: the residual stream before the final norm) goes through the
-target's final norm and LM head; the argmax at each position must agree with the target's own
-next-token choice there. Only the norm and head tensors are read from the safetensors shards (a few
-GB of a 1T-parameter target), so the check runs on a host that could never hold the whole model.
+target's final norm and LM head in fp32; the argmax must agree with the target's own next-token
+choice at every decidable position: one whose top-1 logit beats every other by more than the stored
+dtype's rounding can move them (decidable_choices). In bf16 near-ties go either way between two
+correct forwards (4 % of positions at 8B dimensions), so they prove nothing either way. Only the norm
+and head tensors are read from the safetensors shards (a few GB of a 1T-parameter target), so the
+check runs on a host that could never hold the whole model.
 
 The target's choices come from one of two references:
 - "hf":   a fresh transformers forward of the whole target (small targets only);
