@@ -262,3 +262,14 @@ def test_too_few_decidable_positions_are_unknown_never_ok(extracted, tmp_path, m
     report = check_fidelity(in_workdir(copy_workdir(extracted, tmp_path / "w")), [0], {0: True}, "hf")
     assert report["ok"] is False and report["detail"]["status"] == "unknown"
     assert "positions are decidable in float32" in report["detail"]["reason"]
+
+
+def test_the_decision_is_the_same_whatever_the_chunks(reduced_width, monkeypatch):
+    """The head is widened to fp32 a slice of the vocabulary at a time, positions a chunk at a time."""
+    final = reduced_width["bf16 padded batch"][0][:, -1]
+    whole = fidelity.decidable_choices(reduced_width["projector"], final)
+    monkeypatch.setattr(fidelity, "VOCAB_CHUNK", 100)
+    monkeypatch.setattr(fidelity, "ROW_CHUNK", 64)
+    chunked = fidelity.decidable_choices(reduced_width["projector"], final)
+    assert all(torch.equal(a, b) for a, b in zip(whole[:2], chunked[:2], strict=True))
+    assert torch.allclose(whole[2], chunked[2], rtol=1e-5)

@@ -38,6 +38,7 @@ _EPS_KEYS = ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps")
 _OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "qwen3_next")
 _QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "scales", "qweight", "weight_packed", "input_scale")
 ROW_CHUNK = 1024  # rows projected at once: bounds the fp32 logits buffer (chunk x vocab)
+VOCAB_CHUNK = 16384  # head rows widened to fp32 at once
 HTTP_TIMEOUT_S = 120.0
 
 
@@ -98,12 +99,10 @@ class Projector:
     head_weight: Any
     eps: float
     source: dict[str, Any] = field(default_factory=dict)
-    _wide: Any = field(default=None, repr=False)
 
     def to(self, device: Any) -> Projector:
         self.norm_weight = self.norm_weight.to(device)
         self.head_weight = self.head_weight.to(device)
-        self._wide = None
         return self
 
     def logits(self, final: Any) -> Any:
@@ -132,38 +131,33 @@ class Projector:
         """Next-token argmax per position, on the CPU."""
         return self.logits(final).argmax(-1).cpu()
 
-    def _fp32(self) -> tuple[Any, Any]:
-        """(head * norm weight, its square), fp32, made once: the exact logits and their spread."""
-        if self._wide is None:
-            scaled = self.head_weight.float() * self.norm_weight.float()
-            self._wide = (scaled, scaled.square())
-        return self._wide
-
     def bounds(self, final: Any, roundings: float) -> tuple[Any, Any]:
-        """(fp32 logits [T, vocab], how far rounding can move each logit [T, vocab]), on the CPU.
+        """(fp32 logits [T, vocab], how far rounding can move each logit [T, vocab]) of at most
+        ROW_CHUNK positions, on the head's device.
 
         The logits are computed in fp32 from the stored states, not in their dtype: the target's own
         rounding is what `spread` stands for. With u the stored dtype's unit roundoff, each element of
         the stored state is the target's up to a relative error of about `roundings` x u, independent
         in sign across elements; through the norm and head that moves logit i by a sum whose standard
         deviation is u * sqrt(sum_j (W_ij w_j h_j)^2) / rms(h). `spread` is `roundings` times that,
-        plus u |z_i| for the rounding of the target's logits to its dtype.
+        plus u |z_i| for the rounding of the target's logits to its dtype. The head is widened to
+        fp32 VOCAB_CHUNK rows at a time (a whole fp32 copy of a 160k x 7k head would be 4.7 GB).
         """
         import torch
 
         unit = float(torch.finfo(final.dtype).eps) / 2
-        scaled, squared = self._fp32()
-        logits, spread = [], []
+        device = self.head_weight.device
+        weight = self.norm_weight.to(device).float()
         with torch.inference_mode():
-            for start in range(0, final.shape[0], ROW_CHUNK):
-                wide = final[start:start + ROW_CHUNK].to(scaled.device).float()
-                inverse_rms = torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
-                normed = wide * inverse_rms
-                z = torch.nn.functional.linear(normed, scaled)
-                sigma = torch.nn.functional.linear(normed.square(), squared).sqrt()
-                logits.append(z.cpu())
-                spread.append((unit * (roundings * sigma + z.abs())).cpu())
-        return torch.cat(logits), torch.cat(spread)
+            wide = final.to(device).float()
+            normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+            logits, sigma = [], []
+            for start in range(0, self.head_weight.shape[0], VOCAB_CHUNK):
+                scaled = self.head_weight[start:start + VOCAB_CHUNK].float() * weight
+                logits.append(torch.nn.functional.linear(normed, scaled))
+                sigma.append(torch.nn.functional.linear(normed.square(), scaled.square()).sqrt())
+            z = torch.cat(logits, -1)
+            return z, unit * (roundings * torch.cat(sigma, -1) + z.abs())
 
 
 def load_projector(model_path: str | Path, device: Any = "cpu") -> Projector:
@@ -402,14 +396,18 @@ def decidable_choices(projector: Projector, final: Any, roundings: float = ROUND
     change the target's choice there. The tolerance is the margin over the nearest rival that this
     asks for: the top-1's spread plus that rival's.
     """
+    import torch
 
-    logits, spread = projector.bounds(final, roundings)
-    top = logits.argmax(-1)[:, None]
-    lower = (logits.gather(-1, top) - spread.gather(-1, top)).squeeze(-1)
-    rivals = (logits + spread).scatter(-1, top, float("-inf"))
-    upper, rival = rivals.max(-1)
-    tolerance = (spread.gather(-1, top).squeeze(-1) + spread.gather(-1, rival[:, None]).squeeze(-1))
-    return top.squeeze(-1), lower > upper, tolerance
+    tops, decided, tolerances = [], [], []
+    for start in range(0, final.shape[0], ROW_CHUNK):
+        logits, spread = projector.bounds(final[start:start + ROW_CHUNK], roundings)
+        top = logits.argmax(-1)[:, None]
+        lower = (logits.gather(-1, top) - spread.gather(-1, top)).squeeze(-1)
+        upper, rival = (logits + spread).scatter(-1, top, float("-inf")).max(-1)
+        tops.append(top.squeeze(-1).cpu())
+        decided.append((lower > upper).cpu())
+        tolerances.append((spread.gather(-1, top).squeeze(-1) + spread.gather(-1, rival[:, None]).squeeze(-1)).cpu())
+    return torch.cat(tops), torch.cat(decided), torch.cat(tolerances)
 
 
 def agreement(projector: Projector, reference: Any, tokens: Any, hidden_states: Any,
