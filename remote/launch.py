@@ -39,9 +39,11 @@ def agent_step_command(host: Host, args: Sequence[str], env_role: str | None = N
 
 
 def launch(conn: Connection, host: Host, name: str, command: Sequence[str], *, run: str | None,
-           meta: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+           meta: dict[str, Any] | None = None, env: dict[str, str] | None = None, wait: bool = False) -> dict[str, Any]:
+    """Job `name` on the host; refused (BadInput, exit 2, naming the holder) while another job or step of
+    `run` runs there, unless `wait`: then it queues behind it."""
     document = job_call(conn, host, commandline.job_launch(name=name, command=list(command), run=run, env=env,
-                                                          revision=current_revision(), meta=meta or {}))
+                                                          revision=current_revision(), meta=meta or {}, wait=wait))
     job = document["job"]
     journal.record("launch", host=host.name, job=job["id"], name=name, run=run, argv=list(command))
     return job

@@ -145,9 +145,10 @@ def engine_args(run: str, hosts: list[Host], rank: int, group: str, port: int, *
 
 def attach_or_launch(sessions: dict[str, HostSession], hosts: list[Host], run: str, check: Check, *,
                      samples: int | None, backend: str | None, skip_patches: bool,
-                     port: int) -> tuple[dict[str, str], dict[str, Any] | None]:
+                     port: int, wait: bool = False) -> tuple[dict[str, str], dict[str, Any] | None]:
     """({host: its engine job id}, {host: the doctor's verdict before the launch}; None: the engines were
-    already running, and this attached to them)."""
+    already running, and this attached to them). A launch on a host where another job of the run runs is
+    refused (exit 2, naming it), unless `wait`: then the engine's job queues behind it."""
     from remote.launch import agent_step_command, launch
     from remote.names import safe_name
 
@@ -180,7 +181,7 @@ def attach_or_launch(sessions: dict[str, HostSession], hosts: list[Host], run: s
         meta = {"group": group, "hosts": [member.name for member in hosts],
                 "doctor": checked[host.name].get("preflight")}
         return launch(session.conn, host, JOB, agent_step_command(host, args, "train"), run=run, meta=meta,
-                      env=env)["id"]
+                      env=env, wait=wait)["id"]
 
     started = each(sessions, start)
     jobs = {name: value for name, value in started.items() if isinstance(value, str)}
@@ -200,7 +201,7 @@ def stop_jobs(sessions: dict[str, HostSession], jobs: dict[str, str]) -> None:
 
 def pipeline_on_hosts(hosts: list[Host], inventory: Inventory, run: str, check: Check, *, samples: int | None,
                       backend: str | None, skip_patches: bool, no_fetch: bool, detach: bool,
-                      port: int) -> tuple[dict[str, str], dict[str, Any] | None]:
+                      port: int, wait: bool = False) -> tuple[dict[str, str], dict[str, Any] | None]:
     """Launch (or attach to) the run's engine on `hosts`; unless detached, follow the first host's job
     and fetch. ({host: job id}, the summary or None when detached)."""
     from remote.bundle import build_bundle
@@ -214,7 +215,7 @@ def pipeline_on_hosts(hosts: list[Host], inventory: Inventory, run: str, check: 
     sessions = {host.name: HostSession(host, inventory) for host in hosts}
     try:
         jobs, doctor = attach_or_launch(sessions, hosts, run, check, samples=samples, backend=backend,
-                                          skip_patches=skip_patches, port=port)
+                                          skip_patches=skip_patches, port=port, wait=wait)
         first, attached = hosts[0].name, doctor is None
         say(f"job {jobs[first]} (pipeline, run {run}) {'running' if attached else 'started'} on {first}"
             + (f"; with {', '.join(f'{n} job {j}' for n, j in jobs.items() if n != first)}" if len(jobs) > 1 else ""))

@@ -23,6 +23,7 @@ from specops.protocol import JobState
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "run": "run config runs/NAME.yaml (default: the host's run)",
              "detach": "return at once with the job id; follow later with invoke logs --follow",
+             "wait": "while another job or step of the run runs on the host, queue behind it (default: refuse, exit 2)",
              "json": "one JSON document on stdout (the step's result)"}
 
 
@@ -33,8 +34,8 @@ def chosen_run(session: HostSession, run: str | None) -> str:
 
 def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
-                 env_role: str | None = None,
-                 role_pythons: dict[str, str] | None = None) -> dict[str, Any] | None:
+                 env_role: str | None = None, role_pythons: dict[str, str] | None = None,
+                 wait: bool = False) -> dict[str, Any] | None:
     """Launch `python -m specops <argv>` (built by specops.commandline) as job `name`, follow it, return its
     JSON result.
 
@@ -45,12 +46,14 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     from remote.launch import agent_step_command, follow, launch
 
     host, conn = session.host, session.conn
-    check_run(conn, host, run_name)  # bad config: exit 2 before any job, record or output exists
+    # bad config, or the run busy here: exit 2 before any job, record or output exists
+    check_run(conn, host, run_name, refuse_busy=not wait)
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
     env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
-    job = launch(conn, host, name, agent_step_command(host, argv, env_role), run=run_name, meta=meta, env=env)
+    job = launch(conn, host, name, agent_step_command(host, argv, env_role), run=run_name, meta=meta, env=env,
+                 wait=wait)
     print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
     if detach:
         if json:
@@ -75,12 +78,13 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
             "stop_server": "vllm: stop the vllm-server job afterwards",
             "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
 @reports_errors
-def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, json=False):
+def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, wait=False,
+               json=False):
     """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_regenerate(run=run_name, backend=backend or None, stop_server=stop_server, port=port)
-        result = run_step_job(session, run_name, "regenerate", argv, detach=detach, json=json,
+        result = run_step_job(session, run_name, "regenerate", argv, detach=detach, wait=wait, json=json,
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
         counts = result.get("counts") or {}
@@ -91,12 +95,12 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
 
 @task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
 @reports_errors
-def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, json=False):
+def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, wait=False, json=False):
     """Step 1: tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_prepare(run=run_name, samples=samples, strict=strict)
-        run_step_job(session, run_name, "prepare", argv, detach=detach, json=json)
+        run_step_job(session, run_name, "prepare", argv, detach=detach, wait=wait, json=json)
 
 
 @task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
@@ -105,7 +109,7 @@ def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, js
             "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
 @reports_errors
 def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
-            detach=False, json=False):
+            detach=False, wait=False, json=False):
     """Step 2: capture the target's hidden states at the run's layers (runs step 1 first if needed).
 
     With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
@@ -115,27 +119,28 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         run_name = chosen_run(session, run)
         argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
                                        port=port)
-        run_step_job(session, run_name, "extract", argv, detach=detach, json=json, doctor=True, skip_doctor=skip_doctor,
-                     role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+        run_step_job(session, run_name, "extract", argv, detach=detach, wait=wait, json=json, doctor=True,
+                     skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
 
 
 @task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})
 @reports_errors
-def validate(c, host=None, run=None, fidelity_samples=4, detach=False, json=False):
+def validate(c, host=None, run=None, fidelity_samples=4, detach=False, wait=False, json=False):
     """Check every hidden-state file, and their fidelity against the target's own predictions."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_validate(run=run_name, fidelity_samples=fidelity_samples)
-        run_step_job(session, run_name, "validate", argv, detach=detach, json=json)
+        run_step_job(session, run_name, "validate", argv, detach=detach, wait=wait, json=json)
 
 
 @task(help={**STEP_HELP})
 @reports_errors
-def vocab(c, host=None, run=None, detach=False, json=False):
+def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
     """Step 3: the draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         result = run_step_job(session, run_name, "vocab", commandline.step_vocab(run=run_name), detach=detach,
+                              wait=wait,
                               json=json)
     if result and not json:
         from remote import render
@@ -154,9 +159,11 @@ def vocab(c, host=None, run=None, detach=False, json=False):
                      "rendezvous at the first; one failing or silent host stops them all",
             "port": "with --hosts: the rendezvous port on the first host (default 29400)"})
 @reports_errors
-def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, json=False,
-          hosts=None, port=None):
+def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, wait=False,
+          json=False, hosts=None, port=None):
     """Step 4: train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
+    if hosts and wait:
+        raise BadInput("--wait: one host at a time (--host); a training across hosts stops a stale one itself")
     if hosts:
         train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port)
         return
@@ -164,7 +171,7 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         run_name = chosen_run(session, run)
         argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh)
         # the serve env: the parity gate reads the vLLM that will serve the draft (and asks it once)
-        result = run_step_job(session, run_name, "train", argv, detach=detach, json=json, doctor=True,
+        result = run_step_job(session, run_name, "train", argv, detach=detach, wait=wait, json=json, doctor=True,
                               skip_doctor=skip_doctor, env_role="train",
                               role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
@@ -222,14 +229,14 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
             "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)"})
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
-             json=False):
+             wait=False, json=False):
     """After step 4: the draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
                                         backend=backend or None)
-        result = run_step_job(session, run_name, "evaluate", argv, detach=detach, json=json, env_role="train",
-                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+        result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
+                              env_role="train", role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
         render_evaluation(result)
 
@@ -289,7 +296,7 @@ def with_steps(body):
 @reports_errors
 @with_steps
 def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, skip_patches=False,
-             no_fetch=False, detach=False, json=False, hosts=None, port=None):
+             no_fetch=False, detach=False, wait=False, json=False, hosts=None, port=None):
     """doctor, then {steps}, then fetch.
 
     The doctor checks every host before anything is launched; then the engine runs on the host(s) as
@@ -303,17 +310,20 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     inventory = load_inventory()
     chosen = members(inventory, safe_name(run or inventory.host(host).run, "--run"), host, hosts)
     run_name = safe_name(run or chosen[0].run, "--run")
+    if wait and len(chosen) > 1:
+        raise BadInput("--wait: one host at a time (across hosts the engines meet at a rendezvous that would "
+                       "not wait that long)")
     chosen_samples = positive(samples, "--samples")
     commandline.pipeline(run=run_name, samples=chosen_samples, backend=backend or None)  # checked before any host
     rendezvous_port = positive(port, "--port") or RDZV_PORT
 
-    def check(conn, member):
-        checked = check_run(conn, member, run_name)
+    def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
+        checked = check_run(conn, member, run_name, refuse_busy=not wait)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
     jobs, summary = pipeline_on_hosts(chosen, inventory, run_name, check, samples=chosen_samples,
                                       backend=backend or None, skip_patches=skip_patches, no_fetch=no_fetch,
-                                      detach=detach, port=rendezvous_port)
+                                      detach=detach, port=rendezvous_port, wait=wait)
     first = chosen[0].name
     if summary is None:  # detached
         if json:

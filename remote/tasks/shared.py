@@ -46,9 +46,11 @@ def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dic
     return result.exit_code, result.document
 
 
-def check_run(conn: Connection, host: Host, run: str) -> dict[str, Any]:
+def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = False) -> dict[str, Any]:
     """The run config checked on the host BEFORE anything is launched (keys and values, and layer_ids
-    against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written."""
+    against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written.
+    `refuse_busy`: also exit 2 when another job or step of the run runs there (before the doctor; the
+    launch decides for good)."""
     from remote.agent import agent_call
 
     result = agent_call(conn, host, commandline.run_check(run=run), timeout=RUN_CHECK_TIMEOUT_S)
@@ -56,6 +58,8 @@ def check_run(conn: Connection, host: Host, run: str) -> dict[str, Any]:
         raise BadInput(local_config_name(str(result.document.get("error")), run))
     if result.exit_code != 0:
         raise AgentError(f"{host.name}: run check of {run}: {result.document.get('error')}")
+    if refuse_busy and result.document.get("busy"):
+        raise BadInput(f"{host.name}: {result.document['busy']['error']}")
     return result.document
 
 

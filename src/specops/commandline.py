@@ -90,24 +90,26 @@ def _optional(value: object, check: Any, flag: str, *extra: Any) -> Any:
 # ---- step <name>: one step of a run
 
 def step_regenerate(*, run: str, backend: str | None = None, stop_server: bool = False, port: int | None = None,
-                    part: tuple[int, int] | None = None, require_whole: bool = False) -> list[str]:
+                    part: tuple[int, int] | None = None, require_whole: bool = False,
+                    wait: bool = False) -> list[str]:
     if part is not None and require_whole:
         raise BadArgument("--part and --require-whole exclude each other: a share writes, the check does not")
     return ["step", "regenerate", *_flags(run=_name(run, "--run"),
                                           backend=_optional(backend, _choice, "--backend", BACKENDS),
                                           stop_server=stop_server, port=_optional(port, _whole, "--port"),
-                                          part=_optional(part, _part, "--part"), require_whole=require_whole)]
+                                          part=_optional(part, _part, "--part"), require_whole=require_whole,
+                                          wait=wait)]
 
 
-def step_prepare(*, run: str, samples: int | None = None, strict: bool = False) -> list[str]:
+def step_prepare(*, run: str, samples: int | None = None, strict: bool = False, wait: bool = False) -> list[str]:
     return ["step", "prepare", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
-                                       strict=strict)]
+                                       strict=strict, wait=wait)]
 
 
 def step_extract(*, run: str, samples: int | None = None, backend: str | None = None,
                  batch_tokens: int | None = None, stop_server: bool = False, port: int | None = None,
                  processes: int | None = None, part: tuple[int, int] | None = None,
-                 require_whole: bool = False) -> list[str]:
+                 require_whole: bool = False, wait: bool = False) -> list[str]:
     if part is not None and require_whole:
         raise BadArgument("--part and --require-whole exclude each other: a share writes, the check does not")
     return ["step", "extract", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
@@ -115,27 +117,30 @@ def step_extract(*, run: str, samples: int | None = None, backend: str | None = 
                                        batch_tokens=_optional(batch_tokens, _whole, "--batch-tokens"),
                                        stop_server=stop_server, port=_optional(port, _whole, "--port"),
                                        processes=_optional(processes, _whole, "--processes"),
-                                       part=_optional(part, _part, "--part"), require_whole=require_whole)]
+                                       part=_optional(part, _part, "--part"), require_whole=require_whole,
+                                       wait=wait)]
 
 
 def step_extract_shard(*, run: str, shard: int) -> list[str]:
     return ["step", "extract-shard", *_flags(run=_name(run, "--run"), shard=_whole(shard, "--shard", 0))]
 
 
-def step_validate(*, run: str, fidelity_samples: int | None = None, reference: str | None = None) -> list[str]:
+def step_validate(*, run: str, fidelity_samples: int | None = None, reference: str | None = None,
+                  wait: bool = False) -> list[str]:
     return ["step", "validate", *_flags(run=_name(run, "--run"),
                                         fidelity_samples=_optional(fidelity_samples, _whole, "--fidelity-samples"),
-                                        reference=_optional(reference, _choice, "--reference", REFERENCES))]
+                                        reference=_optional(reference, _choice, "--reference", REFERENCES),
+                                        wait=wait)]
 
 
-def step_vocab(*, run: str) -> list[str]:
-    return ["step", "vocab", *_flags(run=_name(run, "--run"))]
+def step_vocab(*, run: str, wait: bool = False) -> list[str]:
+    return ["step", "vocab", *_flags(run=_name(run, "--run"), wait=wait)]
 
 
 def step_train(*, run: str, fresh: bool = False, epochs: int | None = None, gpus: int | None = None,
                dry_run: bool = False, nnodes: int | None = None, node_rank: int | None = None,
                rdzv_endpoint: str | None = None, rdzv_id: str | None = None, local_addr: str | None = None,
-               interface: str | None = None) -> list[str]:
+               interface: str | None = None, wait: bool = False) -> list[str]:
     """One host's training, or with nnodes one node of a torchrun group (rank, endpoint and id together)."""
     node = (node_rank, rdzv_endpoint, rdzv_id)
     if nnodes is None and any(value is not None for value in (*node, local_addr, interface)):
@@ -150,7 +155,7 @@ def step_train(*, run: str, fresh: bool = False, epochs: int | None = None, gpus
                                      rdzv_endpoint=_optional(rdzv_endpoint, _text, "--rdzv-endpoint"),
                                      rdzv_id=_optional(rdzv_id, _name, "--rdzv-id"),
                                      local_addr=_optional(local_addr, _text, "--local-addr"),
-                                     interface=_optional(interface, _text, "--interface"))]
+                                     interface=_optional(interface, _text, "--interface"), wait=wait)]
 
 
 def _checkpoint(value: object, flag: str) -> str:
@@ -161,11 +166,11 @@ def _checkpoint(value: object, flag: str) -> str:
 
 
 def step_evaluate(*, run: str, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-                  backend: str | None = None) -> list[str]:
+                  backend: str | None = None, wait: bool = False) -> list[str]:
     return ["step", "evaluate", *_flags(run=_name(run, "--run"),
                                         checkpoint=_optional(checkpoint, _checkpoint, "--checkpoint"),
                                         all_epochs=all_epochs, prompts=_optional(prompts, _whole, "--prompts"),
-                                        backend=_optional(backend, _choice, "--backend", BACKENDS))]
+                                        backend=_optional(backend, _choice, "--backend", BACKENDS), wait=wait)]
 
 
 def step_metrics(*, run: str, no_plot: bool = False) -> list[str]:
@@ -176,9 +181,11 @@ def step_metrics(*, run: str, no_plot: bool = False) -> list[str]:
 
 def pipeline(*, run: str, samples: int | None = None, backend: str | None = None, skip_patches: bool = False,
              hosts: Sequence[str] | None = None, node_rank: int | None = None, rendezvous: str | None = None,
-             group: str | None = None, local_addr: str | None = None, interface: str | None = None) -> list[str]:
+             group: str | None = None, local_addr: str | None = None, interface: str | None = None,
+             wait: bool = False) -> list[str]:
     """With `hosts` (every host's name, by node rank): node `node_rank` of the run across them, meeting at
-    `rendezvous` (HOST0:PORT; the training meets at PORT+1), in launch `group`."""
+    `rendezvous` (HOST0:PORT; the training meets at PORT+1), in launch `group`. `wait`: queue behind the
+    job or step holding the run on this host instead of being refused."""
     node = (node_rank, rendezvous, group)
     if hosts is None and any(value is not None for value in (*node, local_addr, interface)):
         raise BadArgument("--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts")
@@ -198,17 +205,23 @@ def pipeline(*, run: str, samples: int | None = None, backend: str | None = None
                                 rendezvous=_optional(rendezvous, _text, "--rendezvous"),
                                 group=_optional(group, _name, "--group"),
                                 local_addr=_optional(local_addr, _text, "--local-addr"),
-                                interface=_optional(interface, _text, "--interface"))]
+                                interface=_optional(interface, _text, "--interface"), wait=wait)]
 
 
 # ---- jobs
 
 def job_launch(*, name: str, command: Sequence[str], run: str | None = None, env: Mapping[str, str] | None = None,
-               revision: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> list[str]:
-    """`job launch`: `command` (an argument list) runs under tmux as job `name`; env on top of the agent's."""
+               revision: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None, wait: bool = False,
+               within: str | None = None) -> list[str]:
+    """`job launch`: `command` (an argument list) runs under tmux as job `name`; env on top of the agent's.
+    A job of a run holds it while it runs: `wait` queues behind the job or step holding it instead of
+    being refused; `within` names the holder this job works for (the engine's driver)."""
     if not command or not all(isinstance(part, str) for part in command):
         raise BadArgument(f"job launch: the command must be a non-empty list of strings, got {command!r}")
-    argv = ["job", "launch", "--name", _name(name, "--name"), *_flags(run=_optional(run, _name, "--run"))]
+    if (wait or within is not None) and run is None:
+        raise BadArgument("--wait/--within: only for a job of a run (--run)")
+    argv = ["job", "launch", "--name", _name(name, "--name"),
+            *_flags(run=_optional(run, _name, "--run"), wait=wait, within=_optional(within, _name, "--within"))]
     for key, value in (env or {}).items():
         if not ENV_NAME.fullmatch(key):
             raise BadArgument(f"--env {key!r}: expected NAME=VALUE with NAME like {ENV_NAME.pattern}")

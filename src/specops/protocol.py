@@ -23,13 +23,14 @@ class JobState(StrEnum):
     LOST = "lost"
 
 
+# The variable a job's command finds its own job id in (set by the wrapper).
+JOB_ID_VARIABLE = "SPECOPS_JOB_ID"
+# Jobs that serve a run rather than step it: they take no hold on the run (a step of it uses them).
+RUN_SERVICES: frozenset[str] = frozenset({"vllm-server"})
+
 ACTIVE_STATES: frozenset[str] = frozenset({JobState.PENDING, JobState.RUNNING})
 TERMINAL_STATES: frozenset[str] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED,
                                              JobState.LOST})
-
-
-def is_active(state: str) -> bool:
-    return state in ACTIVE_STATES
 
 
 class JobRecord(TypedDict):
@@ -65,6 +66,9 @@ class JobRecord(TypedDict):
     lost_at: NotRequired[str]          # when a reader found the session gone with no exit recorded
     threads: NotRequired[dict[str, Any]]  # a CPU host's cores for the job and the thread env it runs with
     error: NotRequired[str]            # why the job could not start (tmux, or the command itself)
+    within: NotRequired[str]           # the job holding the run that this one works for (launched by it)
+    waits_for_run: NotRequired[bool]   # launched with --wait: the wrapper takes the run once it is free
+    waiting_for: NotRequired[str]      # while it waits: who holds the run
 
 
 class AgentExit(IntEnum):

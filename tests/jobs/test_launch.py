@@ -1,4 +1,4 @@
-"""`job launch`: a record, a private tmux session, the exit recorded, one job per name and run."""
+"""`job launch`: a record, a private tmux session, the exit recorded, one job per name (and one per run)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_the_job_runs_in_a_tmux_session_on_the_workdirs_private_server(agent: Ag
 def test_a_second_job_of_the_same_name_and_run_is_refused_with_the_running_ones_id(agent: Agent) -> None:
     first = agent.launch("extract", SLEEPER, "--run", "r1")
     code, refusal = agent.call("launch", "--name", "extract", "--run", "r1", "--", *SLEEPER)
-    assert code == 1 and refusal["ok"] is False
+    assert code == 2 and refusal["ok"] is False  # the run is busy (tests/jobs/test_run_lock.py)
     assert refusal["running_job"] == first["id"] and first["id"] in refusal["error"]
     assert len(agent.records_on_disk()) == 1  # nothing was created for the refused launch
 

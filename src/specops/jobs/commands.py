@@ -20,7 +20,7 @@ from specops import paths
 from specops.errors import BadInput
 from specops.jobs import liveness, records
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JobRecord, name_problem
+from specops.protocol import ACTIVE_STATES, JOB_ID_VARIABLE, JobRecord, name_problem
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
@@ -65,12 +65,18 @@ def _name(text: str, flag: str = "--name") -> str:
 
 def launch_handler(args: argparse.Namespace) -> Result:
     from specops.jobs.launching import AlreadyRunning, launch
+    from specops.jobs.runlock import RunBusy, running_job
 
     name = _name(args.name)
     run = _name(args.run, "--run") if args.run is not None else None
+    within = _name(args.within, "--within") if args.within else os.environ.get(JOB_ID_VARIABLE) or None
     try:
         record = launch(name=name, run=run, argv=_command(args.command), env=_env_pairs(args.env),
-                        revision=_json_object("--revision", args.revision), meta=_json_object("--meta", args.meta))
+                        revision=_json_object("--revision", args.revision), meta=_json_object("--meta", args.meta),
+                        wait=args.wait, within=within)
+    except RunBusy as busy:  # a run's steps are exclusive: nothing was written
+        return 2, {"ok": False, "exit_code": 2, "running_job": running_job(busy.holder), "holder": busy.holder,
+                   "error": f"job launch --name {name}: {busy}"}
     except AlreadyRunning as refused:
         running = refused.record
         where = f" in run {run!r}" if run is not None else ""
@@ -174,6 +180,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                help="environment for the command, on top of the agent's own")
     launch_parser.add_argument("--revision", metavar="JSON", help="synced git revision, a JSON object")
     launch_parser.add_argument("--meta", metavar="JSON", help="free-form JSON object kept in the record")
+    launch_parser.add_argument("--wait", action="store_true",
+                               help="when another job holds the run, queue behind it instead of refusing (exit 2)")
+    launch_parser.add_argument("--within", metavar="JOB",
+                               help="the job holding the run that this one works for (default: the launching "
+                                    f"job, ${JOB_ID_VARIABLE})")
     launch_parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
     launch_parser.set_defaults(handler=launch_handler)
 

@@ -1,4 +1,5 @@
-"""Starting a job: refuse a second one of the same name and run, write the record, start tmux."""
+"""Starting a job: take its run (a run's steps are exclusive, jobs.runlock) or refuse a second one of the
+same name, write the record, start tmux."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import specops
 from specops import atomic, gpus, paths
-from specops.jobs import liveness, records, threads
+from specops.jobs import liveness, records, runlock, threads
 from specops.jobs.tmux import TmuxServer
 from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
@@ -51,17 +52,28 @@ def is_cpu_job(env: dict[str, str]) -> bool:
 
 
 def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
-           revision: dict[str, Any] | None, meta: dict[str, Any] | None) -> JobRecord:
+           revision: dict[str, Any] | None, meta: dict[str, Any] | None, wait: bool = False,
+           within: str | None = None) -> JobRecord:
+    """The new job's record. A job of a run holds the run until it ends (runlock.RunBusy names the
+    holder when another has it), unless it works `within` that holder; with `wait` its wrapper takes
+    the run once it is free. A job of no run (or a service of one) is refused while another of its
+    name runs (AlreadyRunning)."""
     server = TmuxServer(paths.workdir())
     # Held until the session exists: a concurrent launch sees this job as running, and a
     # concurrent status check does not mistake the not-yet-started session for a lost job.
     with records.locked():
-        duplicate = running_job(name, run, server)
-        if duplicate is not None:
-            raise AlreadyRunning(duplicate)
         job_id = records.new_job_id(name)
         while records.record_path(job_id).exists():
             job_id = records.new_job_id(name)
+        holds = runlock.holds_run(name, run)
+        works_within = False
+        if holds and not wait:
+            assert run is not None
+            works_within = runlock.take_for_job(run, job_id, within)
+        if not holds or works_within:
+            duplicate = running_job(name, run, server)
+            if duplicate is not None:
+                raise AlreadyRunning(duplicate)
         log = records.logs_dir() / f"{job_id}.log"
         log.touch()
         record: JobRecord = {
@@ -70,6 +82,10 @@ def launch(*, name: str, run: str | None, argv: list[str], env: dict[str, str],
             "exit_code": None, "signal": None, "pid": None, "pgid": None, "log": str(log),
             "tmux_session": job_id, "tmux_server": server.name, "revision": revision, "meta": meta or {},
         }
+        if works_within and within is not None:
+            record["within"] = within
+        if holds and wait:  # the wrapper takes the run once it is free
+            record["waits_for_run"] = True
         launch_env = {key: value for key, value in os.environ.items() if key not in _NOT_INHERITED}
         if is_cpu_job(env):
             record["threads"] = {**threads.usable_cores(), "env": threads.cpu_job_environment(env, launch_env)}
@@ -88,7 +104,8 @@ def wait_while_pending(job_id: str, server: TmuxServer, timeout_s: float) -> Job
     """The record once the wrapper has taken over (or given up), or as it is after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     record = records.load(job_id)
-    while record["state"] == JobState.PENDING and not record.get("pgid") and time.monotonic() < deadline:
+    while (record["state"] == JobState.PENDING and not record.get("pgid") and not record.get("waiting_for")
+           and time.monotonic() < deadline):
         time.sleep(_POLL_S)
         record = liveness.refresh(records.load(job_id), server)
     return record

@@ -25,6 +25,17 @@ def boot_id() -> str | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None when there is none: a pid and its start
+    time name one process, where a pid alone may have been reused."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": field 3 onwards; starttime is 22
+    return int(fields[19]) if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+
+
 def group_alive(pgid: int | None, recorded_boot_id: str | None = None) -> bool:
     if not pgid or pgid <= 1:
         return False

@@ -15,8 +15,8 @@ import signal
 import subprocess
 from collections.abc import Callable
 
-from specops.jobs import processes, records
-from specops.protocol import JobRecord, JobState
+from specops.jobs import processes, records, runlock
+from specops.protocol import JOB_ID_VARIABLE, JobRecord, JobState
 
 # What a shell reports when it cannot find or cannot execute a command.
 _NOT_FOUND = 127
@@ -32,7 +32,7 @@ def child_environment(job_id: str, record: JobRecord) -> dict[str, str]:
     except FileNotFoundError:
         launch_env = dict(os.environ)
     path.unlink(missing_ok=True)
-    return {**launch_env, **record.get("threads", {}).get("env", {}), **record["env"]}
+    return {**launch_env, **record.get("threads", {}).get("env", {}), **record["env"], JOB_ID_VARIABLE: job_id}
 
 
 def _exit_fields(returncode: int) -> dict[str, object]:
@@ -55,12 +55,32 @@ def _finish(fields: dict[str, object]) -> Callable[[JobRecord], None]:
     return change
 
 
+def _queued(job_id: str, record: JobRecord) -> bool:
+    """A job launched with --wait: take its run once it is free (the job's log says whom it waits for).
+    False when it was stopped while waiting (then recorded stopped)."""
+    run = record["run"]
+    assert run is not None
+
+    def waiting(holder: runlock.Holder) -> None:
+        who = runlock.describe(holder)
+        os.write(2, f"specops: run {run} is busy: waiting for {who} to end\n".encode())
+        records.update(job_id, lambda current: current.update(waiting_for=who))
+
+    taken = runlock.wait_for_job(run, job_id, lambda: bool(records.load(job_id).get("stop_requested")), waiting)
+    if not taken:
+        records.update(job_id, _finish({"exit_code": None, "signal": None}))
+    return taken
+
+
 def run_job(job_id: str) -> int:
     record = records.load(job_id)
     log_fd = os.open(record["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     # Our own errors (a traceback, say) belong in the job's log, not in a pane nobody sees.
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    if record.get("waits_for_run") and not _queued(job_id, record):
+        os.close(log_fd)
+        return 0
     try:
         child = subprocess.Popen(record["argv"], cwd=record["cwd"], env=child_environment(job_id, record),
                                  stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, start_new_session=True)

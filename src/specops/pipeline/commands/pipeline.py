@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from specops.errors import BadInput
+from specops.jobs.runlock import exclusive
 from specops.steps import sequence
 
 
@@ -55,4 +56,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--group", help="this launch's id, the same on every node")
     parser.add_argument("--local-addr", help="this host's address on the training network")
     parser.add_argument("--interface", help="the interface of the training's collectives")
-    parser.set_defaults(handler=_handle)
+    parser.add_argument("--wait", action="store_true",
+                        help="when another job or step of the run is running here, wait for it instead of refusing")
+    parser.set_defaults(handler=exclusive(_handle))

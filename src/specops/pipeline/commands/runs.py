@@ -25,11 +25,16 @@ def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     """Exit 0, or 2 with one line (file, key, what): the config's keys and values, then what needs
-    the target's config (layer_ids against its layer count) when the target is on this host."""
+    the target's config (layer_ids against its layer count) when the target is on this host. `busy`:
+    who holds the run on this host now, if anyone (a step launched now would be refused)."""
+    from specops.jobs import runlock
     from specops.pipeline.data import open_run
 
     run = open_run(args.run)  # the embedded tiny target is made here, as the first step would
     document: dict[str, Any] = {"ok": True, "run": args.run, "config_file": run.label}
+    holder = runlock.live_holder(args.run)  # a launch would be refused (the launch itself decides)
+    if holder is not None:
+        document["busy"] = {"error": str(runlock.RunBusy(args.run, holder)), "job": runlock.running_job(holder)}
     if (run.model_path / "config.json").is_file():
         document["layer_ids"] = run.layer_ids()
     from specops.pipeline.plan import refuse_unfit

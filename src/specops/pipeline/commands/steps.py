@@ -18,7 +18,9 @@
                                                      the draft config as the installed vLLM reads it vs training
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
-the job log captures.
+the job log captures. A run's steps are exclusive on a host (specops.jobs.runlock): a step while
+another job or step of the run runs here is refused (exit 2, naming it), or with --wait waits for it.
+metrics only reads; extract-shard is a child of the extract that holds the run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from specops.errors import BadInput
 from specops.flags import part_of, positive_int
+from specops.jobs.runlock import exclusive
 from specops.pipeline import open_run
 
 
@@ -144,6 +147,9 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     return 0, {"ok": True, "run": args.run, **report}
 
 
+WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
+
+
 def register(subparsers: Any) -> None:
     step = subparsers.add_parser("step", help="run one pipeline step of a run on this host")
     steps = step.add_subparsers(dest="step", required=True)
@@ -159,13 +165,15 @@ def register(subparsers: Any) -> None:
     regenerate.add_argument("--require-whole", action="store_true",
                             help="write nothing: exit 1 unless the merged answers cover every conversation, "
                                  "then record the step done")
-    regenerate.set_defaults(handler=step_regenerate)
+    regenerate.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    regenerate.set_defaults(handler=exclusive(step_regenerate))
 
     prepare = steps.add_parser("prepare", help="tokenise conversations, loss mask, token frequencies")
     prepare.add_argument("--run", required=True)
     prepare.add_argument("--samples", type=positive_int, help="rows to prepare (default: the run's samples)")
     prepare.add_argument("--strict", action="store_true", help="malformed records are fatal (exit 2)")
-    prepare.set_defaults(handler=step_prepare)
+    prepare.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    prepare.set_defaults(handler=exclusive(step_prepare))
 
     extract = steps.add_parser("extract", help="capture target hidden states (runs prepare first if needed)")
     extract.add_argument("--run", required=True)
@@ -183,7 +191,8 @@ def register(subparsers: Any) -> None:
     extract.add_argument("--require-whole", action="store_true",
                          help="write nothing; exit 1 unless every file of rows 0..N-1 is whole, then "
                               "record the step done")
-    extract.set_defaults(handler=step_extract)
+    extract.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    extract.set_defaults(handler=exclusive(step_extract))
 
     shard = steps.add_parser("extract-shard", help="one process's batches of a several-process hf extract "
                                                    "(started by step extract)")
@@ -197,11 +206,13 @@ def register(subparsers: Any) -> None:
     validate.add_argument("--reference", choices=("auto", "hf", "vllm"), default="auto",
                           help="the target's own next-token choices: a fresh hf forward, the run's vLLM "
                                "server (prompt_logprobs), or auto: vllm when that server is up, else hf")
-    validate.set_defaults(handler=step_validate)
+    validate.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    validate.set_defaults(handler=exclusive(step_validate))
 
     vocab = steps.add_parser("vocab", help="build the draft vocabulary (d2t/t2d) and its coverage report")
     vocab.add_argument("--run", required=True)
-    vocab.set_defaults(handler=step_vocab)
+    vocab.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    vocab.set_defaults(handler=exclusive(step_vocab))
 
     train = steps.add_parser("train", help="train the draft with speculators (resumes from its checkpoints)")
     train.add_argument("--run", required=True)
@@ -217,7 +228,8 @@ def register(subparsers: Any) -> None:
                        "advertises it; node 0 then hosts the rendezvous)")
     train.add_argument("--interface", help="the interface of the collectives (GLOO_SOCKET_IFNAME, "
                        "NCCL_SOCKET_IFNAME; default: the one holding --local-addr)")
-    train.set_defaults(handler=step_train)
+    train.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    train.set_defaults(handler=exclusive(step_train))
 
     evaluate = steps.add_parser("evaluate", help="acceptance of the draft as the target's EAGLE-3 speculator, "
                                 "on held-out prompts, beside the untrained draft's")
@@ -226,7 +238,8 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--all-epochs", action="store_true", help="score every epoch's checkpoint")
     evaluate.add_argument("--prompts", type=positive_int, default=None, help="the first N held-out prompts")
     evaluate.add_argument("--backend", choices=["hf", "vllm"], default=None)
-    evaluate.set_defaults(handler=step_evaluate)
+    evaluate.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    evaluate.set_defaults(handler=exclusive(step_evaluate))
 
     parity = steps.add_parser("parity", help="the train-vs-serve parity gate: the draft config read the way the "
                               "installed vLLM reads it, against what training uses (exit 1 on a mismatch)")

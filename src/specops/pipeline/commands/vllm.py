@@ -18,6 +18,7 @@ from typing import Any
 from specops import gpus
 from specops.errors import BadInput
 from specops.flags import non_negative_int, part_of, positive_int, positive_seconds
+from specops.jobs.runlock import exclusive
 from specops.paths import workdir
 from specops.pipeline import open_run
 
@@ -124,4 +125,6 @@ def register(subparsers: Any) -> None:
                          help="write nothing; exit 1 unless every file of rows 0..N-1 is whole, then record done")
     extract.add_argument("--validate", action="store_true", help="then check files and fidelity")
     extract.add_argument("--fidelity-samples", type=positive_int, default=4)
-    extract.set_defaults(handler=vllm_extract)
+    extract.add_argument("--wait", action="store_true",
+                         help="when another job or step of the run is running here, wait for it instead of refusing")
+    extract.set_defaults(handler=exclusive(vllm_extract))
