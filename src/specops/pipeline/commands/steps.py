@@ -38,7 +38,7 @@ def _regenerated_first(run: Any, samples: int | None) -> Any:
     """The answers prepare reads, when the run regenerates them: made (or found enough) first, as many
     as prepare's N rows need (N: --samples, else the run's `samples`, else every conversation)."""
     if run.config.regenerate.enabled:
-        from specops.pipeline.regenerate.step import regenerate
+        from specops.pipeline.regenerate import regenerate
 
         regenerate(run, samples=run.samples_for(samples))
     return run
@@ -128,7 +128,7 @@ def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
 
 
 def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.regenerate.step import regenerate
+    from specops.pipeline.regenerate import regenerate
 
     if args.part and args.require_whole:
         raise BadInput("--part and --require-whole exclude each other: a share writes, the check does not")
@@ -141,7 +141,7 @@ def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.evaluation.step import evaluate
+    from specops.pipeline.evaluation import evaluate
 
     report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend)
     return 0, {"ok": True, "run": args.run, **report}

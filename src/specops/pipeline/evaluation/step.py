@@ -119,8 +119,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     from specops.pipeline.evaluation.drafts import UNTRAINED, choose_checkpoint, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
-    from specops.pipeline.run import Manifest
-    from specops.pipeline.run.manifest import package_versions
+    from specops.pipeline.run import Manifest, package_versions
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())

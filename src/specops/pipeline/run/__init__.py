@@ -13,8 +13,8 @@ from specops.pipeline.run.config import (
     text_config,
 )
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
-from specops.pipeline.run.manifest import Manifest, dependents
+from specops.pipeline.run.manifest import Manifest, dependents, package_versions
 
 __all__ = ["Manifest", "Run", "RunConfig", "RunPaths", "check_run_name", "config_hash", "dependents",
-           "derive_layer_ids", "file_digest", "file_sha256", "load_run_config", "model_digest", "read_model_config",
-           "text_config", "tokenizer_digest"]
+           "derive_layer_ids", "file_digest", "file_sha256", "load_run_config", "model_digest", "package_versions",
+           "read_model_config", "text_config", "tokenizer_digest"]
