@@ -156,9 +156,6 @@ class Host:
             return self.envs[role]
         return self.python
 
-    def all_envs(self) -> dict[str, str]:
-        return {"default": self.python, **self.envs}
-
 
 _RULES: dict[str, Callable[[Any], Any]] = {
     "workdir": _not_empty, "python": _not_empty, "name": _text, "connection": _connection,

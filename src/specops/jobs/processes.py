@@ -50,15 +50,6 @@ def group_alive(pgid: int | None, recorded_boot_id: str | None = None) -> bool:
     return True
 
 
-def wait_group_gone(pgid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while group_alive(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_POLL_S)
-    return True
-
-
 def _signal_group(pgid: int, signum: int) -> None:
     try:
         os.killpg(pgid, signum)

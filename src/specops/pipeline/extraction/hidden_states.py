@@ -21,8 +21,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from specops import atomic
-
 SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "int64": "I64"}
 TEMP_PREFIX = ".hs_"
 
@@ -145,7 +143,3 @@ class BackgroundWriter:
         for thread in self._threads:
             thread.join()
         self._raise()
-
-
-def fsync_folder(folder: Path) -> None:
-    atomic.fsync_dir(folder)

@@ -338,9 +338,6 @@ class Run:
     def model_path(self) -> Path:
         return self.paths.resolve(self.config.model)
 
-    def data_is_local(self) -> bool:
-        return self.paths.resolve(self.config.data).exists() or self.config.data.endswith((".json", ".jsonl"))
-
     def num_layers(self) -> int:
         config = text_config(read_model_config(self.model_path))
         layers = config.get("num_hidden_layers")
