@@ -26,15 +26,18 @@ metrics only reads; extract-shard is a child of the extract that holds the run.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput
 from specops.flags import part_of, positive_int
 from specops.jobs.runlock import exclusive
 from specops.pipeline import open_run
 
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
-def _regenerated_first(run: Any, samples: int | None) -> Any:
+
+def _regenerated_first(run: Run, samples: int | None) -> Any:
     """The answers prepare reads, when the run regenerates them: made (or found enough) first, as many
     as prepare's N rows need (N: --samples, else the run's `samples`, else every conversation)."""
     if run.config.regenerate.enabled:

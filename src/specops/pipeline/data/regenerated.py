@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput
 from specops.pipeline.data.conversations import Malformed
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 SOURCE_FILE = "source.jsonl"
 RESPONSES_FILE = "responses.jsonl"
@@ -69,7 +72,7 @@ def usable_rows(folder: Path, max_seq_len: int) -> int:
     return sum(1 for row in rows if usable(list(row.get("loss_mask") or []), max_seq_len))
 
 
-def regenerated_rows(run: Any, samples: int | None) -> dict[str, Any]:
+def regenerated_rows(run: Run, samples: int | None) -> dict[str, Any]:
     """The fields of prepare's rows (input_ids, loss_mask, source_lines, skipped, truncated)."""
     folder = run.paths.regenerated
     if not (folder / RESPONSES_FILE).is_file():

@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.pipeline.data import regenerated
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 CHUNKS = "chunks"
 ENDPOINT = "hf"
@@ -39,7 +42,7 @@ def sampling_params(settings: Any) -> dict[str, Any]:
 
 
 class Generator:
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Run) -> None:
         import torch
 
         from specops.pipeline.data import load_tokenizer
@@ -146,7 +149,7 @@ def _lines(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
-def regenerate_hf(run: Any, folder: Path, source: list[dict[str, Any]], span: tuple[int, int] | None = None,
+def regenerate_hf(run: Run, folder: Path, source: list[dict[str, Any]], span: tuple[int, int] | None = None,
                   samples: int | None = None) -> dict[str, Any]:
     """Answer every source row in batches, resuming from the chunks already on disk; join them.
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 PARTS = "parts"
 
@@ -50,7 +53,7 @@ def _slice_whole(folder: Path, share: Path, ids: set[str]) -> None:
         atomic.write_text(share / name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
 
 
-def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[int, int], *,
+def regenerate_part(run: Run, backend: str, inputs: dict[str, Any], part: tuple[int, int], *,
                     stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
     """Answer share `part` of the run's conversations into its own folder; the share's report.
     `inputs`: the step's inputs (regenerate.step.regenerate_inputs), recorded as one host records them."""
@@ -108,7 +111,7 @@ def regenerate_part(run: Any, backend: str, inputs: dict[str, Any], part: tuple[
             "output": str(folder / RESPONSES_FILE), "errors_output": str(folder / ERRORS_FILE)}
 
 
-def require_whole(run: Any, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
+def require_whole(run: Run, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """Check the merged answers cover every conversation (exit 1 naming what is missing), then record
     regenerate done with its one-host inputs hash; writes no answers."""
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of

@@ -10,17 +10,20 @@ same prompts in the same order.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import BadInput
 from specops.pipeline.data import Conversation, Malformed, heldout, read_conversations, regenerated
 
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
 SOURCE_FILE = regenerated.SOURCE_FILE
 read_source = regenerated.read_source
 
 
-def build_source(run: Any) -> dict[str, Any]:
+def build_source(run: Run) -> dict[str, Any]:
     """Write source.jsonl for the run; returns counts and the malformed lines."""
     data_path = run.paths.resolve(run.config.data)
     records = list(read_conversations(run.config.data, data_path))

@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 from specops.errors import CheckFailed
-from specops.pipeline.run import config_hash, dependents
+from specops.pipeline.run import Run, config_hash, dependents
 
 
-def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
+def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
     from specops.pipeline.run import file_digest, model_digest, tokenizer_digest
 
     data_path = run.paths.resolve(run.config.data)
@@ -31,13 +31,13 @@ def regenerate_inputs(run: Any, backend: str) -> dict[str, Any]:
             "heldout_prompts": run.config.evaluate.heldout_prompts, "dtype": run.config.dtype}
 
 
-def chosen_backend(run: Any, backend: str | None) -> str:
+def chosen_backend(run: Run, backend: str | None) -> str:
     from specops.gpus import device_count as visible_gpus
 
     return backend or run.config.regenerate.backend or run.backend(visible_gpus())
 
 
-def enough_answers(run: Any, record: dict[str, Any], samples: int | None) -> bool:
+def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> bool:
     """The answers on disk serve `samples` rows (None: every conversation answered)."""
     from specops.pipeline.data import regenerated
 
@@ -46,7 +46,7 @@ def enough_answers(run: Any, record: dict[str, Any], samples: int | None) -> boo
     return samples is not None and regenerated.usable_rows(run.paths.regenerated, run.config.max_seq_len) >= samples
 
 
-def regenerate(run: Any, backend: str | None = None, *, samples: int | None = None, stop_server: bool = False,
+def regenerate(run: Run, backend: str | None = None, *, samples: int | None = None, stop_server: bool = False,
                port: int | None = None, part: tuple[int, int] | None = None,
                require_whole: bool = False) -> dict[str, Any]:
     """Run (or skip, or resume, or extend) the regenerate step; the step's report.

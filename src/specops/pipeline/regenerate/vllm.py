@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 PREFIX_FILE = "source.prefix.jsonl"  # the first conversations of source.jsonl, when only some are asked
 
 
-def regenerate_argv(run: Any, endpoint: str, model: str, folder: Path, python: str | None = None,
+def regenerate_argv(run: Run, endpoint: str, model: str, folder: Path, python: str | None = None,
                     dataset: Path | None = None) -> list[str]:
     from specops.pipeline.regenerate.hf import sampling_params
     from specops.pipeline.regenerate.output import RESPONSES_FILE
@@ -45,7 +48,7 @@ def run_client(argv: list[str]) -> int:
     return process.returncode
 
 
-def regenerate_vllm(run: Any, folder: Path, source: list[dict[str, Any]], *, samples: int | None = None,
+def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, samples: int | None = None,
                     stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
     """speculators' client over the source; with `samples`, over its first conversations only (as many as
     rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the

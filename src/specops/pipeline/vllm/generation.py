@@ -13,9 +13,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.paths import workdir
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 READY_TIMEOUT_S = 1800.0
 
@@ -46,7 +49,7 @@ def per_request_metrics_supported(python: Path) -> bool:
     return bool(source and "per-request-spec-decode-metrics" in source)
 
 
-def build_generate_command(run: Any, host_gpus: int, port: int, python: Path, version: str | None,
+def build_generate_command(run: Run, host_gpus: int, port: int, python: Path, version: str | None,
                            speculative: dict[str, Any] | None = None) -> tuple[list[str], dict[str, str]]:
     """`vllm serve` argv and env additions for a generating server (no hidden-state extraction)."""
     from specops.pipeline.vllm.command import (
@@ -94,7 +97,7 @@ def _draft_digest(draft: Path) -> str:
     return file_digest(weights) if weights.is_file() else "none"
 
 
-def generating_server(run: Any, *, speculative: dict[str, Any] | None = None, port: int | None = None,
+def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, port: int | None = None,
                       serve_python: str | None = None, ready_timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
     """Reuse or launch the run's server job for generation and wait until it answers.
 
