@@ -114,7 +114,7 @@ def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
 
     run = open_run(args.run)
     if args.checkpoint is not None:
-        from specops.pipeline.evaluation.drafts import choose_checkpoint
+        from specops.pipeline.evaluation import choose_checkpoint
 
         return 0, {"ok": True, "run": args.run, **before_evaluation(
             run, choose_checkpoint(run.paths.checkpoints, args.checkpoint))}
@@ -252,7 +252,8 @@ def register(subparsers: Any) -> None:
     parity.add_argument("--serve", action=argparse.BooleanOptionalAction, default=None,
                         help="one real request with the untrained draft through the run's vLLM server "
                              "(default: on a GPU host or a vllm-backend run with a serve env)")
-    parity.set_defaults(handler=step_parity)
+    parity.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    parity.set_defaults(handler=exclusive(step_parity))
 
     metrics = steps.add_parser("metrics", help="per-epoch training metrics and the loss plot")
     metrics.add_argument("--run", required=True)

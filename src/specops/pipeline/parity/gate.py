@@ -100,7 +100,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def dry_run_draft(run: Any, plan: Any) -> Path:
     """speculators' `train --dry-run` with the training's own arguments into <run>/parity/untrained/: the
     config (and initial weights) training will write. Kept while the command and the versions are the same."""
-    from specops.pipeline.run.manifest import package_versions
+    from specops.pipeline.run import package_versions
     from specops.pipeline.training import build_train_command, command
 
     out = parity_dir(run) / DRY_RUN_DIR
