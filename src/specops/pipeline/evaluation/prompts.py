@@ -29,11 +29,10 @@ def prompt_source(run: Any, limit: int | None) -> dict[str, Any]:
     """What the held-out prompts' token ids are a function of, read without loading a tokenizer:
     the prompts file, the tokenizer's files (and a remote-code tokenizer's code), the limit, our
     rendering code and the installed versions. Equal sources give equal token ids."""
-    from specops.pipeline.data.heldout import PROMPTS_FILE
-    from specops.pipeline.run import file_digest, tokenizer_digest
-    from specops.pipeline.run.manifest import package_versions
+    from specops.pipeline.data import heldout
+    from specops.pipeline.run import file_digest, package_versions, tokenizer_digest
 
-    prompts_file = run.paths.heldout / PROMPTS_FILE
+    prompts_file = run.paths.heldout / heldout.PROMPTS_FILE
     return {"prompts_file": file_digest(prompts_file) if prompts_file.is_file() else None,
             "tokenizer": tokenizer_digest(run.model_path), "limit": limit,
             "remote_code": ({path.name: file_digest(path) for path in sorted(run.model_path.glob("*.py"))}
