@@ -25,8 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
-    from specops.pipeline.run.context import Hosts
+    from specops.pipeline.run import Hosts, Run
 
 
 def open_run(name: str) -> Run:

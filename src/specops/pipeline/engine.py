@@ -21,7 +21,7 @@ from specops.errors import BadInput, CheckFailed
 from specops.steps import STEPS, Scope, Step, enabled
 
 if TYPE_CHECKING:
-    from specops.pipeline.run.context import Hosts, StepContext
+    from specops.pipeline.run import Hosts, StepContext
 
 
 def say(message: str) -> None:
@@ -49,7 +49,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                  hosts: Hosts | None = None) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import extraction
     from specops.pipeline.data import open_run
-    from specops.pipeline.run.context import OneHost, StepContext
+    from specops.pipeline.run import OneHost, StepContext
 
     run = open_run(run_name)
     context = StepContext(run, run.samples_for(samples), extraction.backend_for(run, backend).name,

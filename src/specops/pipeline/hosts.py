@@ -22,7 +22,7 @@ from typing import Any
 
 from specops import atomic
 from specops.errors import CheckFailed
-from specops.pipeline.run.context import Training
+from specops.pipeline.run import Training
 from specops.protocol import stays_inside
 
 BEAT_S = 2.0

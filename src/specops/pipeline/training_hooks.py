@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
-    from specops.pipeline.run.context import StepContext
+    from specops.pipeline.run import Run, StepContext
 
 
 def train_hooks(run: Run) -> dict[str, Any]:
     """gate, scorer, and for an online or hybrid run the plan's placement of its server and trainer on
     this host's GPUs (`planned`; a mode that does not fit is refused here, one line, exit 2)."""
-    from specops.pipeline.evaluation.epochs import epoch_scorer
+    from specops.pipeline.evaluation import epoch_scorer
     from specops.pipeline.parity import before_training
     from specops.pipeline.plan import planned_placement
 

@@ -21,7 +21,7 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             raise BadInput("--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts")
         return run_pipeline(args.run, args.samples, skip, args.backend)
     from specops.pipeline.hosts import Rendezvous
-    from specops.pipeline.run.context import Training
+    from specops.pipeline.run import Training
 
     names = args.hosts
     if len(names) < 2 or len(set(names)) != len(names) or not all(names):

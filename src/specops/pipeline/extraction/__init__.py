@@ -24,8 +24,7 @@ from specops.pipeline.extraction.hidden_states import (
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
-    from specops.pipeline.run.context import StepContext
+    from specops.pipeline.run import Run, StepContext
 
 BACKENDS = ("hf", "vllm")
 

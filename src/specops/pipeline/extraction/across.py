@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from specops.errors import CheckFailed
 
 if TYPE_CHECKING:
-    from specops.pipeline.run.context import StepContext
+    from specops.pipeline.run import StepContext
 
 
 def same_extraction(plans: list[dict[str, Any]], names: list[str]) -> None:
