@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specops.errors import BadInput
+from specops.pipeline.extraction.budget import budget_bytes, bytes_on_disk
 from specops.pipeline.extraction.hidden_states import (
     BackgroundWriter,
     file_for,
@@ -141,6 +142,8 @@ __all__ = [
     "Options",
     "VllmBackend",
     "backend_for",
+    "budget_bytes",
+    "bytes_on_disk",
     "extract",
     "extract_shard",
     "file_for",

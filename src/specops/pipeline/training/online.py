@@ -128,7 +128,7 @@ class Watch:
 
     def sample(self) -> str | None:
         """One look: the bytes now (the peak kept), then the server; a reason to stop, or None."""
-        from specops.pipeline.extraction.budget import bytes_on_disk
+        from specops.pipeline.extraction import bytes_on_disk
 
         now = bytes_on_disk(self.folders)
         self.bytes_now = now
@@ -257,7 +257,7 @@ def serve(run: Any, placement: Placement) -> Serving:
     files no trainer will load (a killed trainer leaves its last ones), and check the budget holds
     what is on disk already with room for the files in flight."""
     from specops.pipeline import vllm
-    from specops.pipeline.extraction.budget import budget_bytes, bytes_on_disk
+    from specops.pipeline.extraction import budget_bytes, bytes_on_disk
 
     settings = run.config.hidden_states
     budget = budget_bytes(settings.disk_budget_gb)
@@ -273,7 +273,7 @@ def serve(run: Any, placement: Placement) -> Serving:
     gpus = placement.server_gpus if placement.kind == "split" else None
     server = vllm.start_server_job(run, len(placement.server_gpus), visible_gpus=gpus,
                                    memory_share=placement.server_memory_share)
-    from specops.pipeline.vllm.counters import request_counters
+    from specops.pipeline.vllm import request_counters
 
     watch = Watch(folders, budget, lambda: None, run.paths.run_dir / STATE_FILE,
                   counters=lambda: request_counters(server.port), server_job=server.record["id"])

@@ -9,6 +9,7 @@ from specops.pipeline.vllm.command import (
     serve_env_version,
     staging_dir,
 )
+from specops.pipeline.vllm.counters import request_counters
 from specops.pipeline.vllm.generation import eagle3_config, generating_server, stop_generating_server
 from specops.pipeline.vllm.job import (
     CPU_KVCACHE_GIB,
@@ -44,6 +45,7 @@ __all__ = [
     "listening_inodes",
     "needs_scale_out",
     "port_owner",
+    "request_counters",
     "serve_dtype",
     "serve_env",
     "serve_env_version",
