@@ -29,6 +29,7 @@ import yaml
 from samples_first import PYTHON, REPO, tiny_template  # bench/ is first on the path of a bench script
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+sys.path.insert(0, str(REPO / "src"))  # this tree's specops, not whichever the venv has installed
 
 
 def specops(workdir: Path, *args: str) -> dict:
@@ -73,7 +74,6 @@ class PeakBytes:
 
 
 def stop_server(workdir: Path) -> None:
-    sys.path.insert(0, str(REPO / "src"))
     os.environ["SPECOPS_WORKDIR"] = str(workdir)
     from specops.jobs import launching, stopping
     from specops.jobs.tmux import TmuxServer
