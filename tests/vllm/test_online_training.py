@@ -16,6 +16,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,8 +121,23 @@ def finish(process) -> tuple[int, dict]:
     return process.returncode, one_document(out.decode(), err.decode())
 
 
+def stop_server_job(root: Path) -> None:
+    """The run's server job and every process of its group: the module leaves no server behind."""
+    from specops.jobs import stopping
+    from specops.jobs.tmux import TmuxServer
+
+    job = server_job(root)
+    if job is not None:
+        saved = os.environ.get("SPECOPS_WORKDIR")
+        os.environ["SPECOPS_WORKDIR"] = str(root)
+        try:
+            stopping.stop(job, 20.0, TmuxServer(root))
+        finally:
+            os.environ.pop("SPECOPS_WORKDIR") if saved is None else os.environ.__setitem__("SPECOPS_WORKDIR", saved)
+
+
 @pytest.fixture(scope="module")
-def online(finished, patched_vllm, tmp_path_factory) -> dict:
+def online(finished, patched_vllm, tmp_path_factory) -> Iterator[dict]:
     """The journey of the module docstring; what each launch returned, and the disk's peak."""
     root = copy_of(finished, tmp_path_factory.mktemp("online") / "w")
     run_dir = root / "runs" / "tiny"
@@ -133,28 +149,31 @@ def online(finished, patched_vllm, tmp_path_factory) -> dict:
              evaluate={"backend": "hf"}, hidden_states={"mode": "online", "disk_budget_gb": BUDGET_GB})
     steps = Steps(root)
     journey: dict = {"root": root}
-    with DiskSampler((run_dir / "hidden_states", run_dir / "vllm_staging")) as disk:
-        first = steps.start_train()
-        trainer = wait_until(lambda: epochs_saved(root) >= 1 and trainer_of(first.pid), STEP_TIMEOUT_S,
-                             "the first epoch's checkpoint")
-        trainer.send_signal(signal.SIGKILL)
-        journey["trainer_pid"] = trainer.pid
-        journey["trainer_killed"] = finish(first)
+    try:  # a failing journey leaves no server behind either
+        with DiskSampler((run_dir / "hidden_states", run_dir / "vllm_staging")) as disk:
+            first = steps.start_train()
+            trainer = wait_until(lambda: epochs_saved(root) >= 1 and trainer_of(first.pid), STEP_TIMEOUT_S,
+                                 "the first epoch's checkpoint")
+            trainer.send_signal(signal.SIGKILL)
+            journey["trainer_pid"] = trainer.pid
+            journey["trainer_killed"] = finish(first)
 
-        second = steps.start_train()
-        wait_until(lambda: epochs_saved(root) >= 2 and trainer_of(second.pid), STEP_TIMEOUT_S,
-                   "the second epoch's checkpoint")
-        job = server_job(root)
-        os.killpg(int(job["pgid"]), signal.SIGKILL)
-        killed_at = time.monotonic()
-        journey["server_job"] = job["id"]
-        journey["server_killed"] = finish(second)
-        journey["server_failure_s"] = time.monotonic() - killed_at
+            second = steps.start_train()
+            wait_until(lambda: epochs_saved(root) >= 2 and trainer_of(second.pid), STEP_TIMEOUT_S,
+                       "the second epoch's checkpoint")
+            job = server_job(root)
+            os.killpg(int(job["pgid"]), signal.SIGKILL)
+            killed_at = time.monotonic()
+            journey["server_job"] = job["id"]
+            journey["server_killed"] = finish(second)
+            journey["server_failure_s"] = time.monotonic() - killed_at
 
-        journey["resumed"] = steps.run("train")[:2]
-    journey.update(peak=disk.peak, samples=disk.samples)
-    journey["evaluated"] = steps.run("evaluate")[:2]
-    return journey
+            journey["resumed"] = steps.run("train")[:2]
+        journey.update(peak=disk.peak, samples=disk.samples)
+        journey["evaluated"] = steps.run("evaluate")[:2]
+        yield journey
+    finally:
+        stop_server_job(root)
 
 
 def test_a_killed_trainer_fails_the_step_naming_it_and_the_same_command_resumes(online):
