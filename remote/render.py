@@ -40,7 +40,8 @@ def human_bytes(count: float | None) -> str:
 def table(title: str, columns: list[str]) -> Table:
     from rich.table import Table
 
-    result = Table(title=title, title_justify="left", show_lines=False)
+    # a table of label/value rows names no columns: no header row then (an empty one is noise)
+    result = Table(title=title, title_justify="left", show_lines=False, show_header=any(columns))
     for column in columns:
         result.add_column(column, overflow="fold")
     return result

@@ -2,6 +2,9 @@
 
 - The step's JSON documents (its result, the log's last line) are not shown: the task renders
   them (or prints them as the one document of --json).
+- Third-party lines (speculators' loguru records, progress bars of Hugging Face loaders, vLLM's and
+  Python's log records and warnings) are not shown: the view is specops' own lines and progress.
+  They stay in the job's log (`invoke logs`); should the step fail, its last ones are shown.
 - Between the host's trainer markers (specops.protocol.TRAINER_START/END), speculators' raw output
   (three wide INFO lines a step) becomes one rich progress bar per epoch: step, loss, acc@0,
   tokens/s, ETA, and once the epoch is scored its mean acceptance length on held-out prompts
@@ -28,6 +31,19 @@ from specops.protocol import (
 # speculators' own epoch bar, printed when an epoch ends: "Epoch 0 100% ━━━ 40/40 [...]"
 _EPOCH_BAR = re.compile(r"^Epoch (\d+) .*?(\d+)/(\d+)")
 RAW_TAIL_LINES = 30
+# Lines that the libraries under the steps print, by their formats (the log keeps them). A library's
+# ERROR records stay visible.
+THIRD_PARTY = re.compile("|".join((
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ \| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING) *\| ",  # loguru
+    r"\d+%\|[^|]*\| *[\d.]+[kMG]?/[\d.?]+[kMG]? \[",  # tqdm: "Loading weights: 100%|███| 39/39 [00:00<...]"
+    r"^(?:vllm: )?(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d ",  # vLLM's logger
+    r"^(?:DEBUG|INFO|WARNING):[\w.]+:",  # logging's default format
+)))
+_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")  # Python's warnings; the source line under one goes too
+
+
+def is_third_party(line: str) -> bool:
+    return bool(THIRD_PARTY.search(line) or _WARNING.match(line))
 
 
 def is_json_document(line: str) -> bool:
@@ -148,6 +164,9 @@ class StepView:
         self.partial = ""
         self.bars: TrainingBars | None = None
         self.raw_tail: deque[str] = deque(maxlen=RAW_TAIL_LINES)
+        self.hidden_tail: deque[str] = deque(maxlen=RAW_TAIL_LINES)  # third-party lines not shown
+        self.after_warning = False
+        self.hid_last = False
 
     def feed(self, text: str) -> None:
         lines = (self.partial + text).split("\n")
@@ -175,6 +194,13 @@ class StepView:
             return
         if is_json_document(line):
             return
+        source_of_warning = self.after_warning and line.startswith((" ", "\t"))
+        self.after_warning = bool(_WARNING.match(line))
+        # a blank line after a hidden one: what a progress bar prints when it closes
+        self.hid_last = source_of_warning or is_third_party(line) or (self.hid_last and not line.strip(" \r"))
+        if self.hid_last:
+            self.hidden_tail.append(line)
+            return
         self.stream.write(line + "\n")
 
     def close(self, failed: bool = False) -> None:
@@ -187,4 +213,7 @@ class StepView:
         if failed and self.raw_tail:  # the trainer failed: what it said last is what a person needs
             self.stream.write("the trainer's last lines (all of them are in the job's log):\n")
             self.stream.write("".join(f"{line}\n" for line in self.raw_tail))
+        elif failed and self.hidden_tail:
+            self.stream.write("the libraries' last log lines (all of them are in the job's log):\n")
+            self.stream.write("".join(f"{line}\n" for line in self.hidden_tail))
         self.stream.flush()

@@ -226,19 +226,48 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
 
 @task(help={**STEP_HELP, "checkpoint": "best | last | an epoch number (default: the run's evaluate.checkpoint)",
             "all_epochs": "score every epoch's checkpoint", "prompts": "the first N held-out prompts",
-            "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)"})
+            "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)",
+            "sweep": "num_speculative_tokens=1,2,3,4,5: score the checkpoint at each (a table, sweep.png, "
+                     "sweep.json; with vllm also tokens/s with and without the draft)",
+            "concurrency": "with --sweep and vllm: requests in flight, e.g. 1,8 (a cell each)"})
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
-             wait=False, json=False):
+             wait=False, json=False, sweep=None, concurrency=None):
     """After step 4: the draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
-                                        backend=backend or None)
+                                        backend=backend or None, sweep=sweep, concurrency=concurrency)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
                               env_role="train", role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
-        render_evaluation(result)
+        if result.get("sweep"):
+            render_sweep(result["sweep"])
+        else:
+            render_evaluation(result)
+
+
+def render_sweep(document: dict[str, Any]) -> None:
+    """One row per cell: acceptance, per position, and with vllm tokens/s with and without the draft."""
+    from remote import render
+
+    served = document.get("backend") == "vllm"
+    columns = ["k", "concurrency", "mean acceptance length", "accepted / drafted", "per position"]
+    if served:
+        columns += ["tokens/s with draft", "tokens/s without", "speedup"]
+    view = render.table(f"sweep of checkpoint {document.get('checkpoint')} on {document.get('prompts')} held-out "
+                        f"prompts ({document.get('backend')}, {document.get('max_tokens')} tokens each)", columns)
+    for cell in document.get("cells") or []:
+        row = [str(cell["num_speculative_tokens"]), str(cell["concurrency"]), f"{cell['mean_acceptance_length']:.3f}",
+               f"{cell['num_accepted_tokens']} / {cell['num_draft_tokens']}",
+               " / ".join(f"{value:.3f}" for value in cell.get("per_position_acceptance") or [])]
+        if served:
+            row += [number_text(cell.get("tokens_per_s_spec")), number_text(cell.get("tokens_per_s_base")),
+                    "-" if cell.get("speedup") is None else f"{cell['speedup']:.2f}x"]
+        view.add_row(*row)
+    render.console().print(view)
+    if document.get("plot"):
+        render.console().print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)")
 
 
 def render_evaluation(evaluation: dict[str, Any] | None) -> None:

@@ -72,6 +72,25 @@ def _text(value: object, flag: str) -> str:
     return value
 
 
+def _sweep(value: object, flag: str) -> str:
+    """num_speculative_tokens=1,2,3 (specops.sweeps reads it the same way on the host)."""
+    from specops.sweeps import sweep_setting
+
+    try:
+        return f"num_speculative_tokens={','.join(map(str, sweep_setting(str(value))))}"
+    except ValueError as exc:
+        raise BadArgument(str(exc)) from None
+
+
+def _concurrency(value: object, flag: str) -> str:
+    from specops.sweeps import positive_list
+
+    try:
+        return ",".join(map(str, positive_list(str(value), flag)))
+    except ValueError as exc:
+        raise BadArgument(str(exc)) from None
+
+
 def _flags(**values: Any) -> list[str]:
     """--name VALUE for each value given (None: left out), --name alone for True; in order."""
     argv: list[str] = []
@@ -166,11 +185,19 @@ def _checkpoint(value: object, flag: str) -> str:
 
 
 def step_evaluate(*, run: str, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-                  backend: str | None = None, wait: bool = False) -> list[str]:
+                  backend: str | None = None, sweep: str | None = None, concurrency: str | None = None,
+                  wait: bool = False) -> list[str]:
+    if concurrency is not None and sweep is None:
+        raise BadArgument("--concurrency: only with --sweep (evaluate sends its prompts one at a time)")
+    if sweep is not None and all_epochs:
+        raise BadArgument("--sweep and --all-epochs exclude each other: a sweep scores one checkpoint")
     return ["step", "evaluate", *_flags(run=_name(run, "--run"),
                                         checkpoint=_optional(checkpoint, _checkpoint, "--checkpoint"),
                                         all_epochs=all_epochs, prompts=_optional(prompts, _whole, "--prompts"),
-                                        backend=_optional(backend, _choice, "--backend", BACKENDS), wait=wait)]
+                                        backend=_optional(backend, _choice, "--backend", BACKENDS),
+                                        sweep=_optional(sweep, _sweep, "--sweep"),
+                                        concurrency=_optional(concurrency, _concurrency, "--concurrency"),
+                                        wait=wait)]
 
 
 def step_metrics(*, run: str, no_plot: bool = False) -> list[str]:

@@ -2,10 +2,10 @@
 
 `finished_pipeline(config, tmp_path_factory)` is a workdir after `python -m specops pipeline --run tiny`
 (regenerated answers, held-out prompts, a trained draft and its hf evaluation) and the pipeline's
-summary. The first worker to ask builds it under a file lock in the run's shared temporary folder;
-the others wait for it and read the same folder. Tests never change it: they copy it (`copy_of`)
-and work on the copy, which skips every step, since a run's inputs count paths inside its workdir
-relative to it.
+summary; `pipeline_log(finished)` is what it printed. The first worker to ask builds it under a file
+lock in the run's shared temporary folder; the others wait for it and read the same folder. Tests never
+change it: they copy it (`copy_of`) and work on the copy, which skips every step, since a run's inputs
+count paths inside its workdir relative to it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from tests.support.agent import REPO, run_agent
 
 BUILD_TIMEOUT_S = 1500  # a whole tiny pipeline on a loaded 2-core machine
+LOG_FILE = "pipeline.log"
 
 
 def shared_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -41,6 +42,7 @@ def finished_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFa
             code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny",
                                               timeout=BUILD_TIMEOUT_S)
             assert code == 0, f"{summary}\n{stderr[-4000:]}"
+            (folder / LOG_FILE).write_text(stderr)  # what the pipeline's job log would hold
             summary_file.write_text(json.dumps(summary))
     return root, json.loads(summary_file.read_text())
 
@@ -53,6 +55,11 @@ def _build(root: Path) -> None:
     shutil.copytree(REPO / "runs", root / "runs")
     (root / "patches").symlink_to(REPO / "patches")
     tiny.generate(root)
+
+
+def pipeline_log(finished: tuple[Path, dict]) -> str:
+    """Everything the pipeline printed (its stderr: the libraries' lines included), as a job logs it."""
+    return (finished[0].parent / LOG_FILE).read_text()
 
 
 def copy_of(finished: tuple[Path, dict], target: Path) -> Path:

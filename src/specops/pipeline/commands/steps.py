@@ -12,6 +12,7 @@
                   [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID
                    [--local-addr ADDR] [--interface IF]]
     step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
+                  [--sweep num_speculative_tokens=1,2,3 [--concurrency 1,8]]
                                                      acceptance on held-out prompts, trained vs untrained
     step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
     step parity   --run R [--checkpoint last|N] [--serve|--no-serve]
@@ -146,6 +147,17 @@ def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.evaluation import evaluate
 
+    if args.sweep is not None or args.concurrency is not None:
+        from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
+
+        if args.sweep is None:
+            raise BadInput("--concurrency: only with --sweep (evaluate sends its prompts one at a time)")
+        if args.all_epochs:
+            raise BadInput("--sweep and --all-epochs exclude each other: a sweep scores one checkpoint")
+        tokens = parse_sweep(args.sweep)
+        concurrency = parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
+        document = sweep(open_run(args.run), tokens, concurrency, args.checkpoint, args.prompts, args.backend)
+        return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document}
     report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend)
     return 0, {"ok": True, "run": args.run, **report}
 
@@ -241,6 +253,10 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--all-epochs", action="store_true", help="score every epoch's checkpoint")
     evaluate.add_argument("--prompts", type=positive_int, default=None, help="the first N held-out prompts")
     evaluate.add_argument("--backend", choices=["hf", "vllm"], default=None)
+    evaluate.add_argument("--sweep", default=None, metavar="num_speculative_tokens=1,2,3",
+                          help="score the checkpoint at each setting (sweep.json, sweep.png)")
+    evaluate.add_argument("--concurrency", default=None, metavar="1,8",
+                          help="with --sweep and vllm: requests in flight, each a cell")
     evaluate.add_argument("--wait", action="store_true", help=WAIT_HELP)
     evaluate.set_defaults(handler=exclusive(step_evaluate))
 

@@ -49,3 +49,50 @@ def plot_acceptance(trained: dict[str, Any], untrained: dict[str, Any] | None, e
         pyplot.close(figure)
     write_bytes(path, buffer.getvalue())
     return path
+
+
+def plot_sweep(document: dict[str, Any], path: Path, title: str = "") -> Path:
+    """sweep.png: acceptance length by speculative tokens; the speedup (vllm) or the acceptance by draft
+    position (hf) beside it; one line per concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    cells = document["cells"]
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    try:
+        for concurrency in document["concurrency"]:
+            row = [cell for cell in cells if cell["concurrency"] == concurrency]
+            ks = [cell["num_speculative_tokens"] for cell in row]
+            label = f"concurrency {concurrency}"
+            left.plot(ks, [cell["mean_acceptance_length"] for cell in row], marker="o", label=label)
+            if document["backend"] == "vllm":
+                right.plot(ks, [cell.get("speedup") or 0.0 for cell in row], marker="o", label=label)
+        left.set_xlabel("speculative tokens (k)")
+        left.set_ylabel("mean acceptance length")
+        left.set_xticks(document["num_speculative_tokens"])
+        left.legend()
+        left.grid(alpha=0.3)
+        if document["backend"] == "vllm":
+            right.axhline(1.0, color="gray", linestyle="--", label="no speculation")
+            right.set_xlabel("speculative tokens (k)")
+            right.set_ylabel("speedup (tokens/s with the draft / without)")
+            right.set_xticks(document["num_speculative_tokens"])
+        else:
+            for cell in cells:
+                positions = range(1, len(cell["per_position_acceptance"]) + 1)
+                right.plot(positions, cell["per_position_acceptance"], marker="o",
+                           label=f"k={cell['num_speculative_tokens']}")
+            right.set_xlabel("draft position")
+            right.set_ylabel("share of drafts accepted")
+            right.set_ylim(0, 1)
+        right.legend()
+        right.grid(alpha=0.3)
+        figure.suptitle(title or "speculative settings")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", bbox_inches="tight")
+    finally:
+        pyplot.close(figure)
+    write_bytes(path, buffer.getvalue())
+    return path

@@ -81,6 +81,35 @@ def greedy_answers(target: Any, prompts: list[list[int]], max_tokens: int, eos: 
     return answers
 
 
+class DraftCache:
+    """The draft's keys and values for rows drafting together, preallocated ([rows, kv heads, slots, head
+    dim] a layer): the draft's attention layers call update() as they would on a transformers cache. The
+    verified positions fill it once; each round's speculative slots follow them and are given back after
+    the round (rewind), so no step copies what the cache holds."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.keys: list[Any] = []
+        self.values: list[Any] = []
+        self.filled: list[int] = []
+
+    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if layer_idx == len(self.keys):
+            rows, heads, _, _ = key.shape
+            self.keys.append(key.new_zeros((rows, heads, self.slots, key.shape[3])))
+            self.values.append(value.new_zeros((rows, heads, self.slots, value.shape[3])))
+            self.filled.append(0)
+        start = self.filled[layer_idx]
+        end = start + key.shape[2]
+        self.keys[layer_idx][:, :, start:end] = key
+        self.values[layer_idx][:, :, start:end] = value
+        self.filled[layer_idx] = end
+        return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
+
+    def rewind(self, slots: int) -> None:
+        self.filled = [filled - slots for filled in self.filled]
+
+
 class Replay:
     def __init__(self, target: Any, draft: Any, k: int, device: Any,
                  states: dict[Any, Any] | None = None) -> None:
@@ -153,8 +182,6 @@ class Replay:
     def score(self, prompts: list[list[int]], answers: list[list[int]], counts: Counts) -> None:
         """Counts the drafting of the prompts whose greedy answers by the target are `answers`; the
         prompts draft together, round by round, as a server batches its requests."""
-        from transformers import DynamicCache
-
         torch = self.torch
         device = self.device
         pairs = [(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True) if len(answer) >= 2]
@@ -165,7 +192,7 @@ class Replay:
             rows, width = inputs.shape[:2]
             slots = torch.arange(width, device=device)
             positions = slots[None, :].expand(rows, -1)
-            cache = DynamicCache()
+            cache = DraftCache(width + self.k - 1)
             # Every verified position at once: causal, so right padding never reaches a real position.
             causal = slots[None, None, None, :] <= slots[None, None, :, None]
             prefill = self._layers(inputs, positions, cache,
@@ -179,6 +206,7 @@ class Replay:
             tally = torch.zeros(self.k + 1, dtype=torch.long, device=device)  # drafts by tokens accepted
             every = torch.arange(rows, device=device)
             active = produced < answer_lengths
+            speculative = torch.ones((rows, self.k), dtype=torch.bool, device=device)
             while bool(active.any()):
                 last = torch.minimum(verified - 2, torch.tensor(width - 1, device=device))
                 tokens, fed = self._head(prefill[every, last])
@@ -187,15 +215,13 @@ class Replay:
                 for step in range(1, self.k):
                     state = torch.cat([self.draft.embed_tokens(tokens).to(self.dtype), fed], dim=-1)[:, None, :]
                     query = (last + step)[:, None]
-                    speculative = torch.ones((rows, step), dtype=torch.bool, device=device)
-                    allowed = torch.cat([prefix, speculative], dim=1)[:, None, None, :]
-                    key_positions = torch.cat([positions, last[:, None] + torch.arange(1, step + 1, device=device)],
-                                              dim=1)
+                    allowed = torch.cat([prefix, speculative[:, :step]], dim=1)[:, None, None, :]
+                    key_positions = (torch.cat([positions, last[:, None] + torch.arange(1, step + 1, device=device)],
+                                               dim=1) if self.sliding_layers else None)
                     out = self._layers(state, query, cache, (allowed, self._window(allowed, query, key_positions)))
                     tokens, fed = self._head(out[:, 0])
                     proposed.append(tokens)
-                if self.k > 1:
-                    cache.crop(-(self.k - 1))
+                cache.rewind(self.k - 1)
                 at = produced[:, None] + ahead[None, :]
                 wanted = torch.gather(expected, 1, at.clamp(max=expected.shape[1] - 1))
                 matches = (torch.stack(proposed, dim=1) == wanted) & (at < answer_lengths[:, None])

@@ -83,23 +83,46 @@ def per_request_counts(responses: list[dict[str, Any]], k: int) -> dict[str, Any
             "accepted_per_position": positions}
 
 
+def settled(endpoint: str, before: dict[str, Any], k: int, expected: dict[str, Any] | None,
+            timeout_s: float = 30.0, poll_s: float = 0.25) -> dict[str, Any]:
+    """The counter deltas since `before` once the server has folded in every finished request: the
+    API process takes the engine's stats in on its own interval, so read until the deltas reach
+    the responses' own totals (`expected`), or, without those, until two reads agree."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    if expected is None:
+        time.sleep(0.5)  # at least one of the API process's intervals
+    while True:
+        counters = delta(before, scrape(endpoint), k)
+        if expected is not None and counters["num_drafts"] >= expected["num_drafts"]:
+            return counters
+        if expected is None and counters == last:
+            return counters
+        if time.monotonic() > deadline:
+            return counters
+        last = counters
+        time.sleep(poll_s)
+
+
 def run_prompts(endpoint: str, model: str, prompts: list[list[int]], max_tokens: int, k: int,
-                speculative: bool) -> dict[str, Any]:
-    """Send the prompts one by one; counts (with speculation), tokens and tokens/s."""
+                speculative: bool, concurrency: int = 1) -> dict[str, Any]:
+    """Send the prompts, `concurrency` in flight; counts (with speculation), tokens and tokens/s."""
+    from concurrent.futures import ThreadPoolExecutor
+
     before = scrape(endpoint) if speculative else None
-    responses, tokens = [], 0
     started = time.perf_counter()
-    for prompt in prompts:
-        response = complete(endpoint, model, prompt, max_tokens)
-        responses.append(response)
-        tokens += int((response.get("usage") or {}).get("completion_tokens") or 0)
+    if concurrency == 1:
+        responses = [complete(endpoint, model, prompt, max_tokens) for prompt in prompts]
+    else:
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            responses = list(pool.map(lambda prompt: complete(endpoint, model, prompt, max_tokens), prompts))
     seconds = time.perf_counter() - started
+    tokens = sum(int((response.get("usage") or {}).get("completion_tokens") or 0) for response in responses)
     result: dict[str, Any] = {"generated_tokens": tokens, "seconds": round(seconds, 3),
                               "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None,
+                              "concurrency": concurrency,
                               "outputs": [(r["choices"][0].get("token_ids") or []) for r in responses]}
     if speculative:
-        time.sleep(0.5)  # the API process folds the engine's last stats in on its logging interval
-        counters = delta(before, scrape(endpoint), k)
-        result["counters"] = counters
         result["per_request"] = per_request_counts(responses, k)
+        result["counters"] = settled(endpoint, before, k, result["per_request"])
     return result

@@ -113,28 +113,34 @@ def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -
             "train": Manifest(run.paths.run_dir).inputs_hash("train")}
 
 
+def chosen_checkpoint(run: Any, which: str) -> tuple[Path, dict[str, Any] | None]:
+    """The checkpoint folder that best | last | N names, and with best why it is the best: by the
+    acceptance recorded after each epoch (scored now where missing)."""
+    from specops.pipeline.evaluation.drafts import choose_checkpoint, epoch_folders
+
+    if which != "best":
+        return choose_checkpoint(run.paths.checkpoints, which), None
+    from specops.pipeline.evaluation.epochs import choose_best
+
+    finished = epoch_folders(run.paths.checkpoints)
+    if not finished:
+        choose_checkpoint(run.paths.checkpoints, which)  # the one line: no finished checkpoint
+    chosen, best = choose_best(run, finished)
+    say(best["why"])
+    return chosen, best
+
+
 def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
              backend: str | None = None) -> dict[str, Any]:
     from specops.gpus import device_count as visible_gpus
-    from specops.pipeline.evaluation.drafts import UNTRAINED, choose_checkpoint, epoch_folders, untrained_draft
+    from specops.pipeline.evaluation.drafts import UNTRAINED, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
     from specops.pipeline.run import Manifest, package_versions
 
     settings = run.config.evaluate
     backend = backend or settings.backend or run.backend(visible_gpus())
-    which = checkpoint or settings.checkpoint
-    best = None
-    if which == "best":  # best by the acceptance recorded after each epoch (scored now where missing)
-        from specops.pipeline.evaluation.epochs import choose_best
-
-        finished = epoch_folders(run.paths.checkpoints)
-        if not finished:
-            choose_checkpoint(run.paths.checkpoints, which)  # the one line: no finished checkpoint
-        chosen, best = choose_best(run, finished)
-        say(best["why"])
-    else:
-        chosen = choose_checkpoint(run.paths.checkpoints, which)
+    chosen, best = chosen_checkpoint(run, checkpoint or settings.checkpoint)
     folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
     manifest = Manifest(run.paths.run_dir)
     report_path = run.paths.evaluation / REPORT_FILE
