@@ -148,7 +148,7 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.evaluation import evaluate
 
     if args.sweep is not None or args.concurrency is not None:
-        from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
+        from specops.pipeline.evaluation import parse_counts, parse_sweep, sweep
 
         if args.sweep is None:
             raise BadInput("--concurrency: only with --sweep (evaluate sends its prompts one at a time)")
