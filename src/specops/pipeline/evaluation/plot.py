@@ -42,13 +42,9 @@ def plot_acceptance(trained: dict[str, Any], untrained: dict[str, Any] | None, e
         right.set_ylabel("mean acceptance length")
         right.legend()
         right.grid(alpha=0.3)
-        figure.suptitle(title or "draft acceptance")
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", bbox_inches="tight")
+        return _save(figure, path, title or "draft acceptance")
     finally:
         pyplot.close(figure)
-    write_bytes(path, buffer.getvalue())
-    return path
 
 
 def plot_sweep(document: dict[str, Any], path: Path, title: str = "") -> Path:
@@ -89,10 +85,15 @@ def plot_sweep(document: dict[str, Any], path: Path, title: str = "") -> Path:
             right.set_ylim(0, 1)
         right.legend()
         right.grid(alpha=0.3)
-        figure.suptitle(title or "speculative settings")
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", bbox_inches="tight")
+        return _save(figure, path, title or "speculative settings")
     finally:
         pyplot.close(figure)
+
+
+def _save(figure: Any, path: Path, title: str) -> Path:
+    """The figure titled and written atomically (a reader never sees half a PNG)."""
+    figure.suptitle(title)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
     write_bytes(path, buffer.getvalue())
     return path
