@@ -120,7 +120,8 @@ def main() -> int:
         online_config = workdirs["online"] / "runs" / "tiny.yaml"
         edited = yaml.safe_load(online_config.read_text())
         # online asks the run's vLLM server (the plan wants the vllm backend); answers and scoring stay hf
-        edited.update(backend="vllm", hidden_states={"mode": "online"})
+        # the parity gate's served request (a server load of its own on a vllm run) is not online's cost
+        edited.update(backend="vllm", hidden_states={"mode": "online"}, parity={"serve": False})
         edited["regenerate"]["backend"] = "hf"
         edited.setdefault("evaluate", {})["backend"] = "hf"
         online_config.write_text(yaml.safe_dump(edited, sort_keys=False))

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.agent import run_agent as agent
 from tests.support.finished import copy_of
+from tests.support.runs import edit_run
 from tests.support.vllm import VLLM_PYTHON
 
 AUX = "eagle_aux_hidden_state_layer_ids"
@@ -83,3 +84,29 @@ def test_the_finished_draft_agrees_key_by_key_with_the_installed_vllm(finished, 
         assert document["vllm"] == "0.32.0"
         assert {"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"} <= set(rows)
         assert rows["target architecture"]["serving"] == "LlamaForCausalLM (SupportsEagle3)"
+
+
+@pytest.mark.skipif(not SERVE_ENV, reason="the serve env (.venv-vllm) is absent: scripts/setup-vllm.sh")
+def test_a_run_that_turns_the_served_request_off_is_gated_on_its_config_alone(finished, tmp_path) -> None:
+    root = copy_of(finished, tmp_path / "w")
+    # a vllm run is where the served request is cheap; `parity.serve: false` says a server load is not
+    edit_run(root / "runs" / "tiny.yaml", backend="vllm", parity={"serve": False})
+
+    code, document, stderr = agent(root, "step", "parity", "--run", "tiny", env=SERVE_ENV, timeout=600)
+
+    assert code == 0, stderr[-3000:]
+    assert document["when"] == "before training" and document["ok"]
+    assert "served" not in document
+    code, jobs, _ = agent(root, "job", "list")
+    assert code == 0 and not [job for job in jobs["jobs"] if job.get("name") == "vllm-server"]
+
+
+def test_a_parity_serve_that_is_not_a_yes_or_no_is_one_line_exit_2(finished, tmp_path) -> None:
+    root = copy_of(finished, tmp_path / "w")
+    edit_run(root / "runs" / "tiny.yaml", parity={"serve": "sometimes"})
+
+    code, document, _ = agent(root, "step", "parity", "--run", "tiny", env=SERVE_ENV)
+
+    assert code == 2
+    assert document["error"].startswith("runs/tiny.yaml: parity.serve:"), document["error"]
+    assert "\n" not in document["error"]

@@ -69,15 +69,16 @@ def start_agent(workdir: Path, *args: str, sites: Sequence[Path | str] = (), env
                             env=agent_env(workdir, sites=sites, extra=env, isolated=isolated), **popen)
 
 
-def wait_until(probe: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
-    """Poll `probe` until it returns something truthy; fail the test after `timeout_s`."""
+def wait_until(probe: Callable[[], T], timeout_s: float = 30.0, what: str | Callable[[], str] = "condition") -> T:
+    """Poll `probe` until it returns something truthy; fail the test after `timeout_s`, saying `what`
+    (a callable is asked then: what the wait had reached)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = probe()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what() if callable(what) else what}")
         time.sleep(0.05)
 
 

@@ -137,7 +137,9 @@ def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None
     document = {"when": "before training", **check_folder(run, untrained, trained, reading)}
     if not document["ok"]:
         _refuse(run, document, "before training")
-    if serve is None:  # where it is cheap: a GPU host or a run served by vLLM, with a serve env
+    if serve is None:  # the run config's choice, else where it is cheap: a GPU host or a run served by vLLM
+        serve = run.config.parity.serve
+    if serve is None:
         serve = reading is not None and (gpus > 0 or run.backend(gpus) == "vllm"
                                          or (run.config.evaluate.backend or "") == "vllm")
     if serve and reading is not None:

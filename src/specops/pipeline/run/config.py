@@ -133,6 +133,12 @@ class HiddenStatesSettings(_Strict):
         return self
 
 
+class ParitySettings(_Strict):
+    """The parity gate (pipeline/parity) before training: its config checks always run; the served
+    request (one completion through a vLLM server with the untrained draft) costs a server load."""
+    serve: bool | None = None  # None: where it is cheap (a GPU host or a vllm run, with a serve env)
+
+
 class PlanSettings(_Strict):
     """What the plan reads on the host, given instead (a host not at hand), and rates measured elsewhere
     (left out: this run's earlier jobs on the host, else unknown)."""
@@ -160,6 +166,7 @@ class RunConfig(_Strict):
     regenerate: RegenerateSettings = Field(default_factory=RegenerateSettings)
     evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
     hidden_states: HiddenStatesSettings = Field(default_factory=HiddenStatesSettings)
+    parity: ParitySettings = Field(default_factory=ParitySettings)
     plan: PlanSettings = Field(default_factory=PlanSettings)
     # inventory hosts the run spreads over (`invoke pipeline` across them); read by the control side,
     # only carried here
