@@ -89,3 +89,31 @@ def test_one_host_is_the_same_engine_with_nothing_to_meet() -> None:
     one.barrier("extract")
     assert one.all_gather("plan", {"rows": 3}) == [{"rows": 3}]
     assert one.exchange("extract", Path("/nowhere"), ["hs_0.safetensors"], True) == {"copies": [], "bytes": 0}
+
+
+def test_hosts_that_planned_different_work_are_refused_naming_each_hosts_plan() -> None:
+    # what each node's share of an extraction reports through all_gather: its inputs hash and N
+    plans = [{"inputs_hash": "a" * 64, "samples": 200, "rows": 100},
+             {"inputs_hash": "b" * 64, "samples": 200, "rows": 100}]
+    try:
+        rendezvous.shares_fit("extract", plans, NAMES, "samples", "target, data, dtype or device")
+    except CheckFailed as failure:
+        message = str(failure)
+    else:
+        raise AssertionError("different inputs were let through")
+    assert message == ("extract across hosts: the hosts planned different work (gpu1: aaaaaaaaaaaa of 200 samples, "
+                       "gpu2: bbbbbbbbbbbb of 200 samples); their target, data, dtype or device differ, so their "
+                       "shares would not fit together")
+
+
+def test_hosts_that_planned_the_same_work_pass_whatever_their_own_share() -> None:
+    plans = [{"inputs_hash": "a" * 64, "conversations": 180, "rows": 90},
+             {"inputs_hash": "a" * 64, "conversations": 180, "rows": 89}]
+    rendezvous.shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
+    plans[1]["conversations"] = 181  # the same inputs, another count: the shares would overlap or leave a gap
+    try:
+        rendezvous.shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
+    except CheckFailed as failure:
+        assert "gpu2: aaaaaaaaaaaa of 181 conversations" in str(failure)
+    else:
+        raise AssertionError("different counts were let through")

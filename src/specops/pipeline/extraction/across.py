@@ -7,19 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import CheckFailed
+from specops.pipeline.hosts import shares_fit
 
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext
-
-
-def same_extraction(plans: list[dict[str, Any]], names: list[str]) -> None:
-    """Every host planned the same extraction (inputs, N): else the shares do not fit."""
-    if len({(plan["inputs_hash"], plan["samples"]) for plan in plans}) > 1:
-        shown = ", ".join(f"{name}: {plan['inputs_hash'][:12]} of {plan['samples']} rows"
-                          for name, plan in zip(names, plans, strict=True))
-        raise CheckFailed(f"extract across hosts: the hosts planned different extractions ({shown}); their "
-                          "target, data, dtype or device differ, so their shares would not fit together")
 
 
 def across_hosts(context: StepContext) -> dict[str, Any]:
@@ -33,7 +24,7 @@ def across_hosts(context: StepContext) -> dict[str, Any]:
     share = report["part"]
     written = report.get("counts", {}).get("written", 0)
     plans = hosts.all_gather("extract-plan", {**share, "status": report["status"], "written": written})
-    same_extraction(plans, hosts.names)
+    shares_fit("extract", plans, hosts.names, "samples", "target, data, dtype or device")
     rows = [row for start, stop in share["spans"] for row in range(int(start), int(stop))]
     lacking = not share["others_whole"]
     exchanged = (hosts.exchange("extract", run.paths.hidden_states, [f"hs_{row}.safetensors" for row in rows], lacking)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import CheckFailed
+from specops.pipeline.hosts import shares_fit
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -143,15 +144,6 @@ def require_whole(run: Run, backend: str, inputs: dict[str, Any]) -> dict[str, A
             "counts": counts, "failed": checked["failed_list"], "output": str(path)}
 
 
-def same_regeneration(plans: list[dict[str, Any]], names: list[str]) -> None:
-    """Every host cut the same conversations with the same inputs: else the shares do not fit."""
-    if len({(plan["inputs_hash"], plan["source"]) for plan in plans}) > 1:
-        shown = ", ".join(f"{name}: {plan['inputs_hash'][:12]} of {plan['source']} conversations"
-                          for name, plan in zip(names, plans, strict=True))
-        raise CheckFailed(f"regenerate across hosts: the hosts planned different regenerations ({shown}); their "
-                          "target, data or sampling settings differ, so their shares would not fit together")
-
-
 def join_shares(folder: Path, count: int) -> dict[str, int]:
     """The answers of every share, joined in share order (= source order) into the run's own files;
     errors first: the responses file marks the answers written."""
@@ -181,9 +173,9 @@ def across_hosts(context: Any, backend: str, inputs: dict[str, Any]) -> dict[str
     part = (hosts.rank, hosts.count)
     report = regenerate_part(run, backend, inputs, part)
     plans = hosts.all_gather("regenerate-plan", {"inputs_hash": report["inputs_hash"],
-                                                 "source": report["part"]["source"], "status": report["status"],
-                                                 "rows": report["part"]["rows"]})
-    same_regeneration(plans, hosts.names)
+                                                 "conversations": report["part"]["source"],
+                                                 "status": report["status"], "rows": report["part"]["rows"]})
+    shares_fit("regenerate", plans, hosts.names, "conversations", "target, data or sampling settings")
     shares = {name: {"rows": plan["rows"], "status": plan["status"]} for name, plan in zip(hosts.names, plans,
                                                                                              strict=True)}
     if all(plan["status"] == "skipped: unchanged" for plan in plans):
