@@ -35,8 +35,9 @@ GIB = 2**30
 class ProcessMemory:
     """Peak GPU memory (MiB) of all compute processes together and of the whole GPU, sampled on a thread."""
 
-    def __init__(self, period_s: float = 0.1) -> None:
+    def __init__(self, period_s: float = 0.1, progress: Path | None = None) -> None:
         self.period_s, self.process_peak, self.used_peak, self.idle = period_s, 0.0, 0.0, self._used()
+        self.progress = progress  # the peaks so far, rewritten each second: a run cut off keeps them
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -52,9 +53,14 @@ class ProcessMemory:
         return sum(self._query("gpu=memory.used"))
 
     def _loop(self) -> None:
+        written = time.monotonic()
         while not self._stop.wait(self.period_s):
             self.process_peak = max(self.process_peak, sum(self._query("compute-apps=pid,used_memory")))
             self.used_peak = max(self.used_peak, self._used())
+            if self.progress is not None and time.monotonic() - written >= 1.0:
+                written = time.monotonic()
+                self.progress.write_text(json.dumps({"process_peak_mib": self.process_peak,
+                                                     "used_peak_mib": self.used_peak, "idle_mib": self.idle}))
 
     def __enter__(self) -> ProcessMemory:
         self._thread.start()
@@ -72,11 +78,11 @@ def direct_argv(env: dict[str, str], save: Path) -> list[str]:
 
 
 def measure(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Shape, variant: tb.Variant,
-            rows: int) -> dict:
+            rows: int, progress: Path | None = None) -> dict:
     tb.write_run_config(workdir, verifier, shape, variant)
     trainer = tb.agent(env, "plan", "--run", tb.RUN, "--samples", str(rows))["trainer"]
     save = workdir / f"direct-{variant.label}"
-    with ProcessMemory() as memory:
+    with ProcessMemory(progress=progress) as memory:
         result = tb.run_direct(env, direct_argv(env, save), save)
     if result.exit_code != 0:
         tail = "\n".join(result.log.read_text(errors="replace").splitlines()[-30:])
@@ -106,7 +112,8 @@ def main() -> int:
     print(f"inputs in {workdir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     figures = []
     for variant in variants:
-        figures.append(measure(env, workdir, verifier, shape, variant, rows))
+        progress = args.json.with_name(f'{args.json.stem}-{variant.label}-peak.json') if args.json else None
+        figures.append(measure(env, workdir, verifier, shape, variant, rows, progress))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"{variant.label}: {figures[-1]}", file=sys.stderr)
