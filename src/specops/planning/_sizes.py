@@ -19,7 +19,11 @@ TOKEN_ID_BYTES = 8  # token_ids int64 [seq] beside the hidden states in every fi
 FILE_HEADER_BYTES = 160
 # Prepared rows on disk per token: input_ids int32 + loss_mask int64 (Arrow), seq_len per row aside
 PREPARED_BYTES_PER_TOKEN = 12
-TRAINER_RESERVE_BYTES = 2 * GIB  # CUDA context, allocator slack, NCCL buffers
+# A training rank's memory beyond parameters, gradients, optimizer state and activations: CUDA context,
+# compiled kernels, allocator cache, NCCL buffers. On the H200 at 8B dimensions (bench/plan_memory.py,
+# 8192 and 16384 tokens a step) the trainer's memory extrapolated to zero tokens was 5.06 GiB above
+# params + grads + optimizer; with 2 GiB the plan fell short of the trainer below ~6000 tokens a step.
+TRAINER_RESERVE_BYTES = 5 * GIB
 SERVER_RESERVE_BYTES = 4 * GIB   # vLLM's activation peak, CUDA graphs, the connector's buffers
 ONLINE_SAMPLES_IN_FLIGHT = 32
 # An epoch folder's configs, state files, headers and pickling (tiny run: 16-19 kB beyond the tensors)
