@@ -62,6 +62,28 @@ def fetch_run(conn: Connection, host: Host, run: str, *, with_training_state: bo
     return {**listing, "destination": str(destination), "verified": len(listing["files"])}
 
 
+def fetch_from_saver(host: str | None, hosts: str, run: str | None, *,
+                     with_training_state: bool = False) -> dict[str, Any]:
+    """A run trained across hosts keeps its checkpoints where they were saved (torchrun's rank 0): ask the
+    hosts in order; one without a finished checkpoint says so (exit 2) and the next is asked."""
+    from remote.inventory import load_inventory
+    from remote.session import HostSession
+    from remote.several_hosts import chosen_hosts
+
+    inventory = load_inventory()
+    members = chosen_hosts(inventory, host, hosts, False) or []
+    run_name = run or members[0].run
+    refusals = []
+    for member in members:
+        with HostSession(member, inventory) as session:
+            try:
+                return {**fetch_run(session.conn, member, run_name, with_training_state=with_training_state),
+                        "host": member.name}
+            except BadInput as refusal:  # this host has no finished checkpoint of the run
+                refusals.append(str(refusal))
+    raise BadInput(f"--hosts: no host holds a finished checkpoint of run {run_name}: {'; '.join(refusals)}")
+
+
 def _agent(conn: Connection, host: Host, args: list[str]) -> dict[str, Any]:
     result = agent_call(conn, host, args)
     if not result.ok:

@@ -392,19 +392,24 @@ def render_summary(summary: dict[str, Any]) -> None:
 
 
 @task(help={"host": "inventory host", "run": "run config (default: the host's run)",
-            "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout"})
+            "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout",
+            "hosts": "a run trained across these hosts (comma-separated): fetch from the first that holds a "
+                     "finished checkpoint (the one that saved)"})
 @reports_errors
-def fetch(c, host=None, run=None, with_training_state=False, json=False):
+def fetch(c, host=None, run=None, with_training_state=False, json=False, hosts=None):
     """Bring the newest finished checkpoint, metrics, plots, evaluation and logs home to fetched/<host>/<run>/,
     hash-verified.
 
     Safe while training runs: the host snapshots the files first (the log up to a recorded offset).
     """
-    from remote.fetch import fetch_run
+    from remote.fetch import fetch_from_saver, fetch_run
 
-    with host_session(host) as session:
-        chosen = session.host
-        document = fetch_run(session.conn, chosen, run or chosen.run, with_training_state=with_training_state)
+    if hosts:
+        document = fetch_from_saver(host, hosts, run, with_training_state=with_training_state)
+    else:
+        with host_session(host) as session:
+            chosen = session.host
+            document = fetch_run(session.conn, chosen, run or chosen.run, with_training_state=with_training_state)
     if json:
         emit_json(document)
         return

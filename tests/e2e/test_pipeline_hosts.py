@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,37 @@ def test_a_run_naming_two_hosts_runs_every_step_and_fetches_a_loadable_checkpoin
     checkpoint = root / "fetched" / summary["saved_on"] / RUN / "checkpoint"
     assert summary["fetched"] == str(checkpoint.parent)
     _assert_loads_with_speculators(checkpoint)
+
+
+def test_fetch_across_the_hosts_finds_the_host_that_saved(across: tuple) -> None:
+    cli, env, root, result, _detached, _killed_at = across
+    saver = result.json()["saved_on"]
+    shutil.rmtree(root / "fetched", ignore_errors=True)
+
+    fetched = cli("fetch", "--hosts", "gpu2,gpu1", "--run", RUN, "--json", **env)
+
+    assert fetched.exit_code == 0, fetched.stderr[-3000:]
+    document = fetched.json()
+    assert document["host"] == saver and document["destination"] == str(root / "fetched" / saver / RUN)
+    assert (root / "fetched" / saver / RUN / "checkpoint" / "config.json").is_file()
+    assert [path.name for path in (root / "fetched").iterdir()] == [saver]
+
+
+def test_fetch_across_hosts_none_of_which_saved_is_one_line_naming_each_hosts_answer(across: tuple) -> None:
+    cli, env, root, _result, _detached, _killed_at = across
+    runs = Path(env["SPECOPS_RUNS_DIR"])
+    (runs / "untrained.yaml").write_text((runs / f"{RUN}.yaml").read_text())  # a run no host has trained
+    try:
+        fetched = cli("fetch", "--hosts", "gpu1,gpu2", "--run", "untrained", **env)
+    finally:
+        (runs / "untrained.yaml").unlink()
+
+    assert fetched.exit_code == 2, fetched.stderr[-3000:]
+    lines = fetched.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specops: --hosts: no host holds a finished checkpoint of run "
+                                                   "untrained: gpu1: "), lines
+    assert "; gpu2: " in lines[0]
+    assert not [host for host in ("gpu1", "gpu2") if (root / "fetched" / host / "untrained").exists()]
 
 
 def regenerated(root: Path, host: str) -> Path:
