@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import trainbench as tb
+from train_speculators import direct_argv  # the argv `step train --dry-run` prints
 
 GIB = 2**30
 
@@ -69,12 +70,6 @@ class ProcessMemory:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def direct_argv(env: dict[str, str], save: Path) -> list[str]:
-    argv = list(tb.agent(env, "step", "train", "--run", tb.RUN, "--dry-run")["command"])
-    argv[argv.index("--save-path") + 1] = str(save)
-    return argv
 
 
 def measure(env: dict[str, str], workdir: Path, verifier: Path, shape: tb.Shape, variant: tb.Variant,
