@@ -35,17 +35,22 @@ LLAMA_DIMENSIONS: dict[str, dict[str, Any]] = {
     "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                head_dim=128, intermediate_size=14336, max_position_embeddings=8192, rope_theta=500000.0),
 }
-SHAPES = ("tiny", *LLAMA_DIMENSIONS)
+KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu")  # data/tiny_kimi.py: Kimi-K2.5's layout
+SHAPES = ("tiny", *LLAMA_DIMENSIONS, *KIMI_SHAPES)
 SHAPE_CONVERSATIONS = 2400  # the GPU shapes: enough rows that every step runs past its start-up
 INIT_STD = 0.02  # Llama's initializer_range (random_llama: embeddings and residual writes differ)
 
 
 def model_dir_for(shape: str) -> str:
+    if shape in KIMI_SHAPES:
+        from specops.pipeline.data import tiny_kimi
+
+        return tiny_kimi.model_dir_for(shape)
     return MODEL_DIR if shape == "tiny" else f"models/random-llama-{shape}"
 
 
 def data_file_for(shape: str) -> str:
-    return DATA_FILE if shape == "tiny" else f"data/chat-{SHAPE_CONVERSATIONS}.jsonl"
+    return DATA_FILE if shape in ("tiny", "kimi", "kimi-text") else f"data/chat-{SHAPE_CONVERSATIONS}.jsonl"
 
 SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
@@ -229,10 +234,12 @@ def _save_model_and_tokenizer(folder: Path) -> None:
 
 def is_complete(root: Path, shape: str = "tiny") -> bool:
     model_dir = root / model_dir_for(shape)
-    weights = ("model.safetensors",) if shape == "tiny" else ("model.safetensors.index.json",)
+    single_file = shape in ("tiny", "kimi", "kimi-text")
+    weights = ("model.safetensors",) if single_file else ("model.safetensors.index.json",)
     if shape != "tiny" and not (model_dir / weights[0]).exists():
         weights = ("model.safetensors",)  # a single shard: small enough for one file
-    return all((model_dir / name).exists() for name in ("config.json", *weights, "tokenizer.json")) \
+    tokenizer = "tiktoken.json" if shape in KIMI_SHAPES else "tokenizer.json"  # Kimi's: remote code reads it
+    return all((model_dir / name).exists() for name in ("config.json", *weights, tokenizer)) \
         and (root / data_file_for(shape)).exists()
 
 
@@ -240,6 +247,8 @@ def generate_shape(root: Path, shape: str, force: bool = False) -> dict[str, Any
     """Write a GPU shape's model and its conversations under root, unless already complete."""
     if shape == "tiny":
         return generate(root, force)
+    if shape in KIMI_SHAPES:
+        return _generate_kimi(root, shape, force)
     if shape not in LLAMA_DIMENSIONS:
         raise ValueError(f"shape {shape!r} is not one of {', '.join(SHAPES)}")
     model_dir, data_file = root / model_dir_for(shape), root / data_file_for(shape)
@@ -248,6 +257,23 @@ def generate_shape(root: Path, shape: str, force: bool = False) -> dict[str, Any
     print(f"generating a random Llama at {shape} dimensions in {model_dir}", file=sys.stderr)
     replace_folder(model_dir, lambda staging: _save_shape(staging, shape))
     atomic.write_text(data_file, "\n".join(chat_lines(count=SHAPE_CONVERSATIONS)) + "\n")
+    return {"generated": True, "shape": shape, "model": str(model_dir), "data": str(data_file)}
+
+
+def _generate_kimi(root: Path, shape: str, force: bool) -> dict[str, Any]:
+    """A Kimi-K2.5-shaped target (data/tiny_kimi.py) with the tiny tokenizer and conversations (the
+    tiny shapes) or the GPU shapes' conversations."""
+    from specops.pipeline.data import tiny_kimi
+
+    model_dir, data_file = root / model_dir_for(shape), root / data_file_for(shape)
+    if is_complete(root, shape) and not force:
+        return {"generated": False, "shape": shape, "model": str(model_dir), "data": str(data_file)}
+    import torch
+
+    print(f"generating a Kimi-K2.5-shaped target ({shape}) in {model_dir}", file=sys.stderr)
+    tiny_kimi.generate(root, shape, build_tokenizer(), on_gpu=shape == "kimi-gpu" and torch.cuda.is_available())
+    count = CONVERSATIONS if shape != "kimi-gpu" else SHAPE_CONVERSATIONS
+    atomic.write_text(data_file, "\n".join(chat_lines(count=count)) + "\n")
     return {"generated": True, "shape": shape, "model": str(model_dir), "data": str(data_file)}
 
 
