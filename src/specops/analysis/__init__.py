@@ -12,9 +12,11 @@ search path and read with `ast`, lazily, so a check touches only the modules it 
     check_bound_functions(file, index, ["LlamaForCausalLM"])  # types.MethodType(fn, model.model)
     check_engine_loop(file, index)      # steps of vLLM's EngineCore.step a hand-driven loop skips
     where_it_went(index, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups")  # moved to ...
+    resolve_auto_class("kimi_k25")      # transformers' class for a model_type, from its auto mappings
 """
 
 from specops.analysis import _cache as cache
+from specops.analysis._auto_models import AutoClass, base_model_class, resolve_auto_class
 from specops.analysis._bound import check_assigned_functions, check_bound_functions, files_binding_methods
 from specops.analysis._checks import CallShape, Finding, bind, check_calls, check_imports, check_package
 from specops.analysis._engine_loop import check_engine_loop
@@ -28,6 +30,7 @@ from specops.analysis._signatures import Signature, SignatureReader, Unknown
 from specops.analysis._types import Instance, Scope
 
 __all__ = [
+    "AutoClass",
     "CallShape",
     "DefTarget",
     "Finding",
@@ -40,6 +43,7 @@ __all__ = [
     "Unknown",
     "Unresolved",
     "absolute_module",
+    "base_model_class",
     "bind",
     "bind_live",
     "cache",
@@ -54,6 +58,7 @@ __all__ = [
     "files_binding_methods",
     "moved_definitions",
     "package_files",
+    "resolve_auto_class",
     "types_of",
     "where_it_went",
 ]
