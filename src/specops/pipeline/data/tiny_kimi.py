@@ -218,13 +218,11 @@ def _write_config(folder: Path, model: Any, shape: str) -> None:
 
 def _write_tokenizer(folder: Path, tokenizer: Any) -> None:
     """The tiny tokenizer, reached through auto_map as remote code under the published class name."""
-    from specops.pipeline.data.tiny import CHAT_TEMPLATE
-
     tokenizer.save_pretrained(folder)
     (folder / "tokenizer.json").rename(folder / VOCAB_FILE)
     config_file = folder / "tokenizer_config.json"
     tokenizer_config = json.loads(config_file.read_text())
-    tokenizer_config.update(chat_template=CHAT_TEMPLATE, tokenizer_class=TOKENIZER_CLASS,
+    tokenizer_config.update(chat_template=tokenizer.chat_template, tokenizer_class=TOKENIZER_CLASS,
                             auto_map={"AutoTokenizer": [f"{TOKENIZER_MODULE}.{TOKENIZER_CLASS}", None]})
     config_file.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
     (folder / f"{TOKENIZER_MODULE}.py").write_text(TOKENIZER_SOURCE)
