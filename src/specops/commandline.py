@@ -1,10 +1,12 @@
 """The agent's command lines: one builder per command the control side (or the engine) runs.
 
 `python -m specops <argv>`: each builder returns that argv as a list, built from typed values and
-checked here, in one place, before anything is sent. Its keyword names are the `dest` names of the
-agent's own parser, so tests/test_commandline.py runs every builder's output through that parser
-(specops.cli) and compares what it parsed with what was built. Standard library only: remote/
-imports this module too.
+checked here, in one place, before anything is sent. The step and pipeline commands are declared once,
+as specs (specops.commandspec): each builder here and the agent's own parser (pipeline/commands/) are
+made from the same `Command`, flags and cross-flag rules; tests/foundation/test_commandline.py runs every
+builder's output through the agent's parser (specops.cli) and compares what it parsed with what was built.
+The job, patch and host builders below the specs are written by hand beside their parsers. Standard
+library only: remote/ imports this module too.
 
 A value that cannot be sent raises BadArgument: one line naming the flag, which the control side
 reports as bad input (exit 2).
@@ -15,8 +17,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
+from specops.commandspec import BadArgument, Command, Flag, Kind, Rule, Values, excludes, given, needs, only_with
+from specops.flags import non_negative_int, part_of, positive_int
 from specops.protocol import name_problem
 
 BACKENDS = ("hf", "vllm")
@@ -26,11 +31,7 @@ PATCH_ACTIONS = ("apply", "verify", "status", "revert", "new")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class BadArgument(ValueError):
-    """A value that no agent command accepts: one line, starting with the flag."""
-
-
-# ---- checks (each returns the value as the command line carries it)
+# ---- checks (each returns the value as the agent's parser reads it)
 
 def _name(value: object, flag: str) -> str:
     problem = name_problem(value)
@@ -58,12 +59,12 @@ def _choice(value: object, flag: str, choices: Sequence[str]) -> str:
     return str(value)
 
 
-def _part(value: Sequence[int], flag: str = "--part") -> str:
-    """(I, COUNT) as I/COUNT, share I (0-based) of COUNT."""
-    index, count = value
+def _part(value: object, flag: str) -> tuple[int, int]:
+    """(I, COUNT): share I (0-based) of COUNT, written I/COUNT."""
+    index, count = value if isinstance(value, tuple | list) and len(value) == 2 else (None, None)
     if not (isinstance(index, int) and isinstance(count, int)) or not 0 <= index < count:
-        raise BadArgument(f"{flag}: expected (I, COUNT) with 0 <= I < COUNT, got {tuple(value)!r}")
-    return f"{index}/{count}"
+        raise BadArgument(f"{flag}: expected (I, COUNT) with 0 <= I < COUNT, got {value!r}")
+    return index, count
 
 
 def _text(value: object, flag: str) -> str:
@@ -91,6 +92,19 @@ def _concurrency(value: object, flag: str) -> str:
         raise BadArgument(str(exc)) from None
 
 
+def _checkpoint(value: object, flag: str) -> str:
+    text = str(value)
+    if not (text in CHECKPOINTS or text.isdigit()):
+        raise BadArgument(f"{flag}: expected best, last or an epoch number, got {value!r}")
+    return text
+
+
+def _hosts(value: object, flag: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise BadArgument(f"{flag}: expected a list of host names, got {value!r}")
+    return [_name(name, flag) for name in value]
+
+
 def _flags(**values: Any) -> list[str]:
     """--name VALUE for each value given (None: left out), --name alone for True; in order."""
     argv: list[str] = []
@@ -106,133 +120,131 @@ def _optional(value: object, check: Any, flag: str, *extra: Any) -> Any:
     return None if value is None else check(value, flag, *extra)
 
 
-# ---- step <name>: one step of a run
+# ---- kinds of value: the control side's check, the agent's parse, the text between them
 
-def step_regenerate(*, run: str, backend: str | None = None, stop_server: bool = False, port: int | None = None,
-                    part: tuple[int, int] | None = None, require_whole: bool = False,
-                    wait: bool = False) -> list[str]:
-    if part is not None and require_whole:
-        raise BadArgument("--part and --require-whole exclude each other: a share writes, the check does not")
-    return ["step", "regenerate", *_flags(run=_name(run, "--run"),
-                                          backend=_optional(backend, _choice, "--backend", BACKENDS),
-                                          stop_server=stop_server, port=_optional(port, _whole, "--port"),
-                                          part=_optional(part, _part, "--part"), require_whole=require_whole,
-                                          wait=wait)]
+NAME = Kind(_name)
+TEXT = Kind(_text)
+WHOLE = Kind(_whole, "int | str | None", parse=positive_int)  # invoke hands numbers over as text
+COUNT = Kind(partial(_whole, minimum=0), "int | str | None", parse=non_negative_int)
+BACKEND = Kind(partial(_choice, choices=BACKENDS), choices=BACKENDS)
+REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
+PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
+CHECKPOINT = Kind(_checkpoint)
+SWEEP = Kind(_sweep)
+CONCURRENCY = Kind(_concurrency)
+HOSTS = Kind(_hosts, "Sequence[str] | None", parse=lambda text: text.split(","), text=",".join)
 
-
-def step_prepare(*, run: str, samples: int | None = None, strict: bool = False, wait: bool = False) -> list[str]:
-    return ["step", "prepare", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
-                                       strict=strict, wait=wait)]
-
-
-def step_extract(*, run: str, samples: int | None = None, backend: str | None = None,
-                 batch_tokens: int | None = None, stop_server: bool = False, port: int | None = None,
-                 processes: int | None = None, part: tuple[int, int] | None = None,
-                 require_whole: bool = False, wait: bool = False) -> list[str]:
-    if part is not None and require_whole:
-        raise BadArgument("--part and --require-whole exclude each other: a share writes, the check does not")
-    return ["step", "extract", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
-                                       backend=_optional(backend, _choice, "--backend", BACKENDS),
-                                       batch_tokens=_optional(batch_tokens, _whole, "--batch-tokens"),
-                                       stop_server=stop_server, port=_optional(port, _whole, "--port"),
-                                       processes=_optional(processes, _whole, "--processes"),
-                                       part=_optional(part, _part, "--part"), require_whole=require_whole,
-                                       wait=wait)]
+WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
+RUN = Flag("run", NAME, required=True)
+WAIT = Flag("wait", help=WAIT_HELP)
+SAMPLES = Flag("samples", WHOLE, help="rows N (default: the run's samples)")
+PORT = Flag("port", WHOLE, help="vllm: the server's port (default: the run's vllm.port)")
+SHARE = Flag("part", PART, metavar="I/COUNT", help="write only share I of COUNT hosts (hf: whole batches of the "
+             "one-host plan; vllm: speculators' --rank I --world-size COUNT)")
+WHOLE_CHECK = Flag("require_whole", help="write nothing: exit 1 unless every output of the run is whole "
+                   "(all N files, every conversation answered), then record the step done")
+LOCAL_ADDR = Flag("local_addr", TEXT, help="this host's address on the training network (torchrun binds and "
+                  "advertises it; node 0 then hosts the rendezvous)")
+INTERFACE = Flag("interface", TEXT, help="the interface of the collectives (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME; "
+                 "default: the one holding --local-addr)")
+SHARE_OR_CHECK = excludes("part", "require_whole", "a share writes, the check does not")
 
 
-def step_extract_shard(*, run: str, shard: int) -> list[str]:
-    return ["step", "extract-shard", *_flags(run=_name(run, "--run"), shard=_whole(shard, "--shard", 0))]
+def _one_node_of_several(values: Values) -> str | None:
+    """--hosts: two or more distinct names, and this node's rank among them."""
+    hosts, rank = values["hosts"], values["node_rank"]
+    if not given(hosts):
+        return None
+    if len(hosts) < 2 or len(set(hosts)) != len(hosts) or not all(hosts):  # type: ignore[arg-type]
+        return f"--hosts: two or more distinct names, got {','.join(hosts)!r}"  # type: ignore[arg-type]
+    if not 0 <= rank < len(hosts):  # type: ignore[arg-type, operator]
+        return f"--node-rank: expected 0..{len(hosts) - 1}, got {rank}"  # type: ignore[arg-type]
+    return None
 
 
-def step_validate(*, run: str, fidelity_samples: int | None = None, reference: str | None = None,
-                  wait: bool = False) -> list[str]:
-    return ["step", "validate", *_flags(run=_name(run, "--run"),
-                                        fidelity_samples=_optional(fidelity_samples, _whole, "--fidelity-samples"),
-                                        reference=_optional(reference, _choice, "--reference", REFERENCES),
-                                        wait=wait)]
+# ---- step <name>: one step of a run; `pipeline`: every step, on one host or as one node of several
 
+STEPS: dict[str, Command] = {command.words[-1]: command for command in (
+    Command(("step", "regenerate"), "the target answers the conversations' prompts (resumes after an interruption)",
+            (RUN, Flag("backend", BACKEND), Flag("stop_server", help="vllm: stop the server job afterwards"), PORT,
+             SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
+    Command(("step", "prepare"), "tokenise conversations, loss mask, token frequencies",
+            (RUN, SAMPLES, Flag("strict", help="malformed records are fatal (exit 2)"), WAIT)),
+    Command(("step", "extract"), "capture target hidden states (runs prepare first if needed)",
+            (RUN, Flag("samples", WHOLE, help="extract rows 0..N-1 (default: all prepared)"), Flag("backend", BACKEND),
+             Flag("batch_tokens", WHOLE, help="padded tokens per forward batch"),
+             Flag("stop_server", help="vllm: stop the vllm-server job afterwards (default: keep it)"), PORT,
+             Flag("processes", WHOLE, help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on "
+                  "CPU)"), SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
+    Command(("step", "extract-shard"), "one process's batches of a several-process hf extract (started by step "
+            "extract)", (RUN, Flag("shard", COUNT, required=True))),
+    Command(("step", "validate"), "check hidden-state files and their fidelity",
+            (RUN, Flag("fidelity_samples", WHOLE, default=4),
+             Flag("reference", REFERENCE, default="auto", help="the target's own next-token choices: a fresh hf "
+                  "forward, the run's vLLM server (prompt_logprobs), or auto: vllm when that server is up, else hf"),
+             WAIT)),
+    Command(("step", "vocab"), "build the draft vocabulary (d2t/t2d) and its coverage report", (RUN, WAIT)),
+    Command(("step", "train"), "train the draft with speculators (resumes from its checkpoints)",
+            (RUN, Flag("fresh", help="move old checkpoints aside and start over"),
+             Flag("epochs", WHOLE, help="override train.epochs"),
+             Flag("gpus", COUNT, help="GPUs to use (default: all nvidia-smi shows)"),
+             Flag("dry_run", help="print the command, do not train"),
+             Flag("nnodes", WHOLE, help="one node of a torchrun group over this many hosts"),
+             Flag("node_rank", COUNT, help="this host's node rank (0 hosts the rendezvous)"),
+             Flag("rdzv_endpoint", TEXT, help="HOST0:PORT of the c10d rendezvous, reachable from every node"),
+             Flag("rdzv_id", NAME, help="the group launch's id (the same on every node)"), LOCAL_ADDR, INTERFACE,
+             WAIT),
+            (only_with("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id", "local_addr", "interface"),
+                       "--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes"),
+             needs("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id"),
+                   "--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it"))),
+    Command(("step", "evaluate"), "acceptance of the draft as the target's EAGLE-3 speculator, on held-out "
+            "prompts, beside the untrained draft's",
+            (RUN, Flag("checkpoint", CHECKPOINT, help="best | last | an epoch number (default: the run's)"),
+             Flag("all_epochs", help="score every epoch's checkpoint"),
+             Flag("prompts", WHOLE, help="the first N held-out prompts"), Flag("backend", BACKEND),
+             Flag("sweep", SWEEP, metavar="num_speculative_tokens=1,2,3",
+                  help="score the checkpoint at each setting (sweep.json, sweep.png)"),
+             Flag("concurrency", CONCURRENCY, metavar="1,8", help="with --sweep and vllm: requests in flight, "
+                  "each a cell"), WAIT),
+            (only_with("sweep", ("concurrency",),
+                       "--concurrency: only with --sweep (evaluate sends its prompts one at a time)"),
+             excludes("sweep", "all_epochs", "a sweep scores one checkpoint"))),
+    Command(("step", "parity"), "the train-vs-serve parity gate: the draft config read the way the installed vLLM "
+            "reads it, against what training uses (exit 1 on a mismatch)",
+            (RUN, Flag("checkpoint", CHECKPOINT, help="check this checkpoint (last | an epoch number) instead of "
+                       "the draft training will write"),
+             Flag("serve", tristate=True, help="one real request with the untrained draft through the run's vLLM "
+                  "server (default: on a GPU host or a vllm-backend run with a serve env)"), WAIT)),
+    Command(("step", "metrics"), "per-epoch training metrics and the loss plot",
+            (RUN, Flag("no_plot", help="only the table (quick, for `invoke status`)"))),
+)}
 
-def step_vocab(*, run: str, wait: bool = False) -> list[str]:
-    return ["step", "vocab", *_flags(run=_name(run, "--run"), wait=wait)]
+PIPELINE = Command(
+    ("pipeline",), "every step of a run, each skipped when unchanged",
+    (RUN, Flag("samples", WHOLE, help="samples to prepare and extract"), Flag("backend", BACKEND),
+     Flag("skip_patches", help="do not apply/verify this host's patch sets"),
+     Flag("hosts", HOSTS, help="the run's hosts by node rank, comma-separated (a run across hosts)"),
+     Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous)"),
+     Flag("rendezvous", TEXT, help="HOST0:PORT where the nodes meet (the training meets at PORT+1)"),
+     Flag("group", NAME, help="this launch's id, the same on every node"), LOCAL_ADDR, INTERFACE, WAIT),
+    (only_with("hosts", ("node_rank", "rendezvous", "group", "local_addr", "interface"),
+               "--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts"),
+     needs("hosts", ("node_rank", "rendezvous", "group"),
+           "--hosts: give --node-rank (0..K-1), --rendezvous HOST0:PORT and --group ID with it"),
+     Rule(_one_node_of_several)))
 
-
-def step_train(*, run: str, fresh: bool = False, epochs: int | None = None, gpus: int | None = None,
-               dry_run: bool = False, nnodes: int | None = None, node_rank: int | None = None,
-               rdzv_endpoint: str | None = None, rdzv_id: str | None = None, local_addr: str | None = None,
-               interface: str | None = None, wait: bool = False) -> list[str]:
-    """One host's training, or with nnodes one node of a torchrun group (rank, endpoint and id together)."""
-    node = (node_rank, rdzv_endpoint, rdzv_id)
-    if nnodes is None and any(value is not None for value in (*node, local_addr, interface)):
-        raise BadArgument("--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes")
-    if nnodes is not None and any(value is None for value in node):
-        raise BadArgument("--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it")
-    return ["step", "train", *_flags(run=_name(run, "--run"), fresh=fresh,
-                                     epochs=_optional(epochs, _whole, "--epochs"),
-                                     gpus=_optional(gpus, _whole, "--gpus", 0), dry_run=dry_run,
-                                     nnodes=_optional(nnodes, _whole, "--nnodes"),
-                                     node_rank=_optional(node_rank, _whole, "--node-rank", 0),
-                                     rdzv_endpoint=_optional(rdzv_endpoint, _text, "--rdzv-endpoint"),
-                                     rdzv_id=_optional(rdzv_id, _name, "--rdzv-id"),
-                                     local_addr=_optional(local_addr, _text, "--local-addr"),
-                                     interface=_optional(interface, _text, "--interface"), wait=wait)]
-
-
-def _checkpoint(value: object, flag: str) -> str:
-    text = str(value)
-    if not (text in CHECKPOINTS or text.isdigit()):
-        raise BadArgument(f"{flag}: expected best, last or an epoch number, got {value!r}")
-    return text
-
-
-def step_evaluate(*, run: str, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-                  backend: str | None = None, sweep: str | None = None, concurrency: str | None = None,
-                  wait: bool = False) -> list[str]:
-    if concurrency is not None and sweep is None:
-        raise BadArgument("--concurrency: only with --sweep (evaluate sends its prompts one at a time)")
-    if sweep is not None and all_epochs:
-        raise BadArgument("--sweep and --all-epochs exclude each other: a sweep scores one checkpoint")
-    return ["step", "evaluate", *_flags(run=_name(run, "--run"),
-                                        checkpoint=_optional(checkpoint, _checkpoint, "--checkpoint"),
-                                        all_epochs=all_epochs, prompts=_optional(prompts, _whole, "--prompts"),
-                                        backend=_optional(backend, _choice, "--backend", BACKENDS),
-                                        sweep=_optional(sweep, _sweep, "--sweep"),
-                                        concurrency=_optional(concurrency, _concurrency, "--concurrency"),
-                                        wait=wait)]
-
-
-def step_metrics(*, run: str, no_plot: bool = False) -> list[str]:
-    return ["step", "metrics", *_flags(run=_name(run, "--run"), no_plot=no_plot)]
-
-
-# ---- the whole pipeline: on one host, or one host's node of a run across several
-
-def pipeline(*, run: str, samples: int | None = None, backend: str | None = None, skip_patches: bool = False,
-             hosts: Sequence[str] | None = None, node_rank: int | None = None, rendezvous: str | None = None,
-             group: str | None = None, local_addr: str | None = None, interface: str | None = None,
-             wait: bool = False) -> list[str]:
-    """With `hosts` (every host's name, by node rank): node `node_rank` of the run across them, meeting at
-    `rendezvous` (HOST0:PORT; the training meets at PORT+1), in launch `group`. `wait`: queue behind the
-    job or step holding the run on this host instead of being refused."""
-    node = (node_rank, rendezvous, group)
-    if hosts is None and any(value is not None for value in (*node, local_addr, interface)):
-        raise BadArgument("--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts")
-    names = None
-    if hosts is not None:
-        if any(value is None for value in node):
-            raise BadArgument("--hosts: give --node-rank, --rendezvous HOST0:PORT and --group with it")
-        names = ",".join(_name(name, "--hosts") for name in hosts)
-        if len(set(hosts)) != len(hosts) or len(hosts) < 2:
-            raise BadArgument(f"--hosts: two or more distinct names, got {list(hosts)!r}")
-        if not 0 <= _whole(node_rank, "--node-rank", 0) < len(hosts):
-            raise BadArgument(f"--node-rank: expected 0..{len(hosts) - 1}, got {node_rank}")
-    return ["pipeline", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"),
-                                backend=_optional(backend, _choice, "--backend", BACKENDS),
-                                skip_patches=skip_patches, hosts=names,
-                                node_rank=_optional(node_rank, _whole, "--node-rank", 0),
-                                rendezvous=_optional(rendezvous, _text, "--rendezvous"),
-                                group=_optional(group, _name, "--group"),
-                                local_addr=_optional(local_addr, _text, "--local-addr"),
-                                interface=_optional(interface, _text, "--interface"), wait=wait)]
+step_regenerate = STEPS["regenerate"].builder(__name__)
+step_prepare = STEPS["prepare"].builder(__name__)
+step_extract = STEPS["extract"].builder(__name__)
+step_extract_shard = STEPS["extract-shard"].builder(__name__)
+step_validate = STEPS["validate"].builder(__name__)
+step_vocab = STEPS["vocab"].builder(__name__)
+step_train = STEPS["train"].builder(__name__)
+step_evaluate = STEPS["evaluate"].builder(__name__)
+step_parity = STEPS["parity"].builder(__name__)
+step_metrics = STEPS["metrics"].builder(__name__)
+pipeline = PIPELINE.builder(__name__)
 
 
 # ---- jobs

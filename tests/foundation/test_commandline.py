@@ -41,6 +41,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
                       {"run": RUN, "checkpoint": "2"},
                       {"run": RUN, "checkpoint": "2", "backend": "vllm", "sweep": "num_speculative_tokens=1,2,5",
                        "concurrency": "1,8"}],
+    "step_parity": [{"run": RUN}, {"run": RUN, "checkpoint": "last", "serve": True, "wait": True},
+                    {"run": RUN, "serve": False}],
     "step_metrics": [{"run": RUN}, {"run": RUN, "no_plot": True}],
     "pipeline": [{"run": RUN}, {"run": RUN, "samples": 16, "backend": "vllm", "skip_patches": True, "wait": True},
                  {"run": RUN, "hosts": ["gpu1", "gpu2"], "node_rank": 1, "rendezvous": "10.0.0.1:29400",
@@ -160,6 +162,35 @@ def test_a_value_no_agent_command_takes_is_refused_naming_its_flag(build: Any, f
     with pytest.raises(BadArgument) as refused:
         build()
     assert str(refused.value).startswith(flag)
+
+
+@pytest.mark.parametrize("argv", [
+    ["step", "regenerate", "--run", RUN, "--part", "0/2", "--require-whole"],
+    ["step", "extract", "--run", RUN, "--part", "1/2", "--require-whole"],
+    ["step", "evaluate", "--run", RUN, "--concurrency", "1,8"],
+    ["step", "evaluate", "--run", RUN, "--sweep", "num_speculative_tokens=1", "--all-epochs"],
+    ["step", "train", "--run", RUN, "--node-rank", "1"],
+    ["step", "train", "--run", RUN, "--nnodes", "2", "--node-rank", "1"],
+    ["pipeline", "--run", RUN, "--group", "g"],
+    ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "0"],
+    ["pipeline", "--run", RUN, "--hosts", "a,a", "--node-rank", "0", "--rendezvous", "h:1", "--group", "g"],
+    ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "2", "--rendezvous", "h:1", "--group", "g"],
+], ids=lambda argv: " ".join(argv[:2]))
+def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> None:
+    """One rule, declared once in the command's spec: the builder refuses the values with the same line
+    the agent refuses their command line with, before the step's handler (or its run lock) is reached."""
+    from specops.errors import BadInput
+
+    parsed = parse(argv)
+    with pytest.raises(BadInput) as agent_refused:
+        parsed.handler(parsed)
+    builder = builders()["_".join(argv[:2] if argv[0] == "step" else argv[:1])]
+    values = {key: value for key, value in vars(parsed).items() if key not in {"command", "step", "handler"}}
+    with pytest.raises(BadArgument) as builder_refused:
+        builder(**{key: value for key, value in values.items()
+                   if key in inspect.signature(builder).parameters and value is not None})
+    assert str(builder_refused.value) == str(agent_refused.value)
+    assert "\n" not in str(agent_refused.value)
 
 
 def test_invoke_text_becomes_numbers_once() -> None:

@@ -1,0 +1,194 @@
+"""One declaration per agent command, from which both of its sides are made.
+
+A `Command` lists its flags (each a `Flag`: its keyword, its `Kind`, its help) and its cross-flag rules.
+From it come the control side's builder (`command.builder()`: keywords in, a checked argv out, BadArgument
+naming the flag) and the agent's argparse parser (`command.add_to(subparsers, handler)`: the same flags,
+the same rules checked before the handler runs, BadInput). A flag or rule added to the spec reaches both;
+tests/foundation/test_commandline.py round-trips every builder through the agent's parser.
+Standard library only: remote/ imports this module (through specops.commandline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specops.errors import BadInput
+
+Values = Mapping[str, object]
+
+
+class BadArgument(ValueError):
+    """A value that no agent command accepts: one line, starting with the flag."""
+
+
+def _as_text(value: object) -> str:
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a flag's value travels: `check(value, flag)` is the control side's check (the value as the agent
+    will parse it, or BadArgument), `text` writes it on the command line, `parse` is the agent's argparse
+    type (None: the text as it is), `annotation` is the builder's keyword type."""
+
+    check: Callable[[object, str], object]
+    annotation: str = "str | None"
+    parse: Callable[[str], object] | None = None
+    text: Callable[[object], str] = _as_text
+    choices: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """`--dest-with-dashes`: `kind` None is a switch (given alone, or not at all); `tristate`: --x / --no-x /
+    neither. `default` is the agent's value when the flag is not given (the builder then leaves it out)."""
+
+    dest: str
+    kind: Kind | None = None
+    help: str | None = None
+    default: object = None
+    required: bool = False
+    metavar: str | None = None
+    tristate: bool = False
+
+    @property
+    def option(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule between flags: `broken(values)` is the one line that refuses them, or None. `values` holds
+    every flag's value (None or False: not given), as the agent parses them."""
+
+    broken: Callable[[Values], str | None]
+
+
+def given(value: object) -> bool:
+    return value is not None and value is not False
+
+
+def excludes(first: str, second: str, why: str) -> Rule:
+    """`--first` and `--second` exclude each other."""
+    message = f"--{first.replace('_', '-')} and --{second.replace('_', '-')} exclude each other: {why}"
+    return Rule(lambda values: message if given(values[first]) and given(values[second]) else None)
+
+
+def only_with(anchor: str, dependents: Sequence[str], message: str) -> Rule:
+    """The dependents make sense only when `anchor` is given."""
+    return Rule(lambda values: message if not given(values[anchor]) and any(
+        given(values[name]) for name in dependents) else None)
+
+
+def needs(anchor: str, required: Sequence[str], message: str) -> Rule:
+    """`anchor` given: every one of `required` too."""
+    return Rule(lambda values: message if given(values[anchor]) and not all(
+        given(values[name]) for name in required) else None)
+
+
+@dataclass(frozen=True)
+class Command:
+    """An agent command: `python -m specops <words...> <flags>`."""
+
+    words: tuple[str, ...]
+    help: str
+    flags: tuple[Flag, ...]
+    rules: tuple[Rule, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        """The builder's name: `step extract-shard` -> step_extract_shard."""
+        return "_".join(self.words).replace("-", "_")
+
+    def problem(self, values: Values) -> str | None:
+        """The first rule the values break, or None."""
+        return next((line for line in (rule.broken(values) for rule in self.rules) if line), None)
+
+    def argv(self, **values: object) -> list[str]:
+        """The command line for these keyword values: each checked, then the rules, in one place."""
+        known = {flag.dest: flag for flag in self.flags}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected keyword arguments {unknown}")
+        checked: dict[str, object] = {}
+        for flag in self.flags:
+            value = values.get(flag.dest)
+            if flag.required and value is None:
+                raise TypeError(f"{self.name}() missing required keyword argument: {flag.dest!r}")
+            checked[flag.dest] = _checked(flag, value)
+        problem = self.problem(checked)
+        if problem:
+            raise BadArgument(problem)
+        argv = list(self.words)
+        for flag in self.flags:
+            value = checked[flag.dest]
+            if flag.tristate and value is not None:
+                argv.append(flag.option if value else "--no-" + flag.option[2:])
+            elif value is True:
+                argv.append(flag.option)
+            elif given(value):
+                argv += [flag.option, flag.kind.text(value) if flag.kind else str(value)]
+        return argv
+
+    def builder(self, module: str) -> Callable[..., list[str]]:
+        """A keyword-only function `name(**values) -> argv`, with a signature `inspect` and `help()` read."""
+
+        def build(**values: object) -> list[str]:
+            return self.argv(**values)
+
+        build.__name__ = build.__qualname__ = self.name
+        build.__module__ = module
+        build.__doc__ = f"`{' '.join(self.words)}`: {self.help}"
+        build.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(flag.dest, inspect.Parameter.KEYWORD_ONLY,
+                               default=inspect.Parameter.empty if flag.required else (None if flag.tristate or
+                                                                                       flag.kind else False),
+                               annotation=_annotation(flag)) for flag in self.flags],
+            return_annotation="list[str]")
+        return build
+
+    def add_to(self, subparsers: argparse._SubParsersAction, handler: Callable[[argparse.Namespace], object],
+               **parser_options: object) -> argparse.ArgumentParser:
+        """The agent's parser for the last word, under `subparsers`; its handler checks the rules first."""
+        parser = subparsers.add_parser(self.words[-1], **{"help": self.help, **parser_options})
+        for flag in self.flags:
+            options: dict[str, object] = {"help": flag.help}
+            if flag.kind is None:
+                options["action"] = argparse.BooleanOptionalAction if flag.tristate else "store_true"
+                if flag.tristate:
+                    options["default"] = None
+            else:
+                options.update(default=flag.default, required=flag.required)
+                if flag.kind.parse is not None:
+                    options["type"] = flag.kind.parse
+                if flag.kind.choices is not None:
+                    options["choices"] = flag.kind.choices
+                if flag.metavar is not None:
+                    options["metavar"] = flag.metavar
+            parser.add_argument(flag.option, **options)
+
+        def checked(args: argparse.Namespace) -> object:
+            problem = self.problem(vars(args))
+            if problem:
+                raise BadInput(problem)
+            return handler(args)
+
+        parser.set_defaults(handler=checked)
+        return parser
+
+
+def _checked(flag: Flag, value: object) -> object:
+    if flag.kind is None:
+        if value is None or isinstance(value, bool):
+            return value if flag.tristate else bool(value)
+        raise BadArgument(f"{flag.option}: expected True or False, got {value!r}")
+    return None if value is None else flag.kind.check(value, flag.option)
+
+
+def _annotation(flag: Flag) -> str:
+    if flag.kind is None:
+        return "bool | None" if flag.tristate else "bool"
+    return flag.kind.annotation.removesuffix(" | None") if flag.required else flag.kind.annotation
