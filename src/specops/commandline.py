@@ -234,6 +234,22 @@ PIPELINE = Command(
            "--hosts: give --node-rank (0..K-1), --rendezvous HOST0:PORT and --group ID with it"),
      Rule(_one_node_of_several)))
 
+# ---- a run's other commands on the host: what it costs, whether it may start, what fetch brings home
+
+VLLM_EXTRACT = Command(
+    ("vllm", "extract"), "generate-offline-data against a ready server",
+    (RUN, PORT, Flag("endpoint", TEXT, help="OpenAI base URL (default: http://127.0.0.1:<port>/v1)"),
+     Flag("samples", WHOLE, help="rows 0..N-1 (default: the run's samples)"),
+     Flag("gpus", COUNT, help="GPUs of this host: decides the dtype"), SHARE, WHOLE_CHECK,
+     Flag("validate", help="then check files and fidelity"), Flag("fidelity_samples", WHOLE, default=4), WAIT),
+    (SHARE_OR_CHECK,))
+PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time), the hidden-state mode that "
+               "fits, before any model load", (RUN, SAMPLES))
+RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)", (RUN,))
+FETCH_LIST = Command(("fetch-list",), "files `invoke fetch` brings home, with sha256",
+                     (RUN, Flag("with_training_state", help="include optimizer/scheduler state"),
+                      Flag("drop", NAME, metavar="SNAPSHOT", help="remove a snapshot the workstation brought home")))
+
 step_regenerate = STEPS["regenerate"].builder(__name__)
 step_prepare = STEPS["prepare"].builder(__name__)
 step_extract = STEPS["extract"].builder(__name__)
@@ -245,6 +261,10 @@ step_evaluate = STEPS["evaluate"].builder(__name__)
 step_parity = STEPS["parity"].builder(__name__)
 step_metrics = STEPS["metrics"].builder(__name__)
 pipeline = PIPELINE.builder(__name__)
+vllm_extract = VLLM_EXTRACT.builder(__name__)
+plan = PLAN.builder(__name__)
+run_check = RUN_CHECK.builder(__name__)
+fetch_list = FETCH_LIST.builder(__name__)
 
 
 # ---- jobs
@@ -310,20 +330,6 @@ def ping() -> list[str]:
 
 def doctor(*, run: str | None = None) -> list[str]:
     return ["doctor", *_flags(run=_optional(run, _name, "--run"))]
-
-
-def run_check(*, run: str) -> list[str]:
-    return ["run", "check", *_flags(run=_name(run, "--run"))]
-
-
-def plan(*, run: str, samples: int | None = None) -> list[str]:
-    """`plan`: what the run costs on the host, before any model load."""
-    return ["plan", *_flags(run=_name(run, "--run"), samples=_optional(samples, _whole, "--samples"))]
-
-
-def fetch_list(*, run: str, with_training_state: bool = False, drop: str | None = None) -> list[str]:
-    return ["fetch-list", *_flags(run=_name(run, "--run"), with_training_state=with_training_state,
-                                  drop=_optional(drop, _name, "--drop"))]
 
 
 def patch(*, action: str, sets: Sequence[str] = (), dry_run: bool = False, deep: bool = False,

@@ -47,6 +47,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "pipeline": [{"run": RUN}, {"run": RUN, "samples": 16, "backend": "vllm", "skip_patches": True, "wait": True},
                  {"run": RUN, "hosts": ["gpu1", "gpu2"], "node_rank": 1, "rendezvous": "10.0.0.1:29400",
                   "group": "tiny-20260101-000000", "local_addr": "10.0.0.2", "interface": "eth1"}],
+    "vllm_extract": [{"run": RUN}, {"run": RUN, "port": 8123, "endpoint": "http://10.0.0.1:8000/v1", "samples": 8,
+                                     "gpus": 0, "part": (1, 2), "validate": True, "fidelity_samples": 2, "wait": True},
+                     {"run": RUN, "require_whole": True}],
     "job_launch": [{"name": "train", "command": ["/usr/bin/python3", "-m", "specops", "step", "train", "--run", RUN]},
                    {"name": "extract", "run": RUN, "command": ["sh", "-c", "echo --run $1", "x", "--flag"],
                     "env": {"SPECOPS_SERVE_PYTHON": "/opt/serve/bin/python", "EMPTY": ""},
@@ -167,6 +170,7 @@ def test_a_value_no_agent_command_takes_is_refused_naming_its_flag(build: Any, f
 @pytest.mark.parametrize("argv", [
     ["step", "regenerate", "--run", RUN, "--part", "0/2", "--require-whole"],
     ["step", "extract", "--run", RUN, "--part", "1/2", "--require-whole"],
+    ["vllm", "extract", "--run", RUN, "--part", "1/2", "--require-whole"],
     ["step", "evaluate", "--run", RUN, "--concurrency", "1,8"],
     ["step", "evaluate", "--run", RUN, "--sweep", "num_speculative_tokens=1", "--all-epochs"],
     ["step", "train", "--run", RUN, "--node-rank", "1"],
@@ -184,8 +188,9 @@ def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> No
     parsed = parse(argv)
     with pytest.raises(BadInput) as agent_refused:
         parsed.handler(parsed)
-    builder = builders()["_".join(argv[:2] if argv[0] == "step" else argv[:1])]
-    values = {key: value for key, value in vars(parsed).items() if key not in {"command", "step", "handler"}}
+    builder = builders()["_".join(argv[:1] if argv[0] == "pipeline" else argv[:2])]
+    values = {key: value for key, value in vars(parsed).items()
+              if key not in {"command", "step", "vllm_command", "handler"}}
     with pytest.raises(BadArgument) as builder_refused:
         builder(**{key: value for key, value in values.items()
                    if key in inspect.signature(builder).parameters and value is not None})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from specops.commandline import FETCH_LIST
+
 
 def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.fetch import drop_snapshot, fetch_list
@@ -15,8 +17,4 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("fetch-list", help="files `invoke fetch` brings home, with sha256")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--with-training-state", action="store_true", help="include optimizer/scheduler state")
-    parser.add_argument("--drop", metavar="SNAPSHOT", help="remove a snapshot the workstation brought home")
-    parser.set_defaults(handler=_handle)
+    FETCH_LIST.add_to(subparsers, _handle)  # flags: specops.commandline.FETCH_LIST (the builder's too)

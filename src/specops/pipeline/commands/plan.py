@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.flags import positive_int
+from specops.commandline import PLAN
 
 
 def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -20,8 +20,4 @@ def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("plan", help="what a run costs on this host (disk, GPU memory, time), "
-                                   "the hidden-state mode that fits, before any model load")
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--samples", type=positive_int, default=None, help="rows N (default: the run's samples)")
-    parser.set_defaults(handler=plan)
+    PLAN.add_to(subparsers, plan)  # flags: specops.commandline.PLAN (the builder's too)

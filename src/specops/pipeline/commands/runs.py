@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from specops.commandline import RUN_CHECK
 from specops.paths import workdir
 
 
@@ -57,6 +58,4 @@ def register(subparsers: Any) -> None:
     show = run_commands.add_parser("show", help="the validated run config and derived values")
     show.add_argument("--run", required=True)
     show.set_defaults(handler=run_show)
-    check = run_commands.add_parser("check", help="check a run config before anything is launched (exit 2: bad)")
-    check.add_argument("--run", required=True)
-    check.set_defaults(handler=run_check)
+    RUN_CHECK.add_to(run_commands, run_check)  # flags: specops.commandline.RUN_CHECK (the builder's too)

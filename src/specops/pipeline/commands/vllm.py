@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from specops import gpus
+from specops.commandline import VLLM_EXTRACT
 from specops.errors import BadInput
-from specops.flags import non_negative_int, part_of, positive_int, positive_seconds
+from specops.flags import non_negative_int, positive_int, positive_seconds
 from specops.jobs.runlock import exclusive
 from specops.paths import workdir
 from specops.pipeline import open_run
@@ -70,8 +71,6 @@ def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     run = open_run(args.run)
     endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
-    if args.part and args.require_whole:
-        raise BadInput("--part and --require-whole exclude each other: a share writes, the check does not")
     report = extract_through(run, endpoint, args.samples, host_gpus=args.gpus, part=args.part,
                              require_whole=args.require_whole)
     document = {"ok": True, "run": args.run, **report}
@@ -114,17 +113,4 @@ def register(subparsers: Any) -> None:
     source.add_argument("--job", help="the server's job id (its log is read)")
     wait.set_defaults(handler=vllm_wait)
 
-    extract = commands.add_parser("extract", help="generate-offline-data against a ready server")
-    common(extract)
-    extract.add_argument("--endpoint", help="OpenAI base URL (default: http://127.0.0.1:<port>/v1)")
-    extract.add_argument("--samples", type=positive_int, help="rows 0..N-1 (default: the run's samples)")
-    extract.add_argument("--gpus", type=non_negative_int, help="GPUs of this host: decides the dtype")
-    extract.add_argument("--part", type=part_of, metavar="I/COUNT",
-                         help="write only share I of COUNT hosts (speculators' --rank I --world-size COUNT)")
-    extract.add_argument("--require-whole", action="store_true",
-                         help="write nothing; exit 1 unless every file of rows 0..N-1 is whole, then record done")
-    extract.add_argument("--validate", action="store_true", help="then check files and fidelity")
-    extract.add_argument("--fidelity-samples", type=positive_int, default=4)
-    extract.add_argument("--wait", action="store_true",
-                         help="when another job or step of the run is running here, wait for it instead of refusing")
-    extract.set_defaults(handler=exclusive(vllm_extract))
+    VLLM_EXTRACT.add_to(commands, exclusive(vllm_extract))  # flags and rules: specops.commandline.VLLM_EXTRACT
