@@ -66,7 +66,7 @@ def run_hosts(run: str) -> tuple[str, list[str] | None]:
 
 def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: str | None) -> list[Host]:
     """The run's hosts: --hosts, else --host, else the run's `hosts:` list, else the default host."""
-    from remote.several_hosts import chosen_hosts
+    from remote.several_hosts import chosen_hosts, distinct_names
 
     if hosts_flag:
         chosen = chosen_hosts(inventory, host_flag, hosts_flag, False) or []
@@ -78,9 +78,7 @@ def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: s
         if names is None:
             return [inventory.host(None)]
         where = f"{where}: hosts"
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise BadInput(f"{where}: {duplicates[0]!r} is named twice")
+        distinct_names(names, where)
         unknown = [name for name in names if name not in inventory.hosts]
         if unknown:
             raise BadInput(f"{where}: {unknown[0]!r} is not a host of {inventory.path} "

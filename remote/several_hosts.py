@@ -33,13 +33,18 @@ def chosen_hosts(inventory: Inventory, host: str | None, hosts: str | None, all_
         raise BadInput("--hosts and --all exclude each other")
     if all_hosts:
         return list(inventory.hosts.values())
-    names = [name.strip() for name in str(hosts).split(",")]
+    names = distinct_names([name.strip() for name in str(hosts).split(",")], "--hosts")
+    return [inventory.host(name) for name in names]
+
+
+def distinct_names(names: list[str], where: str) -> list[str]:
+    """Host names as a user wrote them (--hosts, a run's `hosts:`): none empty, none twice; else one line."""
     if any(not name for name in names):
-        raise BadInput(f"--hosts: {hosts!r} has an empty name (write host names separated by commas)")
+        raise BadInput(f"{where}: {','.join(names)!r} has an empty name (write host names separated by commas)")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise BadInput(f"--hosts: {duplicates[0]!r} is named twice")
-    return [inventory.host(name) for name in names]
+        raise BadInput(f"{where}: {duplicates[0]!r} is named twice")
+    return names
 
 
 @dataclass
