@@ -5,7 +5,8 @@ dependencies and output folders (pipeline.run.manifest), the engine's order and 
 (pipeline.engine), and the step lists of `--help` on both sides. Standard library only: the control
 side (remote/) reads it too and never imports specops.pipeline.
 
-Adding a step = one row here + the step's own room (the function named in `runs`).
+Adding a step = one row here + the step's own room (its `pipeline_step(context)`, which the engine's
+`step_functions()` imports, so import-linter and a reader see the engine -> room arrow).
 """
 
 from __future__ import annotations
@@ -32,31 +33,33 @@ class Step:
     enabled_by: str | None   # the run config's boolean key or property that turns it on ("regenerate.enabled",
                              # "hidden_states.extracts"); None: always
     scope: Scope
-    runs: str                # "module:function" in the step's own room: function(context) -> its report
     summary: str             # one line for --help
+    figures: tuple[str, ...] = ()  # what its report's "figures" gives the pipeline's summary (None where it
+                                   # did not run)
     recorded: bool = True    # has a manifest record (its inputs hash decides whether it skips)
 
 
 STEPS: tuple[Step, ...] = (
-    Step("patches", (), (), None, Scope.EVERY_HOST, "specops.pipeline.patches:pipeline_step",
-         "apply and verify the patch sets that fit the host", recorded=False),
+    Step("patches", (), (), None, Scope.EVERY_HOST, "apply and verify the patch sets that fit the host",
+         recorded=False),
     Step("regenerate", (), ("regenerated",), "regenerate.enabled", Scope.SHARE_PER_HOST,
-         "specops.pipeline.regenerate:pipeline_step", "the target answers the conversations' prompts"),
+         "the target answers the conversations' prompts", ("regenerate",)),
     Step("prepare", ("regenerate",), ("prepared", "heldout"), None, Scope.EVERY_HOST,
-         "specops.pipeline.data:pipeline_step", "tokenise, loss mask, token frequencies, held-out prompts"),
+         "tokenise, loss mask, token frequencies, held-out prompts", ("tokens", "loss_tokens")),
     # off in hidden_states.mode online (the trainer asks the run's server for every row); in hybrid the
     # extraction room writes only the leading rows the disk budget holds
     Step("extract", ("prepare",), ("hidden_states",), "hidden_states.extracts", Scope.SHARE_PER_HOST,
-         "specops.pipeline.extraction:pipeline_step", "the target's hidden states at the run's layers"),
+         "the target's hidden states at the run's layers", ("samples", "extract")),
     Step("validate", ("extract",), (), "hidden_states.extracts", Scope.FIRST_HOST,
-         "specops.pipeline.validation:pipeline_step", "every file whole, fidelity to the target"),
-    Step("vocab", ("prepare",), ("vocab",), None, Scope.EVERY_HOST,
-         "specops.pipeline.training:vocab_pipeline_step", "the draft vocabulary (d2t/t2d)"),
+         "every file whole, fidelity to the target", ("fidelity",)),
+    Step("vocab", ("prepare",), ("vocab",), None, Scope.EVERY_HOST, "the draft vocabulary (d2t/t2d)",
+         ("coverage",)),
+    # its report names the host whose trainer saved (`saver`, a node rank): where a SAVER step runs
     Step("train", ("vocab", "extract"), ("checkpoints",), None, Scope.SHARE_PER_HOST,
-         "specops.pipeline.training_hooks:pipeline_step",
-         "the parity gate, then speculators trains the draft (one torchrun node a host)"),
+         "the parity gate, then speculators trains the draft (one torchrun node a host)",
+         ("loss_first", "loss_last", "epochs", "plot", "resume", "saved_on")),
     Step("evaluate", ("train",), ("evaluation",), "evaluate.enabled", Scope.SAVER,
-         "specops.pipeline.evaluation:pipeline_step", "the draft's acceptance on held-out prompts"),
+         "the draft's acceptance on held-out prompts", ("evaluation",)),
 )
 
 

@@ -1,31 +1,40 @@
 """`python -m specops pipeline --run NAME`: every step of a run, in the step table's order, on this host;
-with `--nodes K --node-rank I --rendezvous HOST0:PORT`, this host's node of a run across K hosts.
+with `--hosts A,B --node-rank I --rendezvous HOST0:PORT --group ID`, this host's node of a run across them.
 
 The order, the scopes and when a step is on come from the step table (specops.steps); each step's own
-room does the work (`pipeline_step(context)`). Each step skips itself when its inputs are unchanged
-(the manifest decides), so a second pipeline is quick; the first failing step stops the pipeline
-with its reason, on every host. Progress goes to stderr (the job log); the summary is the one JSON
+room does the work (`pipeline_step(context)`, imported by `step_functions`). Each step skips itself when
+its inputs are unchanged (the manifest decides), so a second pipeline is quick; the first failing step
+stops the pipeline with its reason, on every host. A step's report declares what the summary shows of it
+(`figures`, named in its row). Progress goes to stderr (the job log); the summary is the one JSON
 document on stdout. The doctor is not a step: the control side runs it on every host before it
 launches anything (a run the doctor refuses leaves no job behind).
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput, CheckFailed
+from specops.progress import say
 from specops.steps import STEPS, Scope, Step, enabled
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Hosts, StepContext
 
+StepFunction = Callable[["StepContext"], dict[str, Any]]
 
-def say(message: str) -> None:
-    print(f"specops: {message}", file=sys.stderr, flush=True)
+
+def step_functions() -> dict[str, StepFunction]:
+    """Each step's function in its own room, by the table's names (imported when the pipeline runs)."""
+    from specops.pipeline import data, evaluation, extraction, patches, regenerate, training, training_hooks, validation
+
+    return {"patches": patches.pipeline_step, "regenerate": regenerate.pipeline_step, "prepare": data.pipeline_step,
+            "extract": extraction.pipeline_step, "validate": validation.pipeline_step,
+            "vocab": training.vocab_pipeline_step, "train": training_hooks.pipeline_step,
+            "evaluate": evaluation.pipeline_step}
 
 
 def runs_here(entry: Step, context: StepContext) -> str | None:
@@ -33,16 +42,11 @@ def runs_here(entry: Step, context: StepContext) -> str | None:
     hosts = context.hosts
     if entry.scope == Scope.FIRST_HOST and hosts.rank != 0:
         return hosts.names[0]
-    if entry.scope == Scope.SAVER:
-        saver = int((context.reports.get("train") or {}).get("saver", 0))
+    if entry.scope == Scope.SAVER:  # the host an earlier step's report names as the one that saved
+        saver = next((int(report["saver"]) for report in reversed(context.reports.values()) if "saver" in report), 0)
         if saver != hosts.rank:
             return hosts.names[saver]
     return None
-
-
-def call(entry: Step, context: StepContext) -> dict[str, Any]:
-    module, _, function = entry.runs.partition(":")
-    return getattr(importlib.import_module(module), function)(context)
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
@@ -54,7 +58,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     run = open_run(run_name)
     context = StepContext(run, run.samples_for(samples), extraction.backend_for(run, backend).name,
                           hosts or OneHost())
-    hosts = context.hosts
+    hosts, functions = context.hosts, step_functions()
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "steps": results}
     if hosts.count > 1:
@@ -74,7 +78,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                 results[entry.name] = {"status": f"on {elsewhere}"}
             else:
                 try:
-                    context.reports[entry.name] = report = call(entry, context)
+                    context.reports[entry.name] = report = functions[entry.name](context)
                 except (BadInput, CheckFailed) as exc:
                     results[entry.name] = {"status": "failed", "error": str(exc),
                                            "seconds": round(time.perf_counter() - started, 2)}
@@ -84,10 +88,8 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                                        "seconds": round(time.perf_counter() - started, 2)}
             hosts.barrier(entry.name)
             say(f"{entry.name}: {results[entry.name]['status']} in {round(time.perf_counter() - started, 2)} s")
-    except Exception as exc:
-        fail = getattr(hosts, "fail", None)
-        if fail is not None:  # the other hosts stop at their next wait, naming this one
-            fail(str(exc) if isinstance(exc, BadInput | CheckFailed) else f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the other hosts stop at their next wait, naming this one
+        hosts.fail(str(exc) if isinstance(exc, BadInput | CheckFailed) else f"{type(exc).__name__}: {exc}")
         if not isinstance(exc, BadInput | CheckFailed):
             raise
         summary.update(ok=False, error=str(exc), failed_step=next(
@@ -108,41 +110,18 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
 
 def figures(context: StepContext) -> dict[str, Any]:
-    """What the summary shows of the steps' reports (a step this host did not run shows nothing)."""
-    reports = context.reports
-    prepared, extracted = reports.get("prepare") or {}, reports.get("extract") or {}
-    trained = reports.get("train") or {}
-    metrics = trained.get("metrics") or []
-    losses = [row["train"]["loss"] for row in metrics if row.get("train", {}).get("loss") is not None]
-    evaluated = reports.get("evaluate")
-    return {
-        "samples": extracted.get("counts", {}).get("samples"),
-        "tokens": prepared.get("counts", {}).get("tokens"),
-        "loss_tokens": prepared.get("counts", {}).get("loss_tokens"),
-        "hidden_state_bytes": hidden_state_bytes(context.run.paths.hidden_states),
-        "fidelity": (reports.get("validate") or {}).get("checks", {}).get("fidelity", {}).get("detail", {}).get(
-            "agreement"),
-        "coverage": (reports.get("vocab") or {}).get("coverage"),
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "epochs": metrics,
-        "checkpoints": str(context.run.paths.checkpoints),
-        "plot": trained.get("plot"),
-        "resume": trained.get("resume"),
-        "saved_on": trained.get("saved_on"),
-        "regenerate": shares_of(reports.get("regenerate")),
-        "extract": shares_of(extracted),
-        "evaluation": {key: evaluated.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
-        if evaluated else None,
-    }
-
-
-def shares_of(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A step's share and exchange across hosts (None on one host)."""
-    if not report or "exchanged" not in report:
-        return None
-    keys = ("part", "share_status", "written", "shares", "exchanged")
-    return {key: report[key] for key in keys if key in report}
+    """What the summary shows: each step's declared figures from its report (None where this host did not
+    run it), beside what the run's folders hold."""
+    shown: dict[str, Any] = {name: None for entry in STEPS for name in entry.figures}
+    for entry in STEPS:
+        declared = (context.reports.get(entry.name) or {}).get("figures") or {}
+        unknown = sorted(set(declared) - set(entry.figures))
+        if unknown:  # a room's mistake, not the user's
+            raise RuntimeError(f"step {entry.name}: figures {unknown} are not in its row of the step table")
+        shown.update(declared)
+    paths = context.run.paths
+    return {**shown, "hidden_state_bytes": hidden_state_bytes(paths.hidden_states),
+            "checkpoints": str(paths.checkpoints)}
 
 
 def hidden_state_bytes(folder: Path) -> int:

@@ -23,6 +23,12 @@ def train_hooks(run: Run) -> dict[str, Any]:
 
 
 def pipeline_step(context: StepContext) -> dict[str, Any]:
+    """The pipeline's train; its figures: the losses, the epochs' rows, the plot, where it resumed and saved."""
     from specops.pipeline.training import train_pipeline_step
 
-    return train_pipeline_step(context, **train_hooks(context.run))
+    report = train_pipeline_step(context, **train_hooks(context.run))
+    metrics = report.get("metrics") or []
+    losses = [row["train"]["loss"] for row in metrics if row.get("train", {}).get("loss") is not None]
+    return {**report, "figures": {"loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses
+                                  else None, "epochs": metrics, "plot": report.get("plot"),
+                                  "resume": report.get("resume"), "saved_on": report.get("saved_on")}}

@@ -25,7 +25,7 @@ from specops.errors import BadInput
 from specops.pipeline.data import heldout
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
 from specops.pipeline.data.regenerated import regenerated_rows
-from specops.pipeline.run import Manifest, Run, config_hash, file_digest, tokenizer_digest
+from specops.pipeline.run import Manifest, Run, StepContext, config_hash, file_digest, tokenizer_digest
 
 
 class UnstableTemplate(ValueError):
@@ -226,5 +226,7 @@ def load_tokenizer(run: Run) -> Any:
     return tokenizer
 
 
-def pipeline_step(context: Any) -> dict[str, Any]:
-    return prepare(context.run, context.samples, False)
+def pipeline_step(context: StepContext) -> dict[str, Any]:
+    report = prepare(context.run, context.samples, False)
+    counts = report.get("counts", {})
+    return {**report, "figures": {"tokens": counts.get("tokens"), "loss_tokens": counts.get("loss_tokens")}}

@@ -18,7 +18,7 @@ from typing import Any
 
 from specops import atomic
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
-from specops.pipeline.run import config_hash
+from specops.pipeline.run import StepContext, config_hash
 
 __all__ = ["RENDER_SOURCE", "evaluate", "evaluate_inputs", "heldout_token_ids", "prompt_source"]
 
@@ -223,6 +223,8 @@ def _skipped(report_path: Path) -> dict[str, Any]:
     return {**json.loads(report_path.read_text()), "step": "evaluate", "status": "skipped: unchanged"}
 
 
-def pipeline_step(context: Any) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> dict[str, Any]:
     """The pipeline's evaluate: the run's checkpoint with the run's evaluate.backend, else its backend."""
-    return evaluate(context.run, backend=context.run.config.evaluate.backend or context.backend)
+    report = evaluate(context.run, backend=context.run.config.evaluate.backend or context.backend)
+    shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
+    return {**report, "figures": {"evaluation": shown}}

@@ -125,8 +125,12 @@ def pipeline_step(context: StepContext) -> dict[str, Any]:
     if context.hosts.count > 1:
         from specops.pipeline.extraction.across import across_hosts
 
-        return across_hosts(context)
-    return extract(context.run, context.samples, context.backend)
+        report = across_hosts(context)
+    else:
+        report = extract(context.run, context.samples, context.backend)
+    from specops.pipeline.run import shares_of
+
+    return {**report, "figures": {"samples": report.get("counts", {}).get("samples"), "extract": shares_of(report)}}
 
 
 ONLINE_SKIP = "skipped: hidden_states.mode is online (the trainer asks the run's server)"

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from specops.errors import CheckFailed
-from specops.pipeline.run import Run, config_hash, dependents
+from specops.pipeline.run import Run, StepContext, config_hash, dependents, shares_of
 
 
 def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def regenerate(run: Run, backend: str | None = None, *, samples: int | None = No
             "output": str(folder / RESPONSES_FILE), **details}
 
 
-def pipeline_step(context: Any) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> dict[str, Any]:
     """The pipeline's regenerate: as many answers as prepare's N rows need; across hosts, each host
     answers its share and every host joins all of them (regenerate.shares.across_hosts)."""
     backend = context.run.config.regenerate.backend or context.backend
@@ -122,4 +122,5 @@ def pipeline_step(context: Any) -> dict[str, Any]:
     from specops.pipeline.regenerate.shares import across_hosts
 
     backend = chosen_backend(context.run, backend)
-    return across_hosts(context, backend, regenerate_inputs(context.run, backend))
+    report = across_hosts(context, backend, regenerate_inputs(context.run, backend))
+    return {**report, "figures": {"regenerate": shares_of(report)}}

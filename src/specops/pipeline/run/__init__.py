@@ -12,11 +12,11 @@ from specops.pipeline.run.config import (
     read_model_config,
     text_config,
 )
-from specops.pipeline.run.context import Hosts, OneHost, StepContext, Training
+from specops.pipeline.run.context import Hosts, OneHost, StepContext, Training, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
 from specops.pipeline.run.manifest import Manifest, dependents, package_versions
 
 __all__ = ["Hosts", "Manifest", "OneHost", "Run", "RunConfig", "RunPaths", "StepContext", "Training",
            "check_run_name", "config_hash", "dependents", "derive_layer_ids", "file_digest", "file_sha256",
-           "load_run_config", "model_digest", "package_versions", "read_model_config", "text_config",
+           "load_run_config", "model_digest", "package_versions", "read_model_config", "shares_of", "text_config",
            "tokenizer_digest"]

@@ -1,7 +1,8 @@
 """What the engine hands a step: the run, the settings applied once, and the hosts the run spans.
 
-A step's own room holds its pipeline function, `pipeline_step(context) -> report` (named in the step
-table, specops.steps). With one host, `context.hosts` is `OneHost`: every exchange is a no-op. With K
+A step's own room holds its pipeline function, `pipeline_step(context) -> report` (the engine imports it
+by the step table's name, specops.steps); the report's `figures` are what the pipeline's summary shows
+of the step (their names are in its row). With one host, `context.hosts` is `OneHost`: every exchange is a no-op. With K
 hosts it is the rendezvous of the engine's nodes (pipeline.hosts): a step whose scope is a share per
 host writes its share, then makes the shares whole through it.
 """
@@ -42,6 +43,12 @@ class Hosts(Protocol):
         """Every host's files `mine` (names relative to `folder`) onto every host whose `lacking` is true,
         each written beside its final name and renamed in; what went where."""
 
+    def fail(self, message: str) -> None:
+        """Tell every host this one failed (they stop at their next wait, naming it)."""
+
+    def close(self) -> None:
+        """Leave the run's rendezvous (node 0 stops hosting it)."""
+
 
 @dataclass
 class OneHost:
@@ -59,6 +66,12 @@ class OneHost:
     def exchange(self, tag: str, folder: Path, mine: list[str], lacking: bool) -> dict[str, Any]:
         return {"copies": [], "bytes": 0}
 
+    def fail(self, message: str) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
 
 @dataclass
 class StepContext:
@@ -72,3 +85,11 @@ class StepContext:
     def name(self) -> str:
         """This host's name, as the messages of a run across hosts show it."""
         return self.hosts.names[self.hosts.rank]
+
+
+def shares_of(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A share-per-host step's share and exchange across hosts, as its summary figure (None on one host)."""
+    if not report or "exchanged" not in report:
+        return None
+    keys = ("part", "share_status", "written", "shares", "exchanged")
+    return {key: report[key] for key in keys if key in report}

@@ -26,7 +26,7 @@ TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
 DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
-    from specops.pipeline.run import Manifest, Run
+    from specops.pipeline.run import Manifest, Run, StepContext
 
 Gate = Callable[[train.TrainPlan, int], dict[str, Any]]
 
@@ -321,11 +321,12 @@ def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = 
             "checkpoints": state.as_dict(), "plot": str(png) if png.is_file() else None, "plot_contents": drawn}
 
 
-def vocab_pipeline_step(context: Any) -> dict[str, Any]:
-    return vocab_step(context.run)
+def vocab_pipeline_step(context: StepContext) -> dict[str, Any]:
+    report = vocab_step(context.run)
+    return {**report, "figures": {"coverage": report.get("coverage")}}
 
 
-def train_pipeline_step(context: Any, *, gate: Gate | None = None,
+def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
                         scorer: Callable[[], epochs_room.Scorer | None] | None = None,
                         planned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The pipeline's train. On a GPU host the run's extraction server holds most of each GPU's memory

@@ -24,7 +24,7 @@ from specops import atomic
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline import vllm
 from specops.pipeline.extraction import file_for, verify_header
-from specops.pipeline.run import Manifest, Run, config_hash
+from specops.pipeline.run import Manifest, Run, StepContext, config_hash
 
 FIDELITY_THRESHOLD = 0.98  # of the decidable positions; misaligned states agree at 10-40 %
 MIN_DECIDABLE = 32  # fewer decidable positions than this prove nothing either way
@@ -191,11 +191,12 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     return document
 
 
-def pipeline_step(context: Any) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> dict[str, Any]:
     """The pipeline's validate: files that passed with the same inputs are not checked again; a
     failing check stops the pipeline."""
     report = validate(context.run, 4, skip_unchanged=True)
     if not report["ok"]:
         raise CheckFailed("validation failed: " + "; ".join(
             f"{name}: {check.get('detail')}" for name, check in report["checks"].items() if not check["ok"]))
-    return report
+    agreement = report["checks"].get("fidelity", {}).get("detail", {}).get("agreement")
+    return {**report, "figures": {"fidelity": agreement}}
