@@ -15,15 +15,18 @@ skip themselves on every host, so the same command after a finished run only che
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote.errors import AgentError, BadInput, SpecopsError
+from remote.errors import AgentError, BadInput
+from remote.several_hosts import each, first_failure
+from remote.training_nodes import RDZV_PORT
 from specops import commandline
+from specops.progress import say
+
+__all__ = ["RDZV_PORT", "attach_or_launch", "members", "pipeline_on_hosts"]
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -32,12 +35,7 @@ if TYPE_CHECKING:
 
 Check = Callable[["Connection", "Host"], Any]  # run check + doctor of one host (from the task)
 SERVE_PYTHON = {"SPECOPS_SERVE_PYTHON": "serve"}
-RDZV_PORT = 29400
 JOB = "pipeline"
-
-
-def say(message: str) -> None:
-    print(f"specops: {message}", file=sys.stderr, flush=True)
 
 
 def run_hosts(run: str) -> tuple[str, list[str] | None]:
@@ -88,33 +86,6 @@ def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: s
         raise BadInput(f"{where}: a pipeline across hosts needs at least two (got {len(chosen)}); "
                        "for one host use --host")
     return chosen
-
-
-def each(sessions: dict[str, HostSession], work: Callable[[HostSession], Any]) -> dict[str, Any]:
-    """`work(session)` on every host in parallel: its value, or the SpecopsError it raised."""
-    def guarded(session: HostSession) -> Any:
-        try:
-            return work(session)
-        except SpecopsError as exc:
-            session.reconnect()  # a dead connection is not reused
-            return exc
-
-    if len(sessions) == 1:
-        return {name: guarded(session) for name, session in sessions.items()}
-    with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
-        futures = {name: pool.submit(guarded, session) for name, session in sessions.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def first_failure(results: dict[str, Any], what: str, after: str = "") -> None:
-    """Raise the first host's error of a parallel exchange, naming the host (bad input wins: exit 2)."""
-    failed = {name: value for name, value in results.items() if isinstance(value, Exception)}
-    if not failed:
-        return
-    name, error = next(((n, e) for n, e in failed.items() if isinstance(e, BadInput)), next(iter(failed.items())))
-    if isinstance(error, BadInput):
-        raise BadInput(str(error))
-    raise AgentError(f"{what} on {name}: {error}{after}" if len(results) > 1 else f"{error}{after}")
 
 
 def running_engine(session: HostSession, run: str) -> dict[str, Any] | None:

@@ -18,19 +18,51 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remote.errors import AgentError, BadInput, SpecopsError
+from remote.errors import AgentError, BadInput
 from specops import commandline
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
     from remote.session import HostSession
+    from remote.ssh import Connection
 
-RDZV_PORT = 29400
+RDZV_PORT = 29400  # the rendezvous's port on the first host unless --port (a pipeline's training: PORT+1)
 POLL_S = 1.0
+Check = Callable[["Connection", "Host"], Any]  # a host's run check (+ doctor), handed in by the task
+
+
+def train_across(members: list[Host], inventory: Inventory, run: str, check: Check, *, port: int,
+                 epochs: int | None, fresh: bool) -> tuple[dict[str, Any], str | None]:
+    """`train --hosts a,b`: every host checked in parallel (one refusing: nothing launched anywhere), stale
+    jobs stopped, checkpoints synced, one node job per host launched together and watched as one.
+    (the document, the failure's one line or None)."""
+    from remote.several_hosts import first_failure
+    from specops.progress import say
+
+    started = time.perf_counter()
+    names = ", ".join(member.name for member in members)
+    with TrainingNodes(members, inventory) as nodes:
+        first_failure(nodes.each(lambda session: check(session.conn, session.host)), "check",
+                      "; nothing was launched on any host")
+        nodes.check_training_network(run, port)
+        stale = nodes.stop_stale(run)
+        if stale:
+            say(f"stopped a leftover train job of {run} on {', '.join(stale)}")
+        synced = nodes.sync_checkpoints(run)
+        if synced.get("copied_to"):
+            say(f"checkpoint {synced['epoch']} copied from {synced['source']} to {', '.join(synced['copied_to'])}")
+        rdzv_id = nodes.launch(run, port, epochs=epochs, fresh=fresh)
+        say(f"training {run} across {names} (group {rdzv_id})")
+        outcome = nodes.watch()
+    document = {"ok": outcome.ok, "run": run, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
+                **outcome.as_dict(), "elapsed_s": round(time.perf_counter() - started, 3)}
+    failure = None if outcome.ok else (
+        f"train across {names}: {outcome.failed_host}: {outcome.why}; "
+        f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+    return document, failure
 
 
 def rendezvous_endpoint(host: Host, port: int) -> str:
@@ -83,16 +115,9 @@ class TrainingNodes:
 
     def each(self, work: Callable[[HostSession], Any]) -> dict[str, Any]:
         """`work(session)` on every host in parallel: its value, or the SpecopsError it raised."""
-        def guarded(session: HostSession) -> Any:
-            try:
-                return work(session)
-            except SpecopsError as exc:
-                session.reconnect()  # a dead connection is not reused; the next call opens a fresh one
-                return exc
+        from remote.several_hosts import each
 
-        with ThreadPoolExecutor(max_workers=len(self.hosts)) as pool:
-            futures = {name: pool.submit(guarded, session) for name, session in self.sessions.items()}
-            return {name: future.result() for name, future in futures.items()}
+        return each(self.sessions, work)
 
     def sync_checkpoints(self, run: str) -> dict[str, Any]:
         """Give every host the newest complete checkpoint any of them holds; what was copied where."""

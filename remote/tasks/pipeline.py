@@ -1,4 +1,6 @@
 """Tasks of the pipeline: regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch.
+What they print for people is remote/tasks/pipeline_views.py; a training across hosts is remote.training_nodes,
+a pipeline across hosts remote.pipeline_nodes.
 
 Each step runs as a job under tmux on the host (it survives disconnects) and is followed by
 default; --detach returns at once. extract, train and pipeline run the doctor first and refuse
@@ -9,14 +11,20 @@ host through one connection: doctor, launch, following the log and fetching the 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from invoke import task
 
 from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, fail, host_session, reports_errors
-from remote.tasks.shared import check_run, number_text, positive, preflight, render_epochs
+from remote.tasks.pipeline_views import (
+    fetched_text,
+    render_coverage,
+    render_evaluation,
+    render_summary,
+    render_sweep,
+)
+from remote.tasks.shared import check_run, positive, preflight, render_epochs
 from specops import commandline
 from specops.protocol import JobState
 
@@ -80,7 +88,7 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
 @reports_errors
 def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, wait=False,
                json=False):
-    """Before step 1: the target answers the conversations' prompts itself (resumes after an interruption)."""
+    """The target answers the conversations' prompts itself (resumes after an interruption)."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_regenerate(run=run_name, backend=backend or None, stop_server=stop_server, port=port)
@@ -96,7 +104,7 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
 @task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
 @reports_errors
 def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, wait=False, json=False):
-    """Step 1: tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
+    """Tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_prepare(run=run_name, samples=samples, strict=strict)
@@ -110,7 +118,7 @@ def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, wa
 @reports_errors
 def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
             detach=False, wait=False, json=False):
-    """Step 2: capture the target's hidden states at the run's layers (runs step 1 first if needed).
+    """Capture the target's hidden states at the run's layers (regenerate and prepare first when needed).
 
     With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
     dtype, serve args and vLLM version match, else (re)started from the host's `envs.serve`.
@@ -136,20 +144,14 @@ def validate(c, host=None, run=None, fidelity_samples=4, detach=False, wait=Fals
 @task(help={**STEP_HELP})
 @reports_errors
 def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
-    """Step 3: the draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
+    """The draft vocabulary (d2t/t2d) from token frequencies, with a coverage table."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         result = run_step_job(session, run_name, "vocab", commandline.step_vocab(run=run_name), detach=detach,
                               wait=wait,
                               json=json)
     if result and not json:
-        from remote import render
-
-        out = render.console()
-        view = render.table("draft vocabulary coverage of assistant tokens", ["draft vocab", "covered"])
-        for row in result.get("coverage") or []:
-            view.add_row(str(row["draft_vocab"]), f"{100 * row['share']:.2f}%")
-        out.print(view)
+        render_coverage(result)
 
 
 @task(help={**STEP_HELP, "epochs": "train this many epochs in all (continues a previous run)",
@@ -161,11 +163,12 @@ def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
 @reports_errors
 def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, wait=False,
           json=False, hosts=None, port=None):
-    """Step 4: train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
+    """Train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
     if hosts and wait:
         raise BadInput("--wait: one host at a time (--host); a training across hosts stops a stale one itself")
     if hosts:
-        train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port)
+        train_across(hosts, host, run, epochs=epochs, gpus=gpus, fresh=fresh, skip_doctor=skip_doctor, detach=detach,
+                     json=json, port=port)
         return
     with host_session(host) as session:
         run_name = chosen_run(session, run)
@@ -178,11 +181,12 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         render_epochs(result.get("metrics") or [])
 
 
-def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, json, port) -> None:
-    """`train --hosts a,b`: sync checkpoints, launch one node job per host together, watch them as one."""
+def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, gpus: Any, fresh: bool,
+                 skip_doctor: bool, detach: bool, json: bool, port: Any) -> None:
+    """`train --hosts a,b`: the flags checked here, the group orchestrated by remote.training_nodes."""
+    from remote import training_nodes
     from remote.inventory import load_inventory
     from remote.several_hosts import chosen_hosts
-    from remote.training_nodes import RDZV_PORT, TrainingNodes
 
     inventory = load_inventory()
     members = chosen_hosts(inventory, host, hosts, False) or []
@@ -191,32 +195,15 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
     if gpus is not None or detach:
         raise BadInput("--hosts: --gpus and --detach are per host; each node trains on all its GPUs, followed")
     run_name = run or members[0].run
-    started = time.perf_counter()
-    with TrainingNodes(members, inventory) as nodes:
-        for session in nodes.sessions.values():  # the config, and the plan's fit: exit 2 before any job
-            check_run(session.conn, session.host, run_name)
+    rdzv_port, epochs = positive(port, "--port") or training_nodes.RDZV_PORT, positive(epochs, "--epochs")
+
+    def check(conn, member):  # the config and the plan's fit, then the doctor: exit 2 before any job
+        check_run(conn, member, run_name)
         if not skip_doctor:
-            for session in nodes.sessions.values():
-                preflight(session.conn, session.host, run_name, False)
-        rdzv_port = positive(port, "--port") or RDZV_PORT
-        nodes.check_training_network(run_name, rdzv_port)
-        stale = nodes.stop_stale(run_name)
-        if stale:
-            print(f"specops: stopped a leftover train job of {run_name} on {', '.join(stale)}", file=sys.stderr)
-        synced = nodes.sync_checkpoints(run_name)
-        if synced.get("copied_to"):
-            print(f"specops: checkpoint {synced['epoch']} copied from {synced['source']} to "
-                  f"{', '.join(synced['copied_to'])}", file=sys.stderr)
-        rdzv_id = nodes.launch(run_name, rdzv_port, epochs=positive(epochs, "--epochs"), fresh=fresh)
-        print(f"specops: training {run_name} across {', '.join(m.name for m in members)} (group {rdzv_id})",
-              file=sys.stderr)
-        outcome = nodes.watch()
-    document = {"ok": outcome.ok, "run": run_name, "group": rdzv_id, "stopped_stale": stale, "synced": synced,
-                **outcome.as_dict(),
-                "elapsed_s": round(time.perf_counter() - started, 3)}
-    failure = None if outcome.ok else (
-        f"train across {', '.join(m.name for m in members)}: {outcome.failed_host}: {outcome.why}; "
-        f"stopped the group ({', '.join(outcome.stopped) or 'nothing else was running'})")
+            preflight(conn, member, run_name, False)
+
+    document, failure = training_nodes.train_across(members, inventory, run_name, check, port=rdzv_port,
+                                                    epochs=epochs, fresh=fresh)
     if json:  # one document, the failure in it (an AgentError would print a second one)
         emit_json({**document, "error": failure, "exit_code": 1} if failure else document)
     if failure:
@@ -233,7 +220,7 @@ def train_across(hosts, host, run, epochs, gpus, fresh, skip_doctor, detach, jso
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
              wait=False, json=False, sweep=None, concurrency=None):
-    """After step 4: the draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
+    """The draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
@@ -245,65 +232,6 @@ def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=
             render_sweep(result["sweep"])
         else:
             render_evaluation(result)
-
-
-def render_sweep(document: dict[str, Any]) -> None:
-    """One row per cell: acceptance, per position, and with vllm tokens/s with and without the draft."""
-    from remote import render
-
-    served = document.get("backend") == "vllm"
-    columns = ["k", "concurrency", "mean acceptance length", "accepted / drafted", "per position"]
-    if served:
-        columns += ["tokens/s with draft", "tokens/s without", "speedup"]
-    view = render.table(f"sweep of checkpoint {document.get('checkpoint')} on {document.get('prompts')} held-out "
-                        f"prompts ({document.get('backend')}, {document.get('max_tokens')} tokens each)", columns)
-    for cell in document.get("cells") or []:
-        row = [str(cell["num_speculative_tokens"]), str(cell["concurrency"]), f"{cell['mean_acceptance_length']:.3f}",
-               f"{cell['num_accepted_tokens']} / {cell['num_draft_tokens']}",
-               " / ".join(f"{value:.3f}" for value in cell.get("per_position_acceptance") or [])]
-        if served:
-            row += [number_text(cell.get("tokens_per_s_spec")), number_text(cell.get("tokens_per_s_base")),
-                    "-" if cell.get("speedup") is None else f"{cell['speedup']:.2f}x"]
-        view.add_row(*row)
-    render.console().print(view)
-    if document.get("plot"):
-        render.console().print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)")
-
-
-def render_evaluation(evaluation: dict[str, Any] | None) -> None:
-    """The acceptance table: the trained draft (each epoch with --all-epochs), the untrained one, the previous."""
-    if not evaluation or not evaluation.get("report"):
-        return
-    from remote import render
-
-    trained = evaluation["report"]
-    k = len(trained.get("per_position_acceptance") or [])
-    columns = ["draft", "mean acceptance length", "accepted / drafted", *[f"pos {p}" for p in range(k)], "speedup"]
-    view = render.table(f"acceptance on {trained['prompts']} held-out prompts ({trained['backend']}, k={k})", columns)
-    rows = [(f"trained (epoch {row['checkpoint']})", row) for row in evaluation.get("epochs") or []] \
-        or [(f"trained ({trained['checkpoint']})", trained)]
-    if evaluation.get("untrained"):
-        rows.append(("untrained", evaluation["untrained"]))
-    if evaluation.get("previous"):
-        rows.append((f"previous ({evaluation['previous'].get('checkpoint')})", evaluation["previous"]))
-    for label, row in rows:
-        positions = [f"{value:.3f}" for value in row.get("per_position_acceptance") or []]
-        view.add_row(label, f"{row['mean_acceptance_length']:.3f}",
-                     f"{row.get('num_accepted_tokens')} / {row.get('num_draft_tokens')}",
-                     *(positions + ["-"] * (k - len(positions))),
-                     "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x")
-    render.console().print(view)
-    if evaluation.get("best"):  # evaluate.checkpoint best: which epoch, and why
-        render.console().print(f"best checkpoint: {evaluation['best']['why']}", highlight=False)
-
-
-def _acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:
-    if not evaluation or not evaluation.get("report"):
-        return []
-    trained, untrained = evaluation["report"], evaluation.get("untrained") or {}
-    return [("mean acceptance length", f"{trained['mean_acceptance_length']:.3f} trained vs "
-             f"{number_text(untrained.get('mean_acceptance_length'))} untrained "
-             f"({trained['prompts']} held-out prompts, {trained['backend']})")]
 
 
 def with_steps(body):
@@ -368,29 +296,6 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     render_summary(summary)
 
 
-def render_summary(summary: dict[str, Any]) -> None:
-    from remote import render
-
-    out = render.console()
-    view = render.table(f"pipeline — run {summary['run']} on {', '.join(summary['hosts'])}", ["", ""])
-    steps = ", ".join(f"{name} {info.get('status')}" for name, info in summary["steps"].items())
-    rows = [
-        ("steps", steps),
-        ("samples", str(summary.get("samples"))),
-        ("tokens (assistant)", f"{summary.get('tokens')} ({summary.get('loss_tokens')})"),
-        ("hidden-state bytes", render.human_bytes(summary.get("hidden_state_bytes"))),
-        ("fidelity", number_text(summary.get("fidelity"))),
-        ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
-        *_acceptance_rows(summary.get("evaluation")),
-        ("checkpoints on host", f"{summary.get('saved_on') or summary['host']}: {summary.get('checkpoints')}"),
-        ("fetched to", str(summary.get("fetched") or "-")),
-        ("elapsed", f"{summary['elapsed_s']} s"),
-    ]
-    for key, value in rows:
-        view.add_row(key, value)
-    out.print(view)
-
-
 @task(help={"host": "inventory host", "run": "run config (default: the host's run)",
             "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout",
             "hosts": "a run trained across these hosts (comma-separated): fetch from the first that holds a "
@@ -414,19 +319,6 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False, hosts=N
         emit_json(document)
         return
     print(fetched_text(document))
-
-
-def fetched_text(document: dict[str, Any]) -> str:
-    """What a fetch brought: which epoch (the newest finished checkpoint), how much, and how far the log went."""
-    from remote import render
-
-    best = document.get("best_epoch")
-    best_text = "" if best is None or best == document["epoch"] else f"; the best so far is epoch {best}"
-    log = (document.get("logs") or {}).get("train.log")
-    log_text = f"; train.log up to byte {log['offset']}" if log else ""
-    return (f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
-            f"of epoch {document['epoch']} (the newest finished checkpoint, {document['checkpoint']}{best_text})"
-            f"{log_text} to {document['destination']}")
 
 
 TASKS = [regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch]

@@ -1,0 +1,113 @@
+"""What the pipeline's tasks print for people: the sweep and acceptance tables, the vocabulary's coverage,
+the pipeline's summary, what a fetch brought. Each takes the agent's JSON document (`--json` prints that)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote.tasks.shared import number_text
+
+
+def render_coverage(result: dict[str, Any]) -> None:
+    """The draft vocabulary's coverage of the assistant tokens, one row per vocabulary size."""
+    from remote import render
+
+    view = render.table("draft vocabulary coverage of assistant tokens", ["draft vocab", "covered"])
+    for row in result.get("coverage") or []:
+        view.add_row(str(row["draft_vocab"]), f"{100 * row['share']:.2f}%")
+    render.console().print(view)
+
+
+def render_sweep(document: dict[str, Any]) -> None:
+    """One row per cell: acceptance, per position, and with vllm tokens/s with and without the draft."""
+    from remote import render
+
+    served = document.get("backend") == "vllm"
+    columns = ["k", "concurrency", "mean acceptance length", "accepted / drafted", "per position"]
+    if served:
+        columns += ["tokens/s with draft", "tokens/s without", "speedup"]
+    view = render.table(f"sweep of checkpoint {document.get('checkpoint')} on {document.get('prompts')} held-out "
+                        f"prompts ({document.get('backend')}, {document.get('max_tokens')} tokens each)", columns)
+    for cell in document.get("cells") or []:
+        row = [str(cell["num_speculative_tokens"]), str(cell["concurrency"]), f"{cell['mean_acceptance_length']:.3f}",
+               f"{cell['num_accepted_tokens']} / {cell['num_draft_tokens']}",
+               " / ".join(f"{value:.3f}" for value in cell.get("per_position_acceptance") or [])]
+        if served:
+            row += [number_text(cell.get("tokens_per_s_spec")), number_text(cell.get("tokens_per_s_base")),
+                    "-" if cell.get("speedup") is None else f"{cell['speedup']:.2f}x"]
+        view.add_row(*row)
+    render.console().print(view)
+    if document.get("plot"):
+        render.console().print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)")
+
+
+def render_evaluation(evaluation: dict[str, Any] | None) -> None:
+    """The acceptance table: the trained draft (each epoch with --all-epochs), the untrained one, the previous."""
+    if not evaluation or not evaluation.get("report"):
+        return
+    from remote import render
+
+    trained = evaluation["report"]
+    k = len(trained.get("per_position_acceptance") or [])
+    columns = ["draft", "mean acceptance length", "accepted / drafted", *[f"pos {p}" for p in range(k)], "speedup"]
+    view = render.table(f"acceptance on {trained['prompts']} held-out prompts ({trained['backend']}, k={k})", columns)
+    rows = [(f"trained (epoch {row['checkpoint']})", row) for row in evaluation.get("epochs") or []] \
+        or [(f"trained ({trained['checkpoint']})", trained)]
+    if evaluation.get("untrained"):
+        rows.append(("untrained", evaluation["untrained"]))
+    if evaluation.get("previous"):
+        rows.append((f"previous ({evaluation['previous'].get('checkpoint')})", evaluation["previous"]))
+    for label, row in rows:
+        positions = [f"{value:.3f}" for value in row.get("per_position_acceptance") or []]
+        view.add_row(label, f"{row['mean_acceptance_length']:.3f}",
+                     f"{row.get('num_accepted_tokens')} / {row.get('num_draft_tokens')}",
+                     *(positions + ["-"] * (k - len(positions))),
+                     "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x")
+    render.console().print(view)
+    if evaluation.get("best"):  # evaluate.checkpoint best: which epoch, and why
+        render.console().print(f"best checkpoint: {evaluation['best']['why']}", highlight=False)
+
+
+def acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not evaluation or not evaluation.get("report"):
+        return []
+    trained, untrained = evaluation["report"], evaluation.get("untrained") or {}
+    return [("mean acceptance length", f"{trained['mean_acceptance_length']:.3f} trained vs "
+             f"{number_text(untrained.get('mean_acceptance_length'))} untrained "
+             f"({trained['prompts']} held-out prompts, {trained['backend']})")]
+
+
+def render_summary(summary: dict[str, Any]) -> None:
+    from remote import render
+
+    out = render.console()
+    view = render.table(f"pipeline — run {summary['run']} on {', '.join(summary['hosts'])}", ["", ""])
+    steps = ", ".join(f"{name} {info.get('status')}" for name, info in summary["steps"].items())
+    rows = [
+        ("steps", steps),
+        ("samples", str(summary.get("samples"))),
+        ("tokens (assistant)", f"{summary.get('tokens')} ({summary.get('loss_tokens')})"),
+        ("hidden-state bytes", render.human_bytes(summary.get("hidden_state_bytes"))),
+        ("fidelity", number_text(summary.get("fidelity"))),
+        ("loss first → last", f"{number_text(summary.get('loss_first'))} → {number_text(summary.get('loss_last'))}"),
+        *acceptance_rows(summary.get("evaluation")),
+        ("checkpoints on host", f"{summary.get('saved_on') or summary['host']}: {summary.get('checkpoints')}"),
+        ("fetched to", str(summary.get("fetched") or "-")),
+        ("elapsed", f"{summary['elapsed_s']} s"),
+    ]
+    for key, value in rows:
+        view.add_row(key, value)
+    out.print(view)
+
+
+def fetched_text(document: dict[str, Any]) -> str:
+    """What a fetch brought: which epoch (the newest finished checkpoint), how much, and how far the log went."""
+    from remote import render
+
+    best = document.get("best_epoch")
+    best_text = "" if best is None or best == document["epoch"] else f"; the best so far is epoch {best}"
+    log = (document.get("logs") or {}).get("train.log")
+    log_text = f"; train.log up to byte {log['offset']}" if log else ""
+    return (f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "
+            f"of epoch {document['epoch']} (the newest finished checkpoint, {document['checkpoint']}{best_text})"
+            f"{log_text} to {document['destination']}")
