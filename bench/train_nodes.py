@@ -3,7 +3,7 @@ torchrun group (gloo, CPU), side by side as a ratio.
 
     PYTHONPATH=src:. .venv/bin/python bench/train_nodes.py [--epochs 2] [--out DIR]
 
-Both use the same generated inputs (tests/training/tiny_inputs.py) and speculators 0.9.0 from the
+Both use the same generated inputs (tests/support/tiny_training.py) and speculators 0.9.0 from the
 wheel patched by the CPU patch set; the two "hosts" are two workdirs on this machine meeting at a c10d
 rendezvous on loopback, so on a 2-core machine the group shares the same cores: the ratio measures the
 group's overhead (rendezvous, gloo all-reduce per step), not a speed-up. Prints; asserts nothing.
@@ -19,9 +19,8 @@ from pathlib import Path
 
 from tests.support.repo import REPO
 from tests.support.sshd import free_port
+from tests.support.tiny_training import TinyHost, build_data
 from tests.support.wheels import site_with
-from tests.training.test_train_cpu import TinyHost
-from tests.training.tiny_inputs import build_data
 
 
 def node(root: Path, site: Path, name: str) -> TinyHost:

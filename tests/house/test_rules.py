@@ -112,3 +112,16 @@ def test_no_environment_or_third_party_files_are_tracked() -> None:
                  if path.split("/")[0] in {".venv", ".venv-vllm", ".whl", ".tools", ".cache", ".specops"}
                  or path.endswith((".whl", ".deb"))]
     assert offending == []
+
+
+def test_the_benchmarks_use_the_shared_helpers_never_a_test_module() -> None:
+    """bench/ may import tests.support (helpers written as first-class code), never a test module: a test's
+    refactor must not break a benchmark, and a benchmark must not run a test's fixtures."""
+    offences = []
+    for path in sorted((REPO / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            offences += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in names
+                         if name.split(".")[0] == "tests" and not name.startswith("tests.support")]
+    assert offences == []

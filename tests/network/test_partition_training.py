@@ -25,8 +25,7 @@ from tests.support.agent import Agent, group_alive, wait_until
 from tests.support.cli import Cli, write_inventory
 from tests.support.netns import NetnsHost, NetnsUnavailable, netns_hosts
 from tests.support.sshd import free_port
-from tests.training.test_train_cpu import TinyHost
-from tests.training.tiny_inputs import build_data
+from tests.support.tiny_training import TinyHost, build_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels, pytest.mark.ssh]
 

@@ -1,7 +1,7 @@
 """Step 4 for real: the tiny run trains on CPU through speculators 0.9.0 patched by the CPU patch set.
 
 The wheel is unpacked into a throwaway site, patched with `specops patch apply`, and put first on the
-trainer's PYTHONPATH; the run's inputs are generated in speculators' formats (tiny_inputs.py).
+trainer's PYTHONPATH; the run's inputs are generated in speculators' formats (tests/support/tiny_training.py).
 """
 
 from __future__ import annotations
@@ -9,47 +9,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from specops.pipeline.training.metrics import parse_log
-from tests.support.agent import REPO, run_agent, start_agent
-from tests.training.tiny_inputs import AUX_LAYER_IDS, LAYERS, build_data
+from tests.support.agent import REPO
+from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, build_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels]
-
-
-class TinyHost:
-    def __init__(self, root: Path) -> None:
-        self.workdir = root / "workdir"
-        self.site = root / "site"
-
-    def agent(self, *args: str, check: bool = True) -> dict:
-        code, document, stderr = run_agent(self.workdir, *args, sites=(self.site,))
-        assert not check or code == 0, (document, stderr[-3000:])
-        return document
-
-    def start_agent(self, *args: str) -> subprocess.Popen:
-        # a session of its own, so the test can kill the agent and its trainer together
-        return start_agent(self.workdir, *args, sites=(self.site,), stderr=subprocess.DEVNULL,
-                           start_new_session=True)
-
-    def add_run(self, name: str, epochs: int) -> Path:
-        run_dir = self.workdir / "runs" / name
-        inputs = self.workdir / "inputs"
-        run_dir.mkdir(parents=True)
-        (run_dir / "prepared").symlink_to(inputs / "prepared")
-        (run_dir / "hidden_states").symlink_to(inputs / "hidden_states")
-        config = {"model": str(inputs / "verifier"), "data": "conversations.jsonl",
-                  "layer_ids": [*AUX_LAYER_IDS, LAYERS], "draft": {"vocab_size": 256},
-                  "train": {"epochs": epochs, "lr": 1e-3,
-                            "extra_args": ["--total-seq-len", "96", "--checkpoint-freq", "0.5"]}}
-        (self.workdir / "runs" / f"{name}.yaml").write_text(yaml.safe_dump(config))
-        return run_dir
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ from tests.conftest import ssh_host
 from tests.support.agent import Agent
 from tests.support.cli import Cli, write_inventory
 from tests.support.sshd import SshServer, free_port, start_sshd
-from tests.training.test_train_cpu import TinyHost
-from tests.training.tiny_inputs import build_data
+from tests.support.tiny_training import TinyHost, build_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels, pytest.mark.ssh]
 

@@ -18,8 +18,7 @@ import pytest
 
 from specops.pipeline.training.command import is_complete
 from tests.support.sshd import free_port
-from tests.training.test_train_cpu import TinyHost
-from tests.training.tiny_inputs import build_data
+from tests.support.tiny_training import TinyHost, build_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels]
 

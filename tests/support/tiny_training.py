@@ -4,14 +4,20 @@ A random-weight Llama verifier (H=64, 4 layers, 2 heads, vocab 512) with a word-
 a prepared dataset (HF arrow on disk: input_ids, loss_mask, seq_len, torch format), token_freq.pt
 (dict token id -> count over assistant tokens) and hidden_states/hs_{i}.safetensors
 (token_ids [seq] int64, hidden_states [seq, n_layers, H] bf16, last slice = final layer).
-Nothing comes from a hub.
+Nothing comes from a hub. `TinyHost`: a workdir and a throwaway site holding speculators, its agent run
+with that site first on the path, and runs over these inputs (the training tests and bench/train_nodes.py).
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
+
+from tests.support.agent import run_agent, start_agent
 
 HIDDEN = 64
 LAYERS = 4
@@ -83,3 +89,32 @@ def build_data(verifier: Path, data: Path, hidden: Path, samples: int = 48, seq_
     token_freq = dict(freq)
     torch.save(token_freq, data / "token_freq.pt")
     return TinyInputs(verifier=verifier, data=data, hidden_states=hidden, token_freq=token_freq)
+
+
+class TinyHost:
+    def __init__(self, root: Path) -> None:
+        self.workdir = root / "workdir"
+        self.site = root / "site"
+
+    def agent(self, *args: str, check: bool = True) -> dict:
+        code, document, stderr = run_agent(self.workdir, *args, sites=(self.site,))
+        assert not check or code == 0, (document, stderr[-3000:])
+        return document
+
+    def start_agent(self, *args: str) -> subprocess.Popen:
+        # a session of its own, so the test can kill the agent and its trainer together
+        return start_agent(self.workdir, *args, sites=(self.site,), stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+
+    def add_run(self, name: str, epochs: int) -> Path:
+        run_dir = self.workdir / "runs" / name
+        inputs = self.workdir / "inputs"
+        run_dir.mkdir(parents=True)
+        (run_dir / "prepared").symlink_to(inputs / "prepared")
+        (run_dir / "hidden_states").symlink_to(inputs / "hidden_states")
+        config = {"model": str(inputs / "verifier"), "data": "conversations.jsonl",
+                  "layer_ids": [*AUX_LAYER_IDS, LAYERS], "draft": {"vocab_size": 256},
+                  "train": {"epochs": epochs, "lr": 1e-3,
+                            "extra_args": ["--total-seq-len", "96", "--checkpoint-freq", "0.5"]}}
+        (self.workdir / "runs" / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        return run_dir
