@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Hosts, Run
+    from specops.pipeline.run import Hosts, Run, StepContext
 
 
 def open_run(name: str) -> Run:
@@ -44,4 +44,11 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     return run_steps(run_name, samples, skip, backend, hosts)
 
 
-__all__ = ["open_run", "run_pipeline"]
+def run_reads(step: str, run_name: str, samples: int | None) -> StepContext:
+    """The steps `step` reads, run first as the pipeline would on one host; the context they ran in."""
+    from specops.pipeline.engine import run_reads as run_first
+
+    return run_first(step, run_name, samples)
+
+
+__all__ = ["open_run", "run_pipeline", "run_reads"]

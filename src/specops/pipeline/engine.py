@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput, CheckFailed
 from specops.progress import say
-from specops.steps import STEPS, Scope, Step, enabled
+from specops.steps import STEPS, Scope, Step, enabled, step
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Hosts, StepContext
@@ -47,6 +47,34 @@ def runs_here(entry: Step, context: StepContext) -> str | None:
         if saver != hosts.rank:
             return hosts.names[saver]
     return None
+
+
+def reads_of(name: str) -> list[Step]:
+    """The recorded steps `name` reads, directly or through another, in the table's order."""
+    needed, stack = set(), [name]
+    while stack:
+        for read in step(stack.pop()).reads:
+            if read not in needed:
+                needed.add(read)
+                stack.append(read)
+    return [entry for entry in STEPS if entry.name in needed]
+
+
+def run_reads(name: str, run_name: str, samples: int | None) -> StepContext:
+    """What `step NAME` runs before its own work: the steps it reads that the run turns on, in order, each
+    by its room's function as the pipeline runs it on one host (each skipped when unchanged). The context
+    (the run, --samples applied once, the run's backend) holds their reports."""
+    from specops.pipeline import extraction
+    from specops.pipeline.data import open_run
+    from specops.pipeline.run import OneHost, StepContext
+
+    run = open_run(run_name)
+    context = StepContext(run, run.samples_for(samples), extraction.backend_for(run, None).name, OneHost())
+    functions = step_functions()
+    for entry in reads_of(name):
+        if enabled(entry, run.config):
+            context.reports[entry.name] = functions[entry.name](context)
+    return context
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,

@@ -1,22 +1,9 @@
-"""`python -m specops step <name> --run NAME`: one step of a run on this host.
+"""`python -m specops step <name> --run NAME ...`: one step of a run on this host.
 
-    step regenerate --run R [--backend hf|vllm] [--stop-server] [--port P] [--part I/COUNT] [--require-whole]
-                                                     the target answers the prompts (speculators' rows)
-    step prepare  --run R [--samples N] [--strict]   tokenise conversations, loss mask, token frequencies
-    step extract  --run R [--samples N] [--backend hf|vllm] [--batch-tokens T] [--stop-server] [--port P]
-                  [--processes P] [--part I/COUNT] [--require-whole]
-    step extract-shard --run R --shard I              one process's batches of a several-process hf extract
-    step validate --run R [--fidelity-samples K] [--reference auto|hf|vllm]
-    step vocab    --run R                            d2t/t2d + coverage report, skipped when unchanged
-    step train    --run R [--fresh] [--epochs E] [--gpus G] [--dry-run]
-                  [--nnodes N --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID
-                   [--local-addr ADDR] [--interface IF]]
-    step evaluate --run R [--checkpoint best|last|N] [--all-epochs] [--prompts N] [--backend hf|vllm]
-                  [--sweep num_speculative_tokens=1,2,3 [--concurrency 1,8]]
-                                                     acceptance on held-out prompts, trained vs untrained
-    step metrics  --run R [--no-plot]                per-epoch table (JSON) and the loss plot
-    step parity   --run R [--checkpoint last|N] [--serve|--no-serve]
-                                                     the draft config as the installed vLLM reads it vs training
+Each step's flags and cross-flag rules are its spec in specops.commandline (STEPS), the same the control
+side's builders are made from; `python -m specops step NAME --help` lists them. `step prepare` and
+`step extract` first run the steps they read as the pipeline would on one host (pipeline.run_reads:
+regenerate when the run turns it on, prepare), then their own room's work with their flags.
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
 the job log captures. A run's steps are exclusive on a host (specops.jobs.runlock): a step while
@@ -27,31 +14,19 @@ metrics only reads; extract-shard is a child of the extract that holds the run.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specops.commandline import STEPS
 from specops.errors import BadInput
 from specops.jobs.runlock import exclusive
-from specops.pipeline import open_run
-
-if TYPE_CHECKING:
-    from specops.pipeline.run import Run
-
-
-def _regenerated_first(run: Run, samples: int | None) -> Any:
-    """The answers prepare reads, when the run regenerates them: made (or found enough) first, as many
-    as prepare's N rows need (N: --samples, else the run's `samples`, else every conversation)."""
-    if run.config.regenerate.enabled:
-        from specops.pipeline.regenerate import regenerate
-
-        regenerate(run, samples=run.samples_for(samples))
-    return run
+from specops.pipeline import open_run, run_reads
 
 
 def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import prepare
 
-    report = prepare(_regenerated_first(open_run(args.run), args.samples), args.samples, args.strict)
+    context = run_reads("prepare", args.run, args.samples)  # regenerate, when the run answers its prompts
+    report = prepare(context.run, context.samples, args.strict)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -60,8 +35,8 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
                                  processes=args.processes, part=args.part, require_whole=args.require_whole)
-    run = _regenerated_first(open_run(args.run), args.samples)
-    report = extraction.extract(run, args.samples, args.backend, options)
+    context = run_reads("extract", args.run, args.samples)  # regenerate and prepare, as the pipeline runs them
+    report = extraction.extract(context.run, context.samples, args.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
 
 
