@@ -13,7 +13,6 @@ killed -9, or a host cut off, stops beating: the others give up on it after SILE
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -30,6 +29,9 @@ SILENT_S = 60.0     # no beat for this long: the node's engine is gone (killed, 
 CONNECT_S = 300.0   # how long a node waits for the first host's store (the hosts are launched together)
 POLL_S = 0.1
 CHUNK = 4 << 20     # TCPStore's libuv server takes values of at most 8 MiB
+# What the store raises when it cannot be reached (torch's DistError and its kinds are RuntimeErrors; older
+# torch raised RuntimeError itself). Anything else is a bug here and surfaces as one, with its traceback.
+STORE_ERRORS = (RuntimeError,)
 
 
 class Rendezvous:
@@ -44,7 +46,7 @@ class Rendezvous:
         try:
             self.store = TCPStore(address, port, self.count, rank == 0, timedelta(seconds=CONNECT_S),
                                   wait_for_workers=False)
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             raise CheckFailed(f"{names[rank]}: the rendezvous at {address}:{port} on {names[0]}: {exc}") from None
         self._beats: dict[int, tuple[int, float]] = {}
         self._stopped = threading.Event()
@@ -58,8 +60,8 @@ class Rendezvous:
         while not self._stopped.wait(BEAT_S):
             try:
                 self.store.add(self._key("beat", self.rank), 1)
-            except Exception:
-                return
+            except STORE_ERRORS:
+                return  # the store is gone: the engine's next wait says so
 
     def close(self) -> None:
         """Leave: the first host, whose engine holds the store, waits for the others to have read
@@ -72,8 +74,8 @@ class Rendezvous:
             deadline = time.monotonic() + SILENT_S
             while time.monotonic() < deadline and not self.store.check(keys) and not self._silent():
                 time.sleep(POLL_S)
-        except Exception:
-            pass
+        except STORE_ERRORS:
+            pass  # the store is gone already: there is nothing left to leave
         finally:
             self._stopped.set()
 
@@ -82,8 +84,8 @@ class Rendezvous:
         try:
             if not self.store.check([self._key("failed")]):
                 self.store.set(self._key("failed"), f"{self.names[self.rank]}: {message}")
-        except Exception:
-            pass
+        except STORE_ERRORS:
+            pass  # the store is gone: the others find that out at their next wait
 
     def _silent(self) -> str | None:
         now = time.monotonic()
@@ -111,9 +113,7 @@ class Rendezvous:
                 if silent:
                     raise CheckFailed(silent)
                 time.sleep(POLL_S)
-        except CheckFailed:
-            raise
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             raise CheckFailed(f"{self.names[0]}: the rendezvous is gone ({exc}): its engine ended") from None
 
     def barrier(self, tag: str) -> None:
@@ -175,7 +175,7 @@ class Rendezvous:
                 for number in range(len(chunks)):
                     self.store.delete_key(self._key(tag, self.rank, index, number))
                 sent["bytes"] += len(data) * receivers
-        except Exception as exc:
+        except Exception as exc:  # this thread's failure, whatever it is, is every node's: published
             sent["error"] = str(exc)
             self.fail(f"sending {tag} files: {exc}")
 
@@ -199,7 +199,3 @@ def shares_fit(step: str, plans: list[dict[str, Any]], names: list[str], amount:
                           for name, plan in zip(names, plans, strict=True))
         raise CheckFailed(f"{step} across hosts: the hosts planned different work ({shown}); their {differ} "
                           "differ, so their shares would not fit together")
-
-
-def say(message: str) -> None:
-    print(f"specops: {message}", file=sys.stderr, flush=True)
