@@ -91,7 +91,11 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "steps": results}
     if hosts.count > 1:
         summary.update(hosts=hosts.names, host=context.name, node_rank=hosts.rank)
-    started_all = time.perf_counter()
+    started_all, since = time.perf_counter(), time.time()
+    from specops.paths import workdir
+    from specops.pipeline import vllm
+
+    vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank)  # held: one line, no step
     try:
         for entry in STEPS:
             if entry.name in skip:
@@ -123,6 +127,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
         summary.update(ok=False, error=str(exc), failed_step=next(
             (name for name, result in results.items() if result.get("status") == "failed"), None))
         summary["seconds"] = round(time.perf_counter() - started_all, 2)
+        summary["servers"] = vllm_servers(run, since)
         return (2 if isinstance(exc, BadInput) else 1), summary
     shown = figures(context)
     if hosts.count > 1:  # what a step shows where it ran (validate on the first host, evaluate on the saver)
@@ -133,8 +138,20 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
             if value is None:
                 shown[key] = next((entry["figures"][key] for entry in gathered if entry["figures"][key] is not None),
                                   None)
-    summary.update(ok=True, **shown, seconds=round(time.perf_counter() - started_all, 2))
+    summary.update(ok=True, **shown, seconds=round(time.perf_counter() - started_all, 2),
+                   servers=vllm_servers(run, since))
     return 0, summary
+
+
+def vllm_servers(run: Any, since: float) -> dict[str, Any]:
+    """The server loads this pipeline made (from the job records); its server stopped unless kept."""
+    from specops.pipeline import vllm
+
+    servers = vllm.end_of_run(run, since)
+    if servers["starts"]:
+        say(f"vLLM server loads: {servers['starts']}, {servers['seconds_loading']} s loading"
+            + (f"; the last one stopped ({servers['stopped']})" if servers["stopped"] else ""))
+    return servers
 
 
 def figures(context: StepContext) -> dict[str, Any]:

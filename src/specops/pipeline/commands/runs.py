@@ -41,6 +41,10 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.plan import refuse_unfit
 
     document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
+    from specops import gpus
+    from specops.pipeline import vllm
+
+    vllm.check_before_run(run, run.backend(gpus.device_count()), workdir())  # its port held: exit 2 before any job
     return 0, document
 
 

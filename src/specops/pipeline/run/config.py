@@ -65,6 +65,9 @@ class TrainSettings(_Strict):
 class VllmSettings(_Strict):
     serve_args: list[str] = Field(default_factory=list)
     port: int = Field(8000, gt=0, lt=65536)
+    # the run's server outlives its pipeline only when asked (a next run on the same target reuses it);
+    # else it is stopped with the run's last step: it holds the GPUs' memory and the port
+    keep_server: bool = False
     # vLLM's own parallelism (--tensor-parallel-size / --data-parallel-size); left out, they are derived
     # from the host's GPUs and the model's size (specops.parallel.default_sizes)
     tensor_parallel: int | None = Field(None, gt=0)

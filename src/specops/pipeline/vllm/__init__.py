@@ -22,6 +22,8 @@ from specops.pipeline.vllm.job import (
     start_server_job,
     stop_running,
 )
+from specops.pipeline.vllm.lifetime import end_of_run, server_loads
+from specops.pipeline.vllm.ports import check_before_run, port_holder, refuse_held_port
 from specops.pipeline.vllm.readiness import (
     group_pids,
     listening_inodes,
@@ -37,19 +39,24 @@ __all__ = [
     "SERVER_JOB",
     "ServerJob",
     "build_serve_command",
+    "check_before_run",
     "choose_serve_python",
     "eagle3_config",
+    "end_of_run",
     "find_endpoint",
     "generating_server",
     "group_pids",
     "listening_inodes",
     "needs_scale_out",
+    "port_holder",
     "port_owner",
+    "refuse_held_port",
     "request_counters",
     "serve_dtype",
     "serve_env",
     "serve_env_version",
     "served_models",
+    "server_loads",
     "staging_dir",
     "start_job",
     "start_server",

@@ -118,7 +118,7 @@ def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, po
                  "vllm_version": version, "port": chosen_port, "tensor_parallel": max(gpus, 1),
                  "vllm_program": argv[0], "argv": argv}
     what = f"the target with draft {speculative['model']}" if speculative else "the target alone"
-    job = start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s, same=what)
+    job = start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s, same=what, serves=what)
     models = job.ready.get("models") or [str(run.model_path)]
     return {**job.describe(None), "endpoint": f"http://127.0.0.1:{job.port}", "model": models[0], "server": job}
 

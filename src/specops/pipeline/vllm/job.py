@@ -37,6 +37,7 @@ from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.run import Run, model_digest
 from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
+from specops.pipeline.vllm.ports import refuse_held_port
 from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
 from specops.protocol import ACTIVE_STATES
 from specops.protocol import JobRecord as Record
@@ -107,18 +108,6 @@ def _ended_record(job_id: str, server: TmuxServer) -> Record:
     return record
 
 
-def _port_holder(port: int, run_name: str, server: TmuxServer) -> Record | None:
-    """A live vllm-server job of ANOTHER run on this port: ours could never bind it."""
-    for record in reversed(records.all_records()):
-        if record["name"] != SERVER_JOB or record["run"] == run_name:
-            continue
-        if (record.get("meta") or {}).get("server", {}).get("port") != port:
-            continue
-        if liveness.refresh(record, server)["state"] in ACTIVE_STATES and liveness.processes_alive(record):
-            return record
-    return None
-
-
 def stop_job(record: Record, server: TmuxServer, why: str) -> str | None:
     say(f"stopping vLLM server job {record['id']}: {why}")
     outcome = stopping.stop(record, STOP_GRACE_S, server)
@@ -140,10 +129,8 @@ def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: di
             why = (f"its {', '.join(differences)} differ from run {run.paths.name}'s" if differences
                    else "its processes are gone")
             stop_job(current, server, why)
-        holder = _port_holder(signature["port"], run.paths.name, server)
-        if holder is not None:
-            raise CheckFailed(f"port {signature['port']} is taken by vLLM server job {holder['id']} of run "
-                              f"{holder['run']!r}; stop it (invoke stop --job {holder['id']}) or pass --port")
+        # anything else on the port (another run's server, a foreign process): one line, before a load
+        refuse_held_port(run, signature["port"], workdir())
         try:
             record = launching.launch(name=SERVER_JOB, run=run.paths.name, argv=argv, env=env, revision=None,
                                       meta={"server": signature})
@@ -223,7 +210,8 @@ def start_server_job(run: Run, gpus: int, *, port: int | None = None,
     if placement:
         signature["placement"] = placement
     return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
-                     same="same model, layer ids, dtype, serve args and vLLM version")
+                     same="same model, layer ids, dtype, serve args and vLLM version",
+                     serves="the target, capturing hidden states")
 
 
 def serve_env(serve_python: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
@@ -236,7 +224,7 @@ def serve_env(serve_python: str | os.PathLike[str] | None = None) -> tuple[Path,
 
 
 def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[str, Any], version: str, *,
-              ready_timeout_s: float = 1800.0, same: str = "same signature") -> ServerJob:
+              ready_timeout_s: float = 1800.0, same: str = "same signature", serves: str | None = None) -> ServerJob:
     """The run's `vllm-server` job serving `argv` (any server: extraction, generation, a speculator),
     reused when its recorded signature equals `signature` (which holds the port), else (re)launched;
     returned once it is ready."""
@@ -260,6 +248,10 @@ def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[st
             stop_job(records.load(record["id"]), server, "it did not get ready")
         raise CheckFailed(_death_report(record, ready, server))
     say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
+    if not reused:  # what the pipeline's summary counts as a load (lifetime.server_loads)
+        seconds = ready["seconds"]
+        records.update(record["id"], lambda current: current["meta"].update(serves=serves or same,
+                                                                                  ready_s=seconds))
     return ServerJob(record, reused, chosen_port, version, ready, server)
 
 

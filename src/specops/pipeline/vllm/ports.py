@@ -1,0 +1,126 @@
+"""Who holds a port, asked before a server is launched: a port held by anything but this run's own server
+job is refused with one line (who holds it, how to free it, which setting moves the port), exit 2.
+
+Without this check the new server loads for tens of seconds (18 minutes for a large target) and then
+dies on `OSError: [Errno 98] Address already in use`. The holder is found from /proc: the socket
+listening on the port (/proc/net/tcp{,6}), the process holding it open, and that process's
+environment, where a specops job's wrapper leaves SPECOPS_JOB_ID and SPECOPS_WORKDIR (so another
+workdir's server is named by its job and run, not only its pid).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specops.errors import BadInput
+from specops.pipeline.vllm.readiness import listening_inodes, socket_owners
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+SERVER_JOB = "vllm-server"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The process listening on a port, and the specops job it belongs to when it is one."""
+
+    pid: int | None       # None: the socket's owner is not visible to this user
+    command: str
+    job: str | None       # SPECOPS_JOB_ID of its environment
+    workdir: str | None   # SPECOPS_WORKDIR of its environment
+    run: str | None       # the job's run, from the job's record in that workdir
+    name: str | None      # the job's name (vllm-server, ...)
+
+    def is_server_of(self, run: str, workdir: str) -> bool:
+        return (self.job is not None and self.name == SERVER_JOB and self.run == run
+                and self.workdir is not None and os.path.realpath(self.workdir) == os.path.realpath(workdir))
+
+    def describe(self) -> str:
+        if self.pid is None:
+            return "a process this user cannot see (another user's)"
+        shown = self.command if len(self.command) <= 80 else self.command[:77] + "..."
+        if self.job is None:
+            return f"pid {self.pid} ({shown}), not a specops job"
+        what = f"vLLM server job {self.job}" if self.name == SERVER_JOB else f"job {self.job}"
+        return f"{what} of run {self.run!r} (workdir {self.workdir}, pid {self.pid})"
+
+    def how_to_free(self) -> str:
+        if self.pid is None:
+            return "ask its owner to stop it"
+        if self.job is None:
+            return f"end it (kill {self.pid})"
+        return f"stop it (invoke stop --job {self.job}, on the host of workdir {self.workdir})"
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _job_record(workdir: str, job: str) -> dict:
+    import json
+
+    try:
+        return json.loads((Path(workdir) / "state" / "jobs" / f"{job}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def port_holder(port: int) -> Holder | None:
+    """Who listens on TCP `port` of this host (any address), None when nobody does."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return None
+    pids = sorted(int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit())
+    owners = socket_owners(pids, inodes)
+    if not owners:
+        return Holder(None, "?", None, None, None, None)
+    # the oldest owner: a server's API process before the workers it forked with the socket inherited
+    pid = owners[0]
+    environ = _environ(pid)
+    job, workdir = environ.get("SPECOPS_JOB_ID"), environ.get("SPECOPS_WORKDIR")
+    record = _job_record(workdir, job) if job and workdir else {}
+    return Holder(pid, _command(pid), job, workdir, record.get("run"), record.get("name"))
+
+
+def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, setting: str | None = None) -> None:
+    """BadInput (one line, exit 2) when `port` is held by anything but this run's own server job (which the
+    run reuses, or replaces, itself). `setting`: what moves the port (default: the run config's vllm.port)."""
+    holder = port_holder(port)
+    if holder is None or holder.is_server_of(run.paths.name, str(workdir)):
+        return
+    moves = setting or f"set vllm.port in {run.label} to a free port"
+    raise BadInput(f"{run.label}: vllm.port: port {port} is held by {holder.describe()}; "
+                   f"{holder.how_to_free()} or {moves}")
+
+
+def serves(run: Run, backend: str) -> bool:
+    """Whether a run with this backend starts a vLLM server at all (a step served by vLLM, or training
+    online), so that its port matters before it starts."""
+    config = run.config
+    return (backend == "vllm" or config.hidden_states.mode != "offline"
+            or (config.regenerate.enabled and config.regenerate.backend == "vllm")
+            or (config.evaluate.enabled and config.evaluate.backend == "vllm") or config.parity.serve is True)
+
+
+def check_before_run(run: Run, backend: str, workdir: str | os.PathLike[str], *, rank: int = 0) -> None:
+    """The launch boundary's check (run check, the pipeline before its first step): a run that will serve
+    finds its port held before anything is written or loaded (BadInput, one line). Node `rank` of a run
+    across hosts serves on vllm.port + rank."""
+    if serves(run, backend):
+        refuse_held_port(run, run.config.vllm.port + rank, workdir)
