@@ -84,7 +84,9 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
         if job.get("note"):
             detail = f"{job['note'][:100]}\n{detail}"
         progress = job.get("progress")
-        if progress and state in ACTIVE_STATES and progress.get("step") == "evaluate":
+        if progress and state in ACTIVE_STATES and progress.get("load"):
+            detail = f"{load_line(progress)}\n{detail}"
+        elif progress and state in ACTIVE_STATES and progress.get("step") == "evaluate":
             detail = (f"evaluating {progress.get('draft')} ({progress.get('done')}/{progress.get('total')} drafts, "
                       f"{progress.get('prompts')} prompts, {progress.get('backend')})\n{detail}")
         elif progress and state in ACTIVE_STATES and progress.get("online"):
@@ -100,6 +102,11 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     for gpu in document.get("gpus") or []:
         out.print(f"GPU {gpu['index']} {gpu['name']}: {gpu['utilization_pct']}% util, "
                   f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB")
+
+
+def load_line(progress: dict) -> str:
+    """A vLLM server still loading: its latest milestone (from vLLM's own log) and the time so far."""
+    return f"loading the model, {progress.get('elapsed_s', 0):.0f} s: {progress['load']}"
 
 
 def status_document(conn, host, all_jobs: bool) -> dict:
@@ -133,6 +140,7 @@ def jobs_summary(document: dict) -> str:
             continue
         progress = job.get("progress") or {}
         detail = (f" {online_line(progress)}" if progress.get("online")
+                  else f" {load_line(progress)}" if progress.get("load")
                   else f" {progress.get('done')}/{progress.get('total')}, ETA {progress.get('eta_s')} s"
                   if progress else "")
         parts.append(f"{job['id']} {job['state']}{detail}")

@@ -67,6 +67,9 @@ def specops_note(log: Path) -> str | None:
 def step_progress(record: JobRecord) -> dict[str, Any] | None:
     """An extraction's progress file (samples/s, tokens/s, ETA), when the job is one; an evaluation's
     (drafts scored of those to score) while an evaluate or pipeline job is evaluating."""
+    if record.get("name") == "vllm-server" and record["state"] in ACTIVE_STATES \
+            and "ready_s" not in (record.get("meta") or {}):
+        return server_load(record)
     if not record.get("run"):
         return None
     import json
@@ -93,6 +96,17 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
         return json.loads(progress.read_text())
     except (OSError, ValueError):
         return None
+
+
+def server_load(record: JobRecord) -> dict[str, Any]:
+    """A vLLM server still loading (no ready_s recorded yet): its latest milestone from its own log and the
+    seconds since its job started, for `status`."""
+    from specops.serverlog import load_stage
+
+    since = record.get("started") or record["created"]
+    elapsed = (datetime.now(UTC) - records.parse_iso(since)).total_seconds()
+    return {"load": load_stage(Path(record["log"])) or "starting", "elapsed_s": round(elapsed, 1),
+            "serves": (record.get("meta") or {}).get("serves")}
 
 
 _TRAIN_LOG_TAIL_BYTES = 16384

@@ -252,3 +252,45 @@ def planned_placement(run: Run) -> dict[str, Any] | None:
     if not planning.fits(plan):
         refuse_unfit(run)  # raises the launch boundary's own line
     return plan.modes[plan.run.mode]["placement"]
+
+
+def run_loads(run: Run, gpus: int) -> list[planning.Load]:
+    """The vLLM loads the run's pipeline makes on this host (at most: a step that finds its outputs skips,
+    and a live server that fits is reused). One server captures hidden states and answers regenerate and the
+    target-alone baseline; the parity gate's served check and the trained draft's evaluation are one each."""
+    from specops.pipeline.vllm import serves
+
+    config = run.config
+    backend = run.backend(gpus)
+    loads: list[planning.Load] = []
+    capturing = [name for name, on in (
+        ("regenerate", config.regenerate.enabled and (config.regenerate.backend or backend) == "vllm"),
+        ("extract", config.hidden_states.extracts and backend == "vllm"),
+        ("train (online)", config.hidden_states.mode != "offline")) if on]
+    if capturing:
+        loads.append(planning.Load("the target, capturing hidden states", ", ".join(capturing)))
+    gate = config.parity.serve if config.parity.serve is not None else (gpus > 0 or backend == "vllm")
+    if gate and serves(run, backend):
+        loads.append(planning.Load("the target with the untrained draft", "the parity gate's served request"))
+    if config.evaluate.enabled and (config.evaluate.backend or backend) == "vllm":
+        loads.append(planning.Load("the target with the trained draft", "evaluate"))
+        if config.evaluate.untrained == "server":
+            loads.append(planning.Load("the target with the untrained draft", "evaluate (evaluate.untrained: server)"))
+    return loads
+
+
+def measured_loads(run: Run) -> list[float]:
+    """Seconds to ready of this run's earlier vLLM loads on this host (their job records)."""
+    from specops.jobs import records
+
+    return [float(record["meta"]["ready_s"]) for record in records.all_records()
+            if record.get("name") == "vllm-server" and record.get("run") == run.paths.name
+            and isinstance((record.get("meta") or {}).get("ready_s"), int | float)]
+
+
+def planned_loads(run: Run, gpus: int, weight_bytes: int) -> dict[str, Any]:
+    """`plan --json`'s "loads": the loads the run makes, each with its estimated time, and their total."""
+    given = run.config.plan
+    rate = planning.load_rate(weight_bytes, given_seconds=given.load_seconds, given_gb_per_s=given.load_gb_per_s,
+                              measured_seconds=measured_loads(run))
+    return planning.plan_loads(run_loads(run, gpus), rate, weight_bytes)

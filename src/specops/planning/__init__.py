@@ -2,11 +2,13 @@
 run's settings and the host's GPUs and disk. Standard library only (the doctor reads it too).
 
     read_target(model_dir)                  -> TargetFacts   config.json + safetensors headers / index
+    plan_loads(loads, load_rate(...), bytes) -> dict         the model loads, each with its estimated time
     make_plan(target, run, host, rates)     -> Plan          every figure, per mode; .to_dict() is `plan --json`
     fits(plan) / plan.problems                               whether the run's own mode fits, and why not
     hidden_state_dtype, hidden_state_file_bytes, on_disk     the arithmetic the doctor's storage check shares
 """
 
+from specops.planning._loads import Load, LoadRate, load_rate, plan_loads
 from specops.planning._plan import (
     MODES,
     PLACEMENTS,
@@ -32,7 +34,33 @@ from specops.planning._sizes import (
 )
 from specops.planning._target import DTYPE_BYTES, TargetFacts, read_headers, read_target, text_config
 
-__all__ = ["DTYPE_BYTES", "GB", "GIB", "MODES", "ONLINE_SAMPLES_IN_FLIGHT", "PLACEMENTS", "DraftSize", "HostFacts",
-           "Plan", "Rate", "Rates", "RunFacts", "TargetFacts", "draft_size", "fits", "hidden_state_bytes_per_token",
-           "hidden_state_dtype", "hidden_state_file_bytes", "human", "make_plan", "on_disk", "read_headers",
-           "read_target", "text_config"]
+__all__ = [
+    "DTYPE_BYTES",
+    "GB",
+    "GIB",
+    "MODES",
+    "ONLINE_SAMPLES_IN_FLIGHT",
+    "PLACEMENTS",
+    "DraftSize",
+    "HostFacts",
+    "Load",
+    "LoadRate",
+    "Plan",
+    "Rate",
+    "Rates",
+    "RunFacts",
+    "TargetFacts",
+    "draft_size",
+    "fits",
+    "hidden_state_bytes_per_token",
+    "hidden_state_dtype",
+    "hidden_state_file_bytes",
+    "human",
+    "load_rate",
+    "make_plan",
+    "on_disk",
+    "plan_loads",
+    "read_headers",
+    "read_target",
+    "text_config",
+]

@@ -14,8 +14,12 @@ def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run
     from specops.pipeline.plan import plan_for
 
-    made = plan_for(open_run(args.run), samples=args.samples)
+    run = open_run(args.run)
+    made = plan_for(run, samples=args.samples)
     document = made.to_dict()
+    from specops.pipeline.plan import planned_loads
+
+    document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes)  # the model loads, timed
     return (0 if document["ok"] else 1), document
 
 

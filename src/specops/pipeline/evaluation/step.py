@@ -61,16 +61,18 @@ class Scorer:
         self.states: dict[Any, Any] = {}  # hf: and its auxiliary hidden states
         self.base_tokens_per_s: float | None = None
         self.servers: list[dict[str, Any]] = []
+        self.baseline: dict[str, Any] | None = None  # where the target-alone speed came from (vllm)
         self.total = 0
         self.done = 0
 
-    def score(self, folder: Path, label: str) -> dict[str, Any]:
+    def score(self, folder: Path, label: str, backend: str | None = None) -> dict[str, Any]:
         from specops.pipeline.evaluation.report import figures, with_speed
 
-        _progress(self.run, state="running", draft=label, backend=self.backend, prompts=len(self.prompts),
+        backend = backend or self.backend
+        _progress(self.run, state="running", draft=label, backend=backend, prompts=len(self.prompts),
                   done=self.done, total=self.total)
         self.done += 1
-        if self.backend == "hf":
+        if backend == "hf":
             from specops.pipeline.evaluation.replay import replay
             from specops.pipeline.target import choose_device, load_target
 
@@ -82,11 +84,9 @@ class Scorer:
         from specops.pipeline.evaluation.served import run_prompts
         from specops.pipeline.vllm import eagle3_config, generating_server
 
-        if self.base_tokens_per_s is None:
-            base = generating_server(self.run)
-            self.servers.append(base)
-            self.base_tokens_per_s = run_prompts(base["endpoint"], base["model"], self.prompts, self.max_tokens,
-                                                 self.k, speculative=False)["tokens_per_s"]
+        if self.base_tokens_per_s is None and self.baseline is None:
+            self.baseline = self.target_alone()
+            self.base_tokens_per_s = self.baseline.get("tokens_per_s")
         server = generating_server(self.run, speculative=eagle3_config(folder, self.k))
         self.servers.append(server)
         result = run_prompts(server["endpoint"], server["model"], self.prompts, self.max_tokens, self.k,
@@ -94,8 +94,32 @@ class Scorer:
         counts = result["per_request"] or result["counters"]
         report = figures(counts, len(self.prompts), label, "vllm")
         return {**with_speed(report, result["tokens_per_s"], self.base_tokens_per_s),
+                "speedup_baseline": self.baseline,
                 "counts_from": "per_request" if result["per_request"] else "metrics_deltas",
                 "server_counters": result["counters"], "generated_tokens": result["generated_tokens"]}
+
+
+    def target_alone(self) -> dict[str, Any]:
+        """The target alone's tokens/s for the speedup: measured during extract on the run's server (no load
+        here), else by a server of its own when the run asks (evaluate.baseline_server), else not measured."""
+        from specops.pipeline.evaluation.served import run_prompts
+        from specops.pipeline.vllm import baseline, generating_server, serve_env
+
+        _, version = serve_env()
+        known = baseline.recorded(self.run, self.prompts, self.max_tokens, version)
+        if known is not None:
+            say(f"the target alone: {known['tokens_per_s']} tokens/s, measured on {known['how']}")
+            return {key: known[key] for key in ("tokens_per_s", "how", "job", "prompts", "max_tokens")}
+        if not self.run.config.evaluate.baseline_server:
+            why = ("not measured: no target-alone rate from the run's extraction server for these prompts and "
+                   "settings (extract did not serve them), and evaluate.baseline_server is false")
+            say(f"speedup {why}")
+            return {"tokens_per_s": None, "how": why}
+        base = generating_server(self.run)
+        self.servers.append(base)
+        rate = run_prompts(base["endpoint"], base["model"], self.prompts, self.max_tokens, self.k,
+                           speculative=False)["tokens_per_s"]
+        return {"tokens_per_s": rate, "how": f"a server of its own (job {base['job']}, evaluate.baseline_server)"}
 
 
 def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -> dict[str, Any]:
@@ -181,6 +205,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
         trained = scorer.score(chosen, chosen.name)
     untrained_key = config_hash({"draft": _digest(untrained_folder), "prompts": inputs["prompts"], "k": scorer.k,
                                  "max_tokens": scorer.max_tokens, "backend": backend,
+                                 "by": settings.untrained if backend == "vllm" else None,
                                  "versions": package_versions(),
                                  "serve": ([list(run.config.vllm.serve_args), scorer.servers[-1].get("vllm_version")]
                                            if backend == "vllm" and scorer.servers else None)})
@@ -188,9 +213,12 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     if known is not None:  # the same untrained draft on the same prompts: greedy, so the same counts
         untrained = {**known, "reused": True}
         say(summary_line("untrained (scored before, same draft and prompts)", untrained))
-    else:
-        untrained = scorer.score(untrained_folder, UNTRAINED)
-        say(summary_line("untrained", untrained))
+    else:  # with vllm, by the replay unless asked: a server load of its own for a floor is not worth it
+        by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
+        untrained = scorer.score(untrained_folder, UNTRAINED, by)
+        if by != backend:
+            untrained["scored_by"] = "the hf replay (evaluate.untrained: replay; no server load of its own)"
+        say(summary_line("untrained" + (" (the hf replay)" if by != backend else ""), untrained))
     plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
                            title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
     document = {"report": trained, "untrained": untrained, "previous": previous,

@@ -217,8 +217,34 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
                                    ready_timeout_s=ready_timeout_s)
     try:
         report = run_generate_offline(run, server.endpoint, samples, host_gpus=host_gpus, part=part, plan=plan)
+        baseline = target_alone_speed(run, server)
     finally:
         stopped = server.stop("--stop-server") if stop_server else None
     report["server"] = server.describe(stopped)
+    if baseline is not None:
+        report["baseline"] = baseline
     report["total_seconds"] = round(time.monotonic() - started, 2)
     return report
+
+
+def target_alone_speed(run: Run, server: vllm.ServerJob) -> dict[str, Any] | None:
+    """Evaluation's baseline (the target alone, tokens/s) measured on this server while it is up, so that
+    evaluate loads no server for it (vllm.baseline); None where evaluate will not serve (off, or hf)."""
+    settings = run.config.evaluate
+    if not settings.enabled or settings.backend == "hf" or not settings.heldout_prompts:
+        return None
+    from specops.pipeline.data import heldout, load_tokenizer, render_ids
+
+    rows = heldout.read_prompts(run.paths.heldout)
+    if not rows:
+        return None
+    tokenizer = load_tokenizer(run)  # the ids evaluation sends (evaluation.prompts.heldout_token_ids)
+    prompts = [render_ids(tokenizer, row["messages"], generation_prompt=True) for row in rows]
+    if vllm.baseline.recorded(run, prompts, settings.max_tokens, server.version):
+        return None
+    model = (server.ready.get("models") or [str(run.model_path)])[0]
+    record = vllm.baseline.measure(run, server.endpoint.removesuffix("/v1"), model, prompts, settings.max_tokens,
+                                   server.version, server.record["id"])
+    print(f"extract: the target alone, for evaluation's speedup: {record['tokens_per_s']} tokens/s on "
+          f"{record['prompts']} held-out prompts ({record['how']})", file=sys.stderr, flush=True)
+    return record

@@ -53,42 +53,47 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     """speculators' client over the source; with `samples`, over its first conversations only (as many as
     rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the
     conversations answered before), and the report's `answered` says how many."""
-    from specops import atomic
+    from specops import atomic, gpus
     from specops.errors import CheckFailed
+    from specops.pipeline import vllm
     from specops.pipeline.data import regenerated
     from specops.pipeline.regenerate.output import tidy
     from specops.pipeline.regenerate.source import SOURCE_FILE, prompt_turns
-    from specops.pipeline.vllm import generating_server, stop_generating_server
 
     expected = {row["id"]: sum(1 for turn in prompt_turns(row["messages"]) if turn["role"] == "user") for row in source}
     tidied = tidy(folder, expected, run.config.regenerate.max_tokens)
     if any(tidied.values()):
         print(f"regenerate: removed {tidied['cut_lines']} cut lines and {tidied['partial_rows']} rows of partly "
               "written conversations before resuming", file=sys.stderr)
-    server = generating_server(run, port=port)
+    # the run's one server: the target capturing hidden states, which extract reuses as it is (one load
+    # for both steps); its captures of these chat requests are discarded as they finish (vllm.captures)
+    server = vllm.start_server_job(run, gpus.device_count(), port=port)
+    endpoint = f"http://127.0.0.1:{server.port}"
     lines = (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     answered = len(source) if samples is None else min(len(source), max(samples, 1, _asked_before(folder)))
-    try:
-        while True:
-            dataset = None
-            if answered < len(source):
-                dataset = folder / PREFIX_FILE
-                atomic.write_text(dataset, "".join(lines[:answered]))
-            # The model name the server knows is its path; the client loads the tokenizer from it too.
-            argv = regenerate_argv(run, server["endpoint"], str(run.model_path), folder, dataset=dataset)
-            code = run_client(argv)
-            if code != 0 or answered == len(source) or samples is None:
-                break
-            if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
-                break
-            answered = min(len(source), 2 * answered)
-    finally:
-        if stop_server:
-            server["stopped"] = stop_generating_server(server, "--stop-server")
-    server.pop("server")
+    stopped = None
+    with vllm.Discarded(vllm.staging_dir(run)) as discarded:
+        try:
+            while True:
+                dataset = None
+                if answered < len(source):
+                    dataset = folder / PREFIX_FILE
+                    atomic.write_text(dataset, "".join(lines[:answered]))
+                # The model name the server knows is its path; the client loads the tokenizer from it too.
+                argv = regenerate_argv(run, endpoint, str(run.model_path), folder, dataset=dataset)
+                code = run_client(argv)
+                if code != 0 or answered == len(source) or samples is None:
+                    break
+                if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
+                    break
+                answered = min(len(source), 2 * answered)
+        finally:
+            if stop_server:
+                stopped = server.stop("--stop-server")
     if code != 0:
         raise CheckFailed(f"speculators regenerate-responses exited {code} (log: the job log)")
-    report: dict[str, Any] = {"tidied": tidied, "server": server, "command": argv}
+    report: dict[str, Any] = {"tidied": tidied, "server": {**server.describe(stopped), **discarded.describe()},
+                              "command": argv}
     if samples is not None:
         report["answered"] = answered
     return report

@@ -95,6 +95,11 @@ class EvaluateSettings(_Strict):
     checkpoint: str = "best"  # best (by the acceptance recorded every epoch) | last | an epoch number
     # After every epoch, the acceptance on the first N held-out prompts (the replay); 0 turns it off
     epoch_prompts: int = Field(8, ge=0)
+    # vllm: the untrained draft's floor by the replay (no server load of its own) or by a server of its own
+    untrained: Literal["replay", "server"] = "replay"
+    # vllm: the speedup's baseline (the target alone) is measured on the extraction server during extract;
+    # true: where that is missing, a server of its own (a load); false: the report says it was not measured
+    baseline_server: bool = False
 
 
 class HiddenStatesSettings(_Strict):
@@ -151,6 +156,8 @@ class PlanSettings(_Strict):
     extract_tokens_per_s: float | None = Field(None, gt=0)  # hidden states written per second
     train_tokens_per_s: float | None = Field(None, gt=0)
     serve_tokens_per_s: float | None = Field(None, gt=0)  # hidden states the server hands the trainer online
+    load_seconds: float | None = Field(None, gt=0)  # one vLLM load of the target (Kimi-K2.5 on 8 H200: ~1080)
+    load_gb_per_s: float | None = Field(None, gt=0)  # or the host's read rate of its weights
 
 
 class RunConfig(_Strict):

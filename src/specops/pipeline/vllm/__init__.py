@@ -2,6 +2,8 @@
 and the run's `vllm-server` job (found and reused, or launched; `start_job` for any other server
 of the run, e.g. regenerate's and evaluate's). Other rooms use only this face."""
 
+from specops.pipeline.vllm import baseline
+from specops.pipeline.vllm.captures import Discarded
 from specops.pipeline.vllm.command import (
     build_serve_command,
     needs_scale_out,
@@ -23,7 +25,7 @@ from specops.pipeline.vllm.job import (
     stop_running,
 )
 from specops.pipeline.vllm.lifetime import end_of_run, server_loads
-from specops.pipeline.vllm.ports import check_before_run, port_holder, refuse_held_port
+from specops.pipeline.vllm.ports import check_before_run, port_holder, refuse_held_port, serves
 from specops.pipeline.vllm.readiness import (
     group_pids,
     listening_inodes,
@@ -37,7 +39,9 @@ from specops.pipeline.vllm.readiness import (
 __all__ = [
     "CPU_KVCACHE_GIB",
     "SERVER_JOB",
+    "Discarded",
     "ServerJob",
+    "baseline",
     "build_serve_command",
     "check_before_run",
     "choose_serve_python",
@@ -57,6 +61,7 @@ __all__ = [
     "serve_env_version",
     "served_models",
     "server_loads",
+    "serves",
     "staging_dir",
     "start_job",
     "start_server",

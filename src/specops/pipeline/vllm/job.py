@@ -249,9 +249,9 @@ def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[st
         raise CheckFailed(_death_report(record, ready, server))
     say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
     if not reused:  # what the pipeline's summary counts as a load (lifetime.server_loads)
-        seconds = ready["seconds"]
-        records.update(record["id"], lambda current: current["meta"].update(serves=serves or same,
-                                                                                  ready_s=seconds))
+        noted = {"serves": serves or same, "ready_s": ready["seconds"]}
+        # a new meta dict: records.update saves only a record that differs from its shallow copy
+        records.update(record["id"], lambda current: current.update(meta={**current.get("meta", {}), **noted}))
     return ServerJob(record, reused, chosen_port, version, ready, server)
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from specops.jobs import processes
+from specops.serverlog import load_stage
 
 DEFAULT_READY_TIMEOUT_S = 1800.0  # real loads of a large target take ~18 min
 TAIL_LINES = 40
+HEARTBEAT_S = 30.0  # a load that stays at one milestone is still said to be loading, with its time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,11 +134,14 @@ def wait_ready(port: int, pgid: int, *, log: Path | None = None, timeout_s: floa
     "models", "pids", ...} then. Fails (ok False, with "error" and the log's last lines in "log_tail")
     as soon as the group has no process left, or when another process group holds the port while
     ours is still loading for longer than `foreign_grace_s`, or after `timeout_s`.
-    `progress(line)` (default: print to stderr) gets each new last log line as loading goes on.
+    `progress(line)` (default: print "vllm: LINE" to stderr, the job log) gets the load's progress: each new
+    milestone of vLLM's own log (serverlog.load_stage: weights read, KV cache, compile/graph capture,
+    engine ready) with the seconds elapsed, the same again every HEARTBEAT_S, and "ready in N s".
     """
     report = progress or (lambda line: print(f"vllm: {line}", file=sys.stderr, flush=True))
     started = time.monotonic()
     seen_line = None
+    shown: tuple[str | None, float] = ("", started)  # the load stage last reported, and when ("": none yet)
     foreign_since: float | None = None
 
     def failure(error: str) -> dict[str, Any]:
@@ -151,15 +156,12 @@ def wait_ready(port: int, pgid: int, *, log: Path | None = None, timeout_s: floa
     while True:
         if not alive():
             return failure(f"the vLLM server (process group {pgid}) ended before it was ready")
-        line = _progress_line(log)
-        if line and line != seen_line:
-            seen_line = line
-            report(line)
         owner = port_owner(port, pgid)
         if owner["ours"]:
             foreign_since = None
             models = served_models(port, timeout_s=max(poll_s, 2.0))
             if models and alive():
+                report(f"ready in {time.monotonic() - started:.0f} s")
                 return {"ok": True, "ready": True, "port": port, "pgid": pgid, "pids": owner["pids"],
                         "models": models, "seconds": round(time.monotonic() - started, 2),
                         "log": str(log) if log else None}
@@ -170,6 +172,12 @@ def wait_ready(port: int, pgid: int, *, log: Path | None = None, timeout_s: floa
             if time.monotonic() - foreign_since > foreign_grace_s:
                 return failure(f"port {port} is held by a process outside process group {pgid}: "
                                "another server answers there")
+        seen_line = _progress_line(log) or seen_line
+        stage = load_stage(log) if log is not None else None
+        now = time.monotonic()
+        if stage != shown[0] or now - shown[1] >= HEARTBEAT_S:  # a new milestone, or still at one
+            shown = (stage, now)
+            report(f"loading, {now - started:.0f} s: {stage or 'starting'}")
         elapsed = time.monotonic() - started
         if elapsed >= timeout_s:
             last = f" (last log line: {seen_line})" if seen_line else ""

@@ -1,0 +1,78 @@
+"""The target-alone speed (tokens/s without speculation), measured on a server the run starts anyway.
+
+The speedup evaluation reports is the draft-speculating server's tokens/s over the target alone's. The
+target alone used to be a server load of its own in evaluate (18 minutes at Kimi scale, for one figure).
+Instead the extract step, its server up and its files written, sends evaluation's held-out prompts to
+that same server at evaluation's settings (token ids to /v1/completions, one at a time, greedy,
+`evaluate.max_tokens` each) and records the rate here, keyed by what it is a function of (the target,
+the prompts' ids, max tokens, the serve args and vLLM's version). evaluate takes it when the key
+matches; else it reports that the speedup was not measured, unless the run asks for a server of its
+own (`evaluate.baseline_server: true`).
+
+How honest it is: that server is the extraction server (vLLM's `extract_hidden_states` method and
+its connector), which also writes each request's prompt hidden states; bench/loads.py prints its rate
+beside a dedicated target-alone server's on the tiny run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specops import atomic
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
+
+BASELINE_FILE = "served_baseline.json"
+HOW = "the run's extraction server, during the extract step (no load of its own)"
+
+
+def baseline_key(run: Run, prompts: list[list[int]], max_tokens: int, vllm_version: str | None) -> str:
+    from specops.pipeline.run import model_digest
+
+    return hashlib.sha256(json.dumps({
+        "model_digest": model_digest(run.model_path), "prompts": prompts, "max_tokens": max_tokens,
+        "serve_args": list(run.config.vllm.serve_args), "vllm_version": vllm_version}, sort_keys=True,
+    ).encode()).hexdigest()
+
+
+def _complete(endpoint: str, model: str, prompt: list[int], max_tokens: int) -> int:
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}).encode()
+    request = urllib.request.Request(f"{endpoint}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600.0) as response:
+        document = json.loads(response.read())
+    return int((document.get("usage") or {}).get("completion_tokens") or 0)
+
+
+def measure(run: Run, endpoint: str, model: str, prompts: list[list[int]], max_tokens: int,
+            vllm_version: str | None, job: str) -> dict[str, Any]:
+    """Send the prompts one at a time; the record written (and returned)."""
+    from specops.pipeline.vllm.captures import Discarded
+    from specops.pipeline.vllm.command import staging_dir
+
+    with Discarded(staging_dir(run)):
+        started = time.perf_counter()
+        tokens = sum(_complete(endpoint, model, prompt, max_tokens) for prompt in prompts)
+        seconds = time.perf_counter() - started
+    record = {"key": baseline_key(run, prompts, max_tokens, vllm_version),
+              "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None, "generated_tokens": tokens,
+              "seconds": round(seconds, 3), "prompts": len(prompts), "max_tokens": max_tokens, "how": HOW,
+              "job": job, "vllm_version": vllm_version, "at": time.time()}
+    atomic.write_json(run.paths.run_dir / BASELINE_FILE, record)
+    return record
+
+
+def recorded(run: Run, prompts: list[list[int]], max_tokens: int, vllm_version: str | None) -> dict[str, Any] | None:
+    """The baseline measured for exactly these prompts and settings, None when there is none."""
+    path: Path = run.paths.run_dir / BASELINE_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if record.get("key") == baseline_key(run, prompts, max_tokens, vllm_version) else None
