@@ -91,10 +91,29 @@ def build_generate_command(run: Run, host_gpus: int, port: int, python: Path, ve
 
 
 def _draft_digest(draft: Path) -> str:
+    """The draft as vLLM reads it: its weights and its config (the auxiliary layers, the flags)."""
     from specops.pipeline.run import file_digest
 
-    weights = draft / "model.safetensors"
-    return file_digest(weights) if weights.is_file() else "none"
+    parts = [file_digest(draft / name) if (draft / name).is_file() else "none"
+             for name in ("model.safetensors", "config.json")]
+    return ":".join(parts)
+
+
+def generation_signature(run: Run, argv: list[str], speculative: dict[str, Any] | None, version: str | None,
+                         port: int, gpus: int) -> dict[str, Any]:
+    """What decides whether a running generating server can be reused: what vLLM serves, not where it was read
+    from. A draft is its weights and config (a copy elsewhere serves the same), so its path is left out
+    (CONTRIBUTING: which server-config keys matter)."""
+    from specops.pipeline.run import model_digest
+
+    draft = _draft_digest(Path(speculative["model"])) if speculative else None
+    shown = json.dumps(speculative, separators=(",", ":")) if speculative else None
+    unplaced = {**speculative, "model": draft} if speculative else None
+    return {"purpose": "generate", "model": str(run.model_path), "model_digest": model_digest(run.model_path),
+            "speculative": unplaced, "draft_digest": draft,
+            "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": run.config.trust_remote_code,
+            "vllm_version": version, "port": port, "tensor_parallel": max(gpus, 1), "vllm_program": argv[0],
+            "argv": [json.dumps(unplaced, separators=(",", ":")) if arg == shown else arg for arg in argv]}
 
 
 def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, port: int | None = None,
@@ -104,19 +123,13 @@ def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, po
     Returns {"job", "reused", "port", "endpoint", "pgid", "vllm_version", "ready_s", "log", "model"}.
     """
     from specops.gpus import device_count
-    from specops.pipeline.run import model_digest
     from specops.pipeline.vllm.job import serve_env, start_job
 
     gpus = device_count()
     python, version = serve_env(serve_python)
     chosen_port = port or run.config.vllm.port
     argv, env = build_generate_command(run, gpus, chosen_port, python, version, speculative)
-    signature = {"purpose": "generate", "model": str(run.model_path), "model_digest": model_digest(run.model_path),
-                 "speculative": speculative,
-                 "draft_digest": _draft_digest(Path(speculative["model"])) if speculative else None,
-                 "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": run.config.trust_remote_code,
-                 "vllm_version": version, "port": chosen_port, "tensor_parallel": max(gpus, 1),
-                 "vllm_program": argv[0], "argv": argv}
+    signature = generation_signature(run, argv, speculative, version, chosen_port, gpus)
     what = f"the target with draft {speculative['model']}" if speculative else "the target alone"
     job = start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s, same=what, serves=what)
     models = job.ready.get("models") or [str(run.model_path)]
