@@ -13,10 +13,22 @@ search path and read with `ast`, lazily, so a check touches only the modules it 
     check_engine_loop(file, index)      # steps of vLLM's EngineCore.step a hand-driven loop skips
     where_it_went(index, "vllm.v1.core.kv_cache_utils.get_kv_cache_config_from_groups")  # moved to ...
     resolve_auto_class("kimi_k25")      # transformers' class for a model_type, from its auto mappings
+    target_load(config, trust)          # the class the pipeline loads a target folder with (and the doctor judges)
+    language_model("Kimi_K25ForConditionalGeneration", "kimi_k25", "deepseek_v3")  # -> model.language_model
 """
 
 from specops.analysis import _cache as cache
-from specops.analysis._auto_models import AutoClass, base_model_class, resolve_auto_class
+from specops.analysis._auto_models import (
+    AutoClass,
+    LanguageModel,
+    TargetLoad,
+    base_model_class,
+    checkpoint_renames,
+    language_model,
+    resolve_auto_class,
+    target_load,
+    text_model_type,
+)
 from specops.analysis._bound import check_assigned_functions, check_bound_functions, files_binding_methods
 from specops.analysis._checks import CallShape, Finding, bind, check_calls, check_imports, check_package
 from specops.analysis._engine_loop import check_engine_loop
@@ -35,11 +47,13 @@ __all__ = [
     "DefTarget",
     "Finding",
     "Instance",
+    "LanguageModel",
     "ModuleIndex",
     "ModuleTarget",
     "Scope",
     "Signature",
     "SignatureReader",
+    "TargetLoad",
     "Unknown",
     "Unresolved",
     "absolute_module",
@@ -54,11 +68,15 @@ __all__ = [
     "check_imports",
     "check_instance_calls",
     "check_package",
+    "checkpoint_renames",
     "common_architectures",
     "files_binding_methods",
+    "language_model",
     "moved_definitions",
     "package_files",
     "resolve_auto_class",
+    "target_load",
+    "text_model_type",
     "types_of",
     "where_it_went",
 ]

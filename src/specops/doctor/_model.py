@@ -56,6 +56,9 @@ def check_model(settings: RunSettings, server: bool, speculators: str | None) ->
     items.append(_layer_item(settings, layers, server, where))
     items.extend(_tokenizer_items(model, settings, server, speculators))
     facts["remote_tokenizer"] = remote_tokenizer(model)
+    auto_map = config.get("auto_map")
+    facts["remote_config"] = sorted(auto_map) if isinstance(auto_map, dict) else []  # Auto classes with own code
+    facts["outer_model_type"] = config.get("model_type")
     if settings.draft_vocab_size is not None and isinstance(vocab, int):
         fits = settings.draft_vocab_size <= vocab
         items.append(Item("model", "ok" if fits else "error", "draft_vocab_size",

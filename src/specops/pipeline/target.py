@@ -32,23 +32,16 @@ def choose_device(dtype_setting: str) -> tuple[Any, Any]:
 def target_class_name(run: Run) -> str:
     """The transformers class that loads the target: the model's own remote code when it ships one for
     causal LM and the run trusts it, else the model_type's generating class from transformers' auto
-    mappings (specops.analysis: the same answer the doctor gives) — a multimodal wrapper's own class,
-    never AutoModelForCausalLM, which refuses it."""
-    from specops.analysis import resolve_auto_class
+    mappings — a multimodal wrapper's own class, never AutoModelForCausalLM, which refuses it. Decided by
+    specops.analysis.target_load, the same function the doctor's judgement reads."""
+    from specops.analysis import target_load
     from specops.pipeline.run import read_model_config
 
-    config = read_model_config(run.model_path)
-    auto_map = config.get("auto_map") or {}
-    if run.config.trust_remote_code and isinstance(auto_map, dict) and "AutoModelForCausalLM" in auto_map:
-        return "AutoModelForCausalLM"
-    model_type = config.get("model_type")
-    found = resolve_auto_class(str(model_type))
+    found = target_load(read_model_config(run.model_path), run.config.trust_remote_code)
     if found is None:
         raise BadInput("transformers is not installed in this env: it cannot load the target")
-    if found.class_name is None:
-        raise BadInput(f"{run.model_path / 'config.json'}: model_type: {model_type!r} has no class that generates "
-                       f"text in transformers' auto mappings ({found.where}); give the model remote code "
-                       "(auto_map) and set trust_remote_code, or upgrade transformers")
+    if found.problem is not None or found.class_name is None:
+        raise BadInput(f"{run.model_path / 'config.json'}: {found.problem}")
     return found.class_name
 
 

@@ -1,0 +1,248 @@
+"""The Kimi-K2.5 breaks of issue 33, each reintroduced on a copy of the real tiny Kimi model
+(`python -m specops tiny --shape kimi`) and caught by the doctor in well under a second, before any load:
+the class that loads the target, the wrapper's language-model path and its weight names, the router's
+bias against `topk_method`, trust_remote_code at every loader the run reaches, and the CPU MLA latent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from specops.analysis import ModuleIndex
+from specops.cli import main
+from specops.doctor import RunSettings
+from specops.doctor._target import check_target
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_SITES = sorted((REPO / ".venv-vllm" / "lib").glob("python3*/site-packages"))
+needs_vllm_source = pytest.mark.skipif(not VLLM_SITES, reason="no .venv-vllm (scripts/setup-vllm.sh)")
+MODEL = "models/tiny-kimi-k25"
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A workdir holding the tiny Kimi-K2.5 wrapper and runs/tiny-kimi.yaml, made once for the module."""
+    workdir = tmp_path_factory.mktemp("kimi-workdir")
+    (workdir / "runs").mkdir()
+    shutil.copy(REPO / "runs" / "tiny-kimi.yaml", workdir / "runs" / "tiny-kimi.yaml")
+    subprocess.run([sys.executable, "-m", "specops", "tiny", "--shape", "kimi"], check=True, capture_output=True,
+                   env={**os.environ, "SPECOPS_WORKDIR": str(workdir)}, cwd=workdir)
+    yield workdir
+
+
+def broken_copy(kimi: Path, tmp_path: Path) -> Path:
+    model = tmp_path / "tiny-kimi-k25"
+    shutil.copytree(kimi / MODEL, model)
+    return model
+
+
+def edit_config(model: Path, change: Callable[[dict], None]) -> None:
+    config = json.loads((model / "config.json").read_text())
+    change(config)
+    (model / "config.json").write_text(json.dumps(config))
+
+
+def rewrite_weights(model: Path, rename: Callable[[str], str | None]) -> None:
+    """model.safetensors with each tensor renamed (None drops it), its bytes copied as they are."""
+    file = model / "model.safetensors"
+    raw = file.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8:8 + length]), raw[8 + length:]
+    kept: dict = {"__metadata__": header.pop("__metadata__")} if "__metadata__" in header else {}
+    chunks, offset = [], 0
+    for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+        new = rename(name)
+        if new is None:
+            continue
+        start, end = entry["data_offsets"]
+        chunks.append(data[start:end])
+        kept[new] = {**entry, "data_offsets": [offset, offset + end - start]}
+        offset += end - start
+    encoded = json.dumps(kept).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    file.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *args: str, run: dict | None = None) -> tuple[int, dict, float]:
+    began = time.perf_counter()
+    code = main(["doctor", "--no-import", *args] + (["--run-json", json.dumps(run)] if run is not None else []))
+    return code, json.loads(capsys.readouterr().out), time.perf_counter() - began
+
+
+def judged(capsys: pytest.CaptureFixture[str], model: Path, *args: str, **settings) -> tuple[list[dict], float]:
+    """The model check's findings on `model` as the tiny-kimi run sets it (hf backend, trusted)."""
+    run = {"model_path": str(model), "trust_remote_code": True, "backend": "hf", "draft_vocab_size": 256, **settings}
+    _code, document, seconds = doctor(capsys, "--checks", "model", *args, run=run)
+    return document["findings"], seconds
+
+
+def errors(findings: list[dict]) -> list[dict]:
+    return [f for f in findings if f["result"] == "error"]
+
+
+def test_the_unbroken_kimi_run_has_no_false_errors_and_the_loader_agrees_with_the_doctor(
+        capsys: pytest.CaptureFixture[str], kimi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(kimi))
+    code, document, _ = doctor(capsys, "--run", "tiny-kimi")
+
+    assert [f for f in document["findings"] if f["result"] == "error"] == [] and code == 0
+    model = {f["why"].split(" (")[0]: f for f in document["findings"] if f["check"] == "model"}
+    loads = model["the target loads as Kimi_K25ForConditionalGeneration"]
+    assert loads["result"] == "ok" and loads["where"].endswith(
+        f"transformers/models/auto/modeling_auto.py:{loads['where'].rsplit(':', 1)[1]}")
+    assert "AutoModelForCausalLM refuses this model_type" in loads["why"]
+    text = next(f for f in document["findings"] if "keeps its text model at model.language_model" in f["why"])
+    assert text["result"] == "ok" and "DeepseekV3Model, modeling_kimi_k25.py:" in text["why"]
+    assert "4 layers under language_model.model.layers.N" in text["why"]
+    assert "its head as language_model.lm_head.weight" in text["why"]
+    assert any(f["result"] == "ok" and "e_score_correction_bias is in the checkpoint for all 3 routed layers"
+               in f["why"] for f in document["findings"])
+    assert any(f["result"] == "ok" and "every loader the run reaches passes trust_remote_code" in f["why"]
+               for f in document["findings"])
+    # one fact, one place: the step that loads the target asks the same function and gets the same class
+    from specops.pipeline import open_run
+    from specops.pipeline.target import target_class_name
+
+    assert target_class_name(open_run("tiny-kimi")) == "Kimi_K25ForConditionalGeneration"
+
+
+def test_a_model_type_without_a_generating_class_is_an_error_before_any_load(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    edit_config(model, lambda config: config.update(model_type="kimi_k25_vision"))  # transformers has no LM for it
+
+    findings, seconds = judged(capsys, model)
+
+    [error] = [f for f in errors(findings) if "generates text" in f["why"]]
+    assert ("model_type: 'kimi_k25_vision' has no class that generates text in transformers' auto mappings"
+            in error["why"])
+    assert error["where"].endswith("transformers/models/auto/modeling_auto.py") and error["fix"]
+    assert seconds < 5
+
+
+def test_automodelforcausallm_in_the_pipeline_on_the_wrapper_is_an_error(kimi: Path, tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline"
+    pipeline.mkdir()
+    (pipeline / "target.py").write_text("from transformers import AutoModelForCausalLM\n\n\n"
+                                        "def load_target(run):\n"
+                                        "    return AutoModelForCausalLM.from_pretrained(str(run.model_path))\n")
+    settings = RunSettings(model_path=str(kimi / MODEL), trust_remote_code=True, backend="hf")
+
+    items = check_target(ModuleIndex(), settings, cpu_serving=False, pipeline=pipeline)
+
+    [error] = [item for item in items if item.result == "error"]
+    assert error.where == f"{pipeline / 'target.py'}:5"
+    assert "AutoModelForCausalLM.from_pretrained (target.py:5) refuses model_type 'kimi_k25'" in error.why
+    assert "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES" in error.why and "Kimi_K25ForConditionalGeneration" in error.why
+
+
+def test_text_model_weights_outside_the_wrappers_language_model_path_are_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    rewrite_weights(model, lambda name: name.replace("language_model.model.", "text_model.", 1))
+
+    findings, seconds = judged(capsys, model)
+
+    [error] = [f for f in errors(findings) if "keeps its text model" in f["why"]]
+    assert error["where"] == str(model / "model.safetensors")
+    assert "keeps its text model at model.language_model (DeepseekV3Model" in error["why"]
+    assert "holds no 4 text-model layers under language_model.model.layers.N or model.language_model.layers.N" in \
+        error["why"]
+    assert "text_model.layers.* (4)" in error["why"]
+    assert seconds < 5
+
+
+def test_a_run_config_without_trust_remote_code_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = (kimi / "runs" / "tiny-kimi.yaml").read_text()
+    untrusted = kimi / "runs" / "tiny-kimi-untrusted.yaml"
+    untrusted.write_text("\n".join(line for line in config.splitlines() if not line.startswith("trust_remote_code")))
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(kimi))
+    try:
+        code, document, _ = doctor(capsys, "--run", "tiny-kimi-untrusted", "--checks", "model")
+    finally:
+        untrusted.unlink()
+
+    assert code == 1
+    [error] = errors(document["findings"])
+    assert error["where"].endswith(f"{MODEL}/tokenizer_config.json")
+    assert "the tokenizer is remote code (auto_map) and the run does not set trust_remote_code" in error["why"]
+
+
+def test_a_train_command_without_trust_remote_code_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path) -> None:
+    findings, _ = judged(capsys, kimi / MODEL, train_flags=["--verifier-name-or-path", "--data-path"])
+
+    [error] = errors(findings)
+    assert error["where"] == "speculators train"
+    assert "the run's speculators train command has no --trust-remote-code" in error["why"]
+
+
+def test_a_speculators_loader_without_trust_remote_code_on_the_runs_path_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path) -> None:
+    # speculators 0.9.0's regenerate-responses loads the tokenizer bare (cli/regenerate_responses.py): the
+    # vllm backend's regenerate step runs it; the hf backend never does, so it is not judged there
+    served, _ = judged(capsys, kimi / MODEL, backend="vllm")
+    local, _ = judged(capsys, kimi / MODEL)
+
+    [error] = [f for f in errors(served) if "trust_remote_code" in f["why"]]
+    assert error["where"].endswith("speculators/cli/regenerate_responses.py:" + error["where"].rsplit(":", 1)[1])
+    assert "speculators 0.9.0 loads the tokenizer without trust_remote_code" in error["why"]
+    assert "this model's tokenizer is remote code" in error["why"]
+    assert not [f for f in errors(local) if "trust_remote_code" in f["why"]]
+
+
+def test_a_checkpoint_without_the_routers_bias_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    rewrite_weights(model, lambda name: None if name.endswith("e_score_correction_bias") else name)
+
+    findings, seconds = judged(capsys, model)
+
+    [error] = errors(findings)
+    assert error["where"] == str(model / "model.safetensors")
+    assert ("config.json says topk_method: noaux_tc but the checkpoint has no mlp.gate.e_score_correction_bias "
+            "for 3 of its 3 routed layers (layers [1, 2, 3])") in error["why"]
+    assert seconds < 5
+
+
+def test_a_bias_without_noaux_tc_in_the_config_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    edit_config(model, lambda config: config["text_config"].pop("topk_method"))
+
+    findings, _ = judged(capsys, model)
+
+    [error] = errors(findings)
+    assert error["where"] == str(model / "config.json")
+    assert "holds mlp.gate.e_score_correction_bias for 3 routed layers but config.json says topk_method: None" in \
+        error["why"]
+    assert error["fix"] == "set topk_method: noaux_tc in config.json (text_config)"
+
+
+@needs_vllm_source
+def test_an_mla_latent_the_cpu_kernel_cannot_take_is_an_error_on_a_cpu_serve_env(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    edit_config(model, lambda config: config["text_config"].update(kv_lora_rank=256))
+    site = ["--site", str(VLLM_SITES[0])]
+
+    findings, seconds = judged(capsys, model, *site, backend="vllm", gpus=0)
+    unbroken, _ = judged(capsys, kimi / MODEL, *site, backend="vllm", gpus=0)
+
+    [error] = [f for f in errors(findings) if "MLA latent" in f["why"]]
+    assert error["where"] == str(model / "config.json")
+    assert "MLA latent kv_lora_rank 256 + qk_rope_head_dim 64 = 320: vLLM's CPU MLA backend takes only [576]" in \
+        error["why"]
+    assert "vllm/v1/attention/backends/mla/cpu_mla.py:" in error["why"]
+    assert any(f["result"] == "ok" and "= 576: a width vLLM's CPU MLA backend takes" in f["why"] for f in unbroken)
+    assert seconds < 5
