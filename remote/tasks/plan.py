@@ -105,6 +105,14 @@ def render(document: dict[str, Any]) -> None:
                       size(mode["hidden_state_bytes_on_disk"]), where, duration(mode["total_s"]),
                       "; ".join(mode["problems"]))
     console.print(modes)
+    loads = document.get("loads")
+    if loads and loads["count"]:
+        table = out.table(f"model loads: {loads['count']}, {duration(loads['total_seconds'])} in all",
+                          ["serves", "for", "time"])
+        for load in loads["loads"]:
+            table.add_row(load["serves"], load["steps"], duration(load["seconds"]))
+        console.print(table)
+        console.print(f"a load: {duration(loads['seconds_each'])} ({loads['source']})")
     rates = document["rates"]
     console.print("rates: " + "; ".join(f"{name} {rate['tokens_per_s'] or '?'} tokens/s ({rate['source']})"
                                        for name, rate in rates.items()))

@@ -1,0 +1,36 @@
+"""`invoke plan --json` lists the model loads a run will make, each with its estimated time, and their total
+(issue 34): a load of the target is the most expensive thing a run does, and the plan says so before any."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.planning.test_plan_task import _runs
+from tests.support.cli import Cli
+
+
+@pytest.mark.slow
+def test_plan_lists_the_vllm_runs_loads_with_their_times_and_the_hf_run_none(cli: Cli, tmp_path: Path) -> None:
+    runs = _runs(tmp_path, served={"backend": "vllm", "plan": {"load_seconds": 1080}}, replayed={})
+    env = {"SPECOPS_RUNS_DIR": str(runs)}
+
+    served = cli("plan", "--host", "local", "--run", "served", "--json", timeout=600, **env)
+    assert served.exit_code == 0, served.stderr[-3000:]
+    loads = served.json()["loads"]
+    assert [(load["serves"], load["steps"]) for load in loads["loads"]] == [
+        ("the target, capturing hidden states", "regenerate, extract"),  # one server for both
+        ("the target with the untrained draft", "the parity gate's served request"),
+        ("the target with the trained draft", "evaluate"),
+    ]
+    assert [load["seconds"] for load in loads["loads"]] == [1080, 1080, 1080]
+    assert (loads["count"], loads["total_seconds"], loads["source"]) == (3, 3240, "run config: plan.load_seconds")
+    assert loads["read_gb_per_s"] == round(loads["weight_bytes"] / 1080 / 1e9, 3)
+
+    shown = cli("plan", "--host", "local", "--run", "served", timeout=600, **env)
+    assert "model loads: 3, 54 min 00 s in all" in shown.stdout
+
+    replayed = cli("plan", "--host", "local", "--run", "replayed", "--json", timeout=600, **env)
+    assert replayed.exit_code == 0, replayed.stderr[-3000:]
+    assert replayed.json()["loads"]["count"] == 0  # hf on a CPU host: no server at all
