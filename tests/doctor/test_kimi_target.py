@@ -246,3 +246,15 @@ def test_an_mla_latent_the_cpu_kernel_cannot_take_is_an_error_on_a_cpu_serve_env
     assert "vllm/v1/attention/backends/mla/cpu_mla.py:" in error["why"]
     assert any(f["result"] == "ok" and "= 576: a width vLLM's CPU MLA backend takes" in f["why"] for f in unbroken)
     assert seconds < 5
+
+
+def test_a_checkpoint_without_the_text_models_head_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    rewrite_weights(model, lambda name: None if name == "language_model.lm_head.weight" else name)
+
+    findings, _ = judged(capsys, model)
+
+    [error] = errors(findings)
+    assert error["where"] == str(model / "model.safetensors")
+    assert "the checkpoint has no LM head (language_model.lm_head.weight or lm_head.weight)" in error["why"]

@@ -39,9 +39,11 @@ _GATE = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
 _BIAS = re.compile(r"layers\.(\d+)\.mlp\.gate\.e_score_correction_bias$")
 
 
-def check_target(index: ModuleIndex, settings: RunSettings, cpu_serving: bool,
-                 pipeline: Path = PIPELINE) -> list[Item]:
-    """The target's items; `cpu_serving`: the run serves the target with a CPU build of vLLM."""
+def check_target(index: ModuleIndex, settings: RunSettings, cpu_serving: bool, pipeline: Path = PIPELINE,
+                 serving: ModuleIndex | None = None) -> list[Item]:
+    """The target's items; `cpu_serving`: the run serves the target with vLLM's CPU backends; `serving`:
+    where the vLLM that serves it is read (the serve env's path; default: the run env's `index`)."""
+    serving = serving or index
     if not settings.model_path:
         return []
     model = Path(settings.model_path)
@@ -53,9 +55,9 @@ def check_target(index: ModuleIndex, settings: RunSettings, cpu_serving: bool,
     names = weight_names(model)
     if load is not None and load.class_name is not None:
         items.extend(language_model_items(load, config, model, names, index))
-    items.extend(router_items(config, model, names, index))
+    items.extend(router_items(config, model, names, serving))
     if settings.backend == "vllm" and cpu_serving:
-        items.extend(latent_items(config, model, index))
+        items.extend(latent_items(config, model, serving))
     return items
 
 
@@ -116,13 +118,18 @@ def language_model_items(load: TargetLoad, config: dict, model: Path, names: tup
     model_type = str(config.get("model_type"))
     text = text_config(config)
     layers = text.get("num_hidden_layers")
+    if load.remote:
+        held = ", ".join(f"{prefix}layers.* ({len(numbers)})" for prefix, numbers in
+                         sorted(layer_prefixes(names[0]).items())) if names else "no safetensors"
+        return [Item("model", "unknown", str(model / "config.json"), f"the target loads through its own code "
+                     f"({load.where}): where it keeps its text model is not read from remote code; the checkpoint's "
+                     f"layers: {held}")]
     found = language_model(str(load.class_name), model_type, text_model_type(config, index), index)
     if found is None:
         return [Item("model", "unknown", str(load.class_name), f"could not follow {load.class_name}'s __init__ to "
                      "its text model: the checkpoint's layer names are not checked")]
     renames = checkpoint_renames(model_type, index)
-    where_made = f"{Path(found.where).name}:{found.where.rsplit(':', 1)[-1]}"
-    own = (f"{load.class_name} keeps its text model at {found.path} ({found.class_name}, {where_made})")
+    own = f"{load.class_name} keeps its text model at {found.path} ({found.class_name}, {Path(found.where).name})"
     if names is None:
         return [Item("model", "unknown", str(model), f"{own}; no safetensors here: its weight names are not checked")]
     tensors, source = names
@@ -154,7 +161,7 @@ def _line_of(index: ModuleIndex, module: str, needle: str) -> str:
     file = index.module_file(module)
     text = index.text(file) if file is not None and file.is_file() else None
     if text is None:
-        return module
+        return module.replace(".", "/") + ".py"
     for number, line in enumerate(text.splitlines(), start=1):
         if needle in line:
             return f"{index.relative_path(module)}:{number}"
