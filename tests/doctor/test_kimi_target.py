@@ -108,6 +108,8 @@ def test_the_unbroken_kimi_run_has_no_false_errors_and_the_loader_agrees_with_th
                in f["why"] for f in document["findings"])
     assert any(f["result"] == "ok" and "every loader the run reaches passes trust_remote_code" in f["why"]
                for f in document["findings"])
+    assert any(f["result"] == "ok" and "auto_map AutoTokenizer: TikTokenTokenizer is defined in tokenization_kimi.py"
+               in f["why"] for f in document["findings"])
     # one fact, one place: the step that loads the target asks the same function and gets the same class
     from specops.pipeline import open_run
     from specops.pipeline.target import target_class_name
@@ -258,3 +260,16 @@ def test_a_checkpoint_without_the_text_models_head_is_an_error(
     [error] = errors(findings)
     assert error["where"] == str(model / "model.safetensors")
     assert "the checkpoint has no LM head (language_model.lm_head.weight or lm_head.weight)" in error["why"]
+
+
+def test_a_remote_code_tokenizer_without_its_module_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+    model = broken_copy(kimi, tmp_path)
+    (model / "tokenization_kimi.py").unlink()
+
+    findings, _ = judged(capsys, model)
+
+    [error] = errors(findings)
+    assert error["where"] == str(model / "tokenizer_config.json")
+    assert ("auto_map AutoTokenizer names tokenization_kimi.TikTokenTokenizer, but tokenization_kimi.py is missing "
+            "beside the weights") in error["why"]

@@ -51,7 +51,7 @@ def check_target(index: ModuleIndex, settings: RunSettings, cpu_serving: bool, p
     if config is None:
         return []  # check_model says why
     load = target_load(config, settings.trust_remote_code, index)
-    items = class_items(load, config, settings, model, pipeline, index)
+    items = class_items(load, config, settings, model, pipeline, index) + remote_code_items(model, config)
     names = weight_names(model)
     if load is not None and load.class_name is not None:
         items.extend(language_model_items(load, config, model, names, index))
@@ -87,6 +87,37 @@ def class_items(load: TargetLoad | None, config: dict, settings: RunSettings, mo
                               f"refuses model_type {model_type!r}: transformers maps it only under {auto.mapping} "
                               f"({Path(load.where).name}), to {load.class_name}",
                               "load the target through pipeline/target.py's load_target (its own class)"))
+    return items
+
+
+def remote_code_items(model: Path, config: dict) -> list[Item]:
+    """Each class an `auto_map` names (tokenizer_config.json's, config.json's) is defined in a file beside
+    the weights, as transformers imports it with trust_remote_code (`module.Class`; a `repo--module.Class`
+    of another repository is not read here)."""
+    items = []
+    for name, mapping in (("tokenizer_config.json", read_json(model / "tokenizer_config.json") or {}),
+                          ("config.json", config)):
+        auto_map = mapping.get("auto_map")
+        for auto, value in (auto_map.items() if isinstance(auto_map, dict) else ()):
+            for reference in value if isinstance(value, list) else [value]:
+                if not isinstance(reference, str) or "--" in reference or "." not in reference:
+                    continue
+                module, _, class_name = reference.rpartition(".")
+                file = model / f"{module.replace('.', '/')}.py"
+                try:
+                    tree = ast.parse(file.read_text(), str(file))
+                except (OSError, SyntaxError, ValueError) as exc:
+                    items.append(Item("model", "error", str(model / name), f"auto_map {auto} names {reference}, but "
+                                      f"{file.name} {'is missing' if isinstance(exc, OSError) else 'does not parse'} "
+                                      "beside the weights: the load fails", f"copy {file.name} from the checkpoint"))
+                    continue
+                if not any(isinstance(node, ast.ClassDef) and node.name == class_name for node in tree.body):
+                    items.append(Item("model", "error", str(file), f"auto_map {auto} names {reference}, but "
+                                      f"{file.name} defines no class {class_name}", f"copy {file.name} from the "
+                                      "checkpoint"))
+                else:
+                    items.append(Item("model", "ok", str(model / name), f"auto_map {auto}: {class_name} is defined in "
+                                      f"{file.name} beside the weights"))
     return items
 
 
