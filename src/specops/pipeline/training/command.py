@@ -220,10 +220,17 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: Nodes | None = None) 
     return launcher + args + list(plan.extra_args)
 
 
+FIXED_LOSS_TILE = "SPECOPS_FIXED_LOSS_TILE"
+
+
 def train_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the trainer: wide, plain log lines so metrics parse back in one piece."""
+    """Environment for the trainer: wide, plain log lines so metrics parse back in one piece, and the
+    fused loss's row tile fixed instead of autotuned by timing (patch fixed-tile of
+    speculators-0.9.0-fused-loss): on fresh machines the autotuner's choices differ and so do the
+    drafts (bench/README.md, "Where the acceptance spread comes from"); 0 in the environment restores it."""
     env = dict(os.environ if base is None else base)
     env.setdefault("COLUMNS", "240")
+    env.setdefault(FIXED_LOSS_TILE, "1")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
