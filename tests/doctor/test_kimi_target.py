@@ -203,15 +203,32 @@ def test_a_speculators_loader_without_trust_remote_code_on_the_runs_path_is_an_e
     assert not [f for f in errors(local) if "trust_remote_code" in f["why"]]
 
 
+def shard_index(model: Path, keep: Callable[[str], bool]) -> Path:
+    """model.safetensors.index.json over the single file, as a sharded checkpoint (Kimi-K2.5: 64 shards)
+    names its tensors; the doctor reads the index first."""
+    raw = (model / "model.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    names = [name for name in json.loads(raw[8:8 + length]) if name != "__metadata__" and keep(name)]
+    index = model / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {name: "model.safetensors" for name in names}}))
+    return index
+
+
+@pytest.mark.parametrize("named_in", ["safetensors header", "shard index"])
 def test_a_checkpoint_without_the_routers_bias_is_an_error(
-        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path) -> None:
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path, named_in: str) -> None:
     model = broken_copy(kimi, tmp_path)
-    rewrite_weights(model, lambda name: None if name.endswith("e_score_correction_bias") else name)
+    unbiased = lambda name: not name.endswith("e_score_correction_bias")  # noqa: E731
+    if named_in == "shard index":
+        source = shard_index(model, unbiased)
+    else:
+        rewrite_weights(model, lambda name: name if unbiased(name) else None)
+        source = model / "model.safetensors"
 
     findings, seconds = judged(capsys, model)
 
     [error] = errors(findings)
-    assert error["where"] == str(model / "model.safetensors")
+    assert error["where"] == str(source)
     assert ("config.json says topk_method: noaux_tc but the checkpoint has no mlp.gate.e_score_correction_bias "
             "for 3 of its 3 routed layers (layers [1, 2, 3])") in error["why"]
     assert seconds < 5
