@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput
 from specops import commandline
+from specops.protocol import Endpoint
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -67,8 +68,7 @@ def train_across(members: list[Host], inventory: Inventory, run: str, check: Che
 
 def rendezvous_endpoint(host: Host, port: int) -> str:
     """HOST0:PORT as the other hosts reach it: the first host's training address, else its inventory address."""
-    address = host.train_address or ('127.0.0.1' if host.is_local else host.address)
-    return f"[{address}]:{port}" if address and ":" in address else f"{address}:{port}"
+    return str(Endpoint(host.train_address or ('127.0.0.1' if host.is_local else host.address), port))
 
 
 def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,

@@ -21,8 +21,9 @@ from functools import partial
 from typing import Any
 
 from specops.commandspec import BadArgument, Command, Flag, Kind, Rule, Values, excludes, given, needs, only_with
+from specops.errors import BadInput
 from specops.flags import non_negative_int, part_of, positive_int
-from specops.protocol import name_problem
+from specops.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
 CHECKPOINTS = ("best", "last")  # or an epoch number
@@ -105,6 +106,21 @@ def _hosts(value: object, flag: str) -> list[str]:
     return [_name(name, flag) for name in value]
 
 
+def _endpoint(value: object, flag: str) -> Endpoint:
+    try:
+        return value if isinstance(value, Endpoint) else Endpoint.parse(str(value))
+    except ValueError as exc:
+        raise BadArgument(f"{flag}: {exc}") from None
+
+
+def _endpoint_text(text: str) -> Endpoint:
+    """The agent's parse of an endpoint (argparse would turn a ValueError into its own message)."""
+    try:
+        return Endpoint.parse(text)
+    except ValueError as exc:
+        raise BadInput(f"--rendezvous: {exc}") from None
+
+
 def _flags(**values: Any) -> list[str]:
     """--name VALUE for each value given (None: left out), --name alone for True; in order."""
     argv: list[str] = []
@@ -132,6 +148,7 @@ PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)
+ENDPOINT = Kind(_endpoint, "Endpoint | str | None", parse=_endpoint_text)
 HOSTS = Kind(_hosts, "Sequence[str] | None", parse=lambda text: text.split(","), text=",".join)
 
 WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
@@ -226,7 +243,7 @@ PIPELINE = Command(
      Flag("skip_patches", help="do not apply/verify this host's patch sets"),
      Flag("hosts", HOSTS, help="the run's hosts by node rank, comma-separated (a run across hosts)"),
      Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous)"),
-     Flag("rendezvous", TEXT, help="HOST0:PORT where the nodes meet (the training meets at PORT+1)"),
+     Flag("rendezvous", ENDPOINT, help="HOST0:PORT where the nodes meet (the training meets at PORT+1)"),
      Flag("group", NAME, help="this launch's id, the same on every node"), LOCAL_ADDR, INTERFACE, WAIT),
     (only_with("hosts", ("node_rank", "rendezvous", "group", "local_addr", "interface"),
                "--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts"),

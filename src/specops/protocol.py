@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from enum import IntEnum, StrEnum
 from pathlib import PurePosixPath
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 
 class JobState(StrEnum):
@@ -95,6 +95,28 @@ def name_problem(name: object) -> str | None:
     if not SAFE_NAME.fullmatch(name) or name in {".", ".."} or len(name) > 128:
         return f"{name!r} is not a safe name (letters, digits, '.', '_', '-'; matching {SAFE_NAME_TEXT})"
     return None
+
+
+class Endpoint(NamedTuple):
+    """HOST:PORT where nodes meet (an IPv6 host written in brackets); parsed once, from the command line."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        """From HOST:PORT or [V6]:PORT, 0 < PORT < 65535 (a pipeline's training meets at PORT+1); ValueError."""
+        host, _, port = str(text).rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65535:
+            raise ValueError(f"expected HOST:PORT (PORT < 65535: the training meets at PORT+1), got {text!r}")
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def next_port(self) -> Endpoint:
+        return Endpoint(self.host, self.port + 1)
 
 
 def stays_inside(relative: str | PurePosixPath) -> bool:

@@ -290,3 +290,14 @@ def test_a_remote_code_tokenizer_without_its_module_is_an_error(
     assert error["where"] == str(model / "tokenizer_config.json")
     assert ("auto_map AutoTokenizer names tokenization_kimi.TikTokenTokenizer, but tokenization_kimi.py is missing "
             "beside the weights") in error["why"]
+
+
+def test_a_serve_command_without_trust_remote_code_is_an_error(
+        capsys: pytest.CaptureFixture[str], kimi: Path) -> None:
+    findings, _ = judged(capsys, kimi / MODEL, serve_flags=["--port", "--max-model-len"],
+                         train_flags=["--verifier-name-or-path", "--trust-remote-code"])
+
+    [error] = [f for f in errors(findings) if f["where"] != "speculators train"]
+    assert error["where"] == "vllm serve"
+    assert "the run's vllm serve command has no --trust-remote-code" in error["why"]
+    assert any(f["result"] == "ok" and f["where"] == "speculators train" for f in findings)

