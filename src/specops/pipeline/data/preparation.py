@@ -192,19 +192,19 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     if not rows.input_ids:
         raise BadInput(f"{data_path}: no usable conversations ({len(malformed)} malformed, {len(skipped)} skipped)")
 
-    started = manifest.begin("prepare", inputs_hash, {**inputs, "samples": samples},
-                             keep=("extract",) if same_source else ())
-    save_prepared(rows, run.paths.prepared)
-    held_count = heldout.write_prompts(run.paths.heldout, conversations, held)
-    # "rows": N, the same N rows every later step reads; "source_lines": which lines of the data they are
-    counts = {"rows": len(rows.input_ids), "samples_asked": samples, "source_lines": rows.source_lines,
-              "tokens": sum(len(ids) for ids in rows.input_ids),
-              "loss_tokens": sum(sum(mask) for mask in rows.loss_mask), "truncated": rows.truncated,
-              "malformed": len(malformed), "skipped": len(skipped),
-              "held_out": held_count, "regenerated": run.config.regenerate.enabled}
-    atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
-                                                 "skipped": skipped, "counts": counts})
-    manifest.finish("prepare", started, counts)
+    with manifest.recorded("prepare", inputs_hash, {**inputs, "samples": samples},
+                           keep=("extract",) if same_source else ()) as outcome:
+        save_prepared(rows, run.paths.prepared)
+        held_count = heldout.write_prompts(run.paths.heldout, conversations, held)
+        # "rows": N, the same N rows every later step reads; "source_lines": which lines of the data they are
+        counts = outcome.counts = {
+            "rows": len(rows.input_ids), "samples_asked": samples, "source_lines": rows.source_lines,
+            "tokens": sum(len(ids) for ids in rows.input_ids),
+            "loss_tokens": sum(sum(mask) for mask in rows.loss_mask), "truncated": rows.truncated,
+            "malformed": len(malformed), "skipped": len(skipped),
+            "held_out": held_count, "regenerated": run.config.regenerate.enabled}
+        atomic.write_json(run.paths.prepare_report, {"source_lines": rows.source_lines, "malformed": malformed,
+                                                     "skipped": skipped, "counts": counts})
     said_before = (record.get("inputs") or {}).get("data_digest") == inputs["data_digest"]
     if (malformed or skipped) and not said_before:  # once per change of the data; the full list is in the report
         print(f"{data_path.name}: {len(malformed)} malformed and {len(skipped)} unusable record(s) left out; "

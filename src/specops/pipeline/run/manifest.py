@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,15 @@ def dependents(step: str) -> list[str]:
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Outcome:
+    """What a recorded step's work fills in: its counts, and its status when not plainly done."""
+
+    counts: dict[str, Any] = field(default_factory=dict)
+    status: str = "done"
+    record: dict[str, Any] = field(default_factory=dict)  # the finished record, after the block
 
 
 class Manifest:
@@ -110,6 +122,20 @@ class Manifest:
         record.update(status=status, counts=counts, finished_at=now(), seconds=round(time.time() - started, 3))
         self.save()
         return record
+
+    @contextmanager
+    def recorded(self, step: str, inputs_hash: str, inputs: dict[str, Any],
+                 keep: tuple[str, ...] = ()) -> Iterator[Outcome]:
+        """A step's one manifest sequence: begin, the block's work, finish with what the block put in the
+        outcome; a block that raises records the step failed (with the counts it had) and the error goes on."""
+        started = self.begin(step, inputs_hash, inputs, keep)
+        outcome = Outcome()
+        try:
+            yield outcome
+        except Exception:
+            self.finish(step, started, outcome.counts, status="failed")
+            raise
+        outcome.record = self.finish(step, started, outcome.counts, status=outcome.status)
 
     def invalidate(self, step: str) -> list[str]:
         """Forget step and everything downstream of it, outputs included."""

@@ -65,9 +65,9 @@ def vocab_step(run: Run) -> dict[str, Any]:
         return {"step": "vocab", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
                 "draft_vocab": size, "coverage": report.get("coverage"), "d2t": str(outputs.d2t),
                 "t2d": str(outputs.t2d)}
-    started = manifest.begin("vocab", inputs_hash, inputs)
-    report = vocab.build_vocab(paths.token_freq, size, target_vocab, paths.vocab)
-    manifest.finish("vocab", started, {"draft_vocab": size, "distinct_tokens_seen": report["distinct_tokens_seen"]})
+    with manifest.recorded("vocab", inputs_hash, inputs) as outcome:
+        report = vocab.build_vocab(paths.token_freq, size, target_vocab, paths.vocab)
+        outcome.counts = {"draft_vocab": size, "distinct_tokens_seen": report["distinct_tokens_seen"]}
     for row in report["coverage"]:
         print(f"draft vocab {row['draft_vocab']:>7}: {100 * row['share']:6.2f}% of assistant tokens",
               file=sys.stderr)

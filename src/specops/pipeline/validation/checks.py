@@ -183,9 +183,8 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices}, reference, endpoint)
     ok = all(check["ok"] for check in checks.values())
 
-    started = manifest.begin("validate", config_hash(inputs), inputs)
-    manifest.finish("validate", started, {"files": count, "fidelity_rows": len(indices)},
-                    status="done" if ok else "failed")
+    with manifest.recorded("validate", config_hash(inputs), inputs) as outcome:
+        outcome.counts, outcome.status = {"files": count, "fidelity_rows": len(indices)}, "done" if ok else "failed"
     document = {"ok": ok, "step": "validate", "checks": checks}
     atomic.write_json(run.paths.validate_report, document)
     return document
