@@ -33,12 +33,15 @@ def regenerate_argv(run: Run, endpoint: str, model: str, folder: Path, python: s
             "--sampling-params", json.dumps(sampling_params(settings), sort_keys=True)]
 
 
-def run_client(argv: list[str]) -> int:
-    """Run speculators' client, its output copied to stderr (the job log; stdout carries the JSON)."""
+def run_client(argv: list[str], trust_remote_code: bool = False) -> int:
+    """Run speculators' client, its output copied to stderr (the job log; stdout carries the JSON). The
+    run's trust_remote_code reaches the client's tokenizer through its environment (the client has no
+    flag for it: patch set speculators-0.9.0-remote-code)."""
     import os
     import subprocess
 
     env = {**os.environ, "COLUMNS": "400"}  # rich would wrap its log lines at 80 columns
+    env["SPECOPS_TRUST_REMOTE_CODE"] = "1" if trust_remote_code else "0"
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                           env=env) as process:
         assert process.stdout is not None
@@ -81,7 +84,7 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
                     atomic.write_text(dataset, "".join(lines[:answered]))
                 # The model name the server knows is its path; the client loads the tokenizer from it too.
                 argv = regenerate_argv(run, endpoint, str(run.model_path), folder, dataset=dataset)
-                code = run_client(argv)
+                code = run_client(argv, run.config.trust_remote_code)
                 if code != 0 or answered == len(source) or samples is None:
                     break
                 if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
