@@ -309,25 +309,29 @@ def job_launch(*, name: str, command: Sequence[str], run: str | None = None, env
     return [*argv, "--", *command]
 
 
-def job_list(*, all: bool = False) -> list[str]:  # the agent's flag is --all
-    return ["job", "list", *_flags(all=all)]
+def _seconds(value: object, flag: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise BadArgument(f"{flag}: must be zero or more seconds, got {value!r}")
+    return value
 
 
-def job_show(*, job: str, run: str | None = None) -> list[str]:
-    return ["job", "show", _name(job, "job"), *_flags(run=_optional(run, _name, "--run"))]
-
-
-def job_stop(*, job: str, run: str | None = None, grace: float | None = None) -> list[str]:
-    if grace is not None and (not isinstance(grace, int | float) or grace < 0):
-        raise BadArgument(f"--grace: must be zero or more seconds, got {grace!r}")
-    return ["job", "stop", _name(job, "job"), *_flags(run=_optional(run, _name, "--run"), grace=grace)]
-
-
-def job_tail(*, job: str, run: str | None = None, offset: int | None = None, lines: int | None = None,
-             follow: bool = False) -> list[str]:
-    return ["job", "tail", _name(job, "job"), *_flags(run=_optional(run, _name, "--run"),
-                                                      offset=_optional(offset, _whole, "--offset", 0),
-                                                      lines=_optional(lines, _whole, "--lines", 0), follow=follow)]
+JOB = Flag("job", NAME, required=True, positional=True, metavar="ID|NAME",
+           help="a job id, or a name for the newest job of it")
+JOB_RUN = Flag("run", NAME, help="with a name: the newest job of that name in this run")
+JOB_LIST = Command(("job", "list"), "jobs with their state, age, exit code and last log line",
+                   (Flag("all", help="every job, not only the newest of each kind"),))
+JOB_SHOW = Command(("job", "show"), "one job's record", (JOB, JOB_RUN))
+JOB_STOP = Command(("job", "stop"), "end a job's whole process group",
+                   (JOB, JOB_RUN, Flag("grace", Kind(_seconds, "float | None", parse=float), default=10.0,
+                                       help="seconds between SIGTERM and SIGKILL (default 10)")))
+JOB_TAIL = Command(("job", "tail"), "a job's log as JSON lines of whole lines, by byte offset",
+                   (JOB, JOB_RUN, Flag("offset", COUNT, help="byte offset to start at (the last offset seen)"),
+                    Flag("lines", COUNT, help="without --offset: start this many lines from the end"),
+                    Flag("follow", help="keep streaming until the job ends")))
+job_list = JOB_LIST.builder(__name__)
+job_show = JOB_SHOW.builder(__name__)
+job_stop = JOB_STOP.builder(__name__)
+job_tail = JOB_TAIL.builder(__name__)
 
 
 # ---- the host, its stack and its runs

@@ -44,7 +44,8 @@ class Kind:
 @dataclass(frozen=True)
 class Flag:
     """`--dest-with-dashes`: `kind` None is a switch (given alone, or not at all); `tristate`: --x / --no-x /
-    neither. `default` is the agent's value when the flag is not given (the builder then leaves it out)."""
+    neither; `positional`: a bare value after the command's words (`job show ID`). `default` is the agent's
+    value when the flag is not given (the builder then leaves it out)."""
 
     dest: str
     kind: Kind | None = None
@@ -53,10 +54,12 @@ class Flag:
     required: bool = False
     metavar: str | None = None
     tristate: bool = False
+    positional: bool = False
 
     @property
     def option(self) -> str:
-        return "--" + self.dest.replace("_", "-")
+        """How the command line and its messages name it: --dest-with-dashes, or a positional's dest."""
+        return self.dest if self.positional else "--" + self.dest.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,11 @@ class Command:
         if problem:
             raise BadArgument(problem)
         argv = list(self.words)
+        argv += [flag.kind.text(checked[flag.dest]) for flag in self.flags if flag.positional and flag.kind]
         for flag in self.flags:
             value = checked[flag.dest]
+            if flag.positional:
+                continue
             if flag.tristate and value is not None:
                 argv.append(flag.option if value else "--no-" + flag.option[2:])
             elif value is True:
@@ -156,6 +162,10 @@ class Command:
         parser = subparsers.add_parser(self.words[-1], **{"help": self.help, **parser_options})
         for flag in self.flags:
             options: dict[str, object] = {"help": flag.help}
+            if flag.positional and flag.kind is not None:
+                parser.add_argument(flag.dest, help=flag.help, metavar=flag.metavar,
+                                    **({"type": flag.kind.parse} if flag.kind.parse else {}))
+                continue
             if flag.kind is None:
                 options["action"] = argparse.BooleanOptionalAction if flag.tristate else "store_true"
                 if flag.tristate:

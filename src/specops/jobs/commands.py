@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import paths
+from specops.commandline import JOB_LIST, JOB_SHOW, JOB_STOP, JOB_TAIL
 from specops.errors import BadInput
 from specops.jobs import liveness, records
 from specops.jobs.tmux import TmuxServer
@@ -188,27 +189,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     launch_parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
     launch_parser.set_defaults(handler=launch_handler)
 
-    list_parser = actions.add_parser("list", help="jobs with their state, age, exit code and last log line")
-    list_parser.add_argument("--all", action="store_true", help="every job, not only the newest of each kind")
-    list_parser.set_defaults(handler=list_handler)
-
-    for action, handler, help_text in (("show", show_handler, "one job's record"),
-                                       ("stop", stop_handler, "end a job's whole process group")):
-        parser = actions.add_parser(action, help=help_text)
-        parser.add_argument("job", metavar="ID|NAME", help="a job id, or a name for the newest job of it")
-        parser.add_argument("--run", help="with a name: the newest job of that name in this run")
-        if action == "stop":
-            parser.add_argument("--grace", type=float, default=10.0,
-                                help="seconds between SIGTERM and SIGKILL (default 10)")
-        parser.set_defaults(handler=handler)
-
-    tail_parser = actions.add_parser("tail", help="a job's log as JSON lines of whole lines, by byte offset")
-    tail_parser.add_argument("job", metavar="ID|NAME")
-    tail_parser.add_argument("--run")
-    tail_parser.add_argument("--offset", type=int, help="byte offset to start at (the last offset seen)")
-    tail_parser.add_argument("--lines", type=int, help="without --offset: start this many lines from the end")
-    tail_parser.add_argument("--follow", action="store_true", help="keep streaming until the job ends")
-    tail_parser.set_defaults(handler=tail_handler)
+    # list, show, stop, tail: their flags are specs in specops.commandline (the builders' too)
+    JOB_LIST.add_to(actions, list_handler)
+    JOB_SHOW.add_to(actions, show_handler)
+    JOB_STOP.add_to(actions, stop_handler)
+    JOB_TAIL.add_to(actions, tail_handler)
 
     wrap_parser = actions.add_parser("wrap", help="internal: the process tmux runs for a job")
     wrap_parser.add_argument("job_id")
