@@ -13,16 +13,14 @@ epoch (as good, and trained less). The reason goes into the evaluation report.
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from specops.pipeline.run import config_hash
+from specops.progress import speaker
 
-
-def say(message: str) -> None:
-    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+say = speaker("evaluate")  # progress lines for people (specops.progress)
 
 
 class EpochScorer:

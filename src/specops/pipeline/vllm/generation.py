@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.paths import workdir
+from specops.progress import speaker
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 1800.0
 
 
-def say(message: str) -> None:
-    print(f"vllm: {message}", file=sys.stderr, flush=True)
+say = speaker("vllm")  # progress lines for people (specops.progress)
 
 
 def eagle3_config(draft: Path, tokens: int) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from specops.pipeline.run import Run, model_digest
 from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
 from specops.pipeline.vllm.ports import refuse_held_port
 from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
+from specops.progress import speaker
 from specops.protocol import ACTIVE_STATES
 from specops.protocol import JobRecord as Record
 
@@ -52,8 +53,7 @@ _RECORD_WAIT_S = 10.0
 _POLL_S = 0.1
 
 
-def say(message: str) -> None:
-    print(f"extract: {message}", file=sys.stderr, flush=True)
+say = speaker("extract")  # progress lines for people (specops.progress)
 
 
 def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
