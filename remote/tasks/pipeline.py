@@ -43,7 +43,7 @@ def chosen_run(session: HostSession, run: str | None) -> str:
 def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
                  env_role: str | None = None, role_pythons: dict[str, str] | None = None,
-                 wait: bool = False) -> dict[str, Any] | None:
+                 wait: bool = False, backend: str | None = None) -> dict[str, Any] | None:
     """Launch `python -m specops <argv>` (built by specops.commandline) as job `name`, follow it, return its
     JSON result.
 
@@ -58,7 +58,7 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     check_run(conn, host, run_name, refuse_busy=not wait)
     meta: dict[str, Any] = {}
     if doctor:
-        meta["doctor"] = preflight(conn, host, run_name, skip_doctor)
+        meta["doctor"] = preflight(conn, host, run_name, skip_doctor, backend)
     env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
     job = launch(conn, host, name, agent_step_command(host, argv, env_role), run=run_name, meta=meta, env=env,
                  wait=wait)
@@ -128,7 +128,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
                                        port=port)
         run_step_job(session, run_name, "extract", argv, detach=detach, wait=wait, json=json, doctor=True,
-                     skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+                     skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"}, backend=backend or None)
 
 
 @task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})
@@ -276,7 +276,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
         checked = check_run(conn, member, run_name, refuse_busy=not wait)
-        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
+        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None)}
 
     jobs, summary = pipeline_on_hosts(chosen, inventory, run_name, check, samples=chosen_samples,
                                       backend=backend or None, skip_patches=skip_patches, no_fetch=no_fetch,

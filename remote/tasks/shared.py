@@ -37,12 +37,17 @@ DOCTOR_TIMEOUT_S = 600
 RUN_CHECK_TIMEOUT_S = 300
 
 
-def doctor_call(conn: Connection, host: Host, run: str | None) -> tuple[int, dict[str, Any]]:
+def doctor_call(conn: Connection, host: Host, run: str | None,
+                backend: str | None = None) -> tuple[int, dict[str, Any]]:
+    """The doctor on the host; with a run, as the command line will run it (`backend`: its --backend) and with
+    vLLM judged in the host's serve env (inventory envs.serve), where the run's server runs."""
     from remote.agent import agent_call
 
     # A cold doctor imports the run's packages in a child python (torch, transformers: a minute on a
     # loaded 2-core machine, more on a busy host); a dead host is caught sooner by the liveness check.
-    result = agent_call(conn, host, commandline.doctor(run=run), timeout=DOCTOR_TIMEOUT_S)
+    argv = commandline.doctor(run=run, backend=backend if run else None,
+                              serve_python=host.envs.get("serve") if run else None)
+    result = agent_call(conn, host, argv, timeout=DOCTOR_TIMEOUT_S)
     return result.exit_code, result.document
 
 
@@ -92,11 +97,12 @@ def render_findings(document: dict[str, Any], title: str, *, only_problems: bool
     out.print(view)
 
 
-def preflight(conn: Connection, host: Host, run: str, skip: bool) -> dict[str, Any]:
-    """The doctor before a launch: refuse to start on any error, unless skipped (and recorded)."""
+def preflight(conn: Connection, host: Host, run: str, skip: bool, backend: str | None = None) -> dict[str, Any]:
+    """The doctor before a launch: refuse to start on any error, unless skipped (and recorded). `backend`:
+    the launch's --backend (the doctor judges the run the job will run)."""
     if skip:
         return {"skipped": True}
-    code, document = doctor_call(conn, host, run)
+    code, document = doctor_call(conn, host, run, backend)
     if code == 2:
         raise BadInput(local_config_name(f"{document.get('error')}", run))
     if not document.get("ok"):

@@ -41,10 +41,10 @@ def _doctor() -> tuple[Register, ...]:
     return (lambda sub: commands.register(sub, settings_of_run=_run_settings),)
 
 
-def _run_settings(name: str) -> Any:
+def _run_settings(name: str, backend: str | None = None, serve_python: str | None = None) -> Any:
     from specops.pipeline.preflight import run_settings
 
-    return run_settings(name)
+    return run_settings(name, backend, serve_python)
 
 
 def _job() -> tuple[Register, ...]:

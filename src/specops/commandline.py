@@ -349,8 +349,12 @@ def ping() -> list[str]:
     return ["ping"]
 
 
-def doctor(*, run: str | None = None) -> list[str]:
-    return ["doctor", *_flags(run=_optional(run, _name, "--run"))]
+def doctor(*, run: str | None = None, backend: str | None = None, serve_python: str | None = None) -> list[str]:
+    """`doctor`: with `run`, its checks as the command line will run it (`backend`: its --backend) and vLLM
+    judged in the host's serve env (`serve_python`: inventory envs.serve)."""
+    return ["doctor", *_flags(run=_optional(run, _name, "--run"),
+                              backend=_optional(backend, _choice, "--backend", BACKENDS),
+                              serve_python=_optional(serve_python, _text, "--serve-python"))]
 
 
 def patch(*, action: str, sets: Sequence[str] = (), dry_run: bool = False, deep: bool = False,

@@ -65,7 +65,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
                  {"job": "extract", "run": RUN, "lines": 20}],
     "check": [{}, {"gpus": 8, "env": {"serve": "/opt/serve/bin/python", "train": "/opt/train/bin/python"}}],
     "ping": [{}],
-    "doctor": [{}, {"run": RUN}],
+    "doctor": [{}, {"run": RUN}, {"run": RUN, "backend": "vllm", "serve_python": "/opt/serve/bin/python"}],
     "run_check": [{"run": RUN}],
     "plan": [{"run": RUN}, {"run": RUN, "samples": 10}],
     "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],

@@ -10,7 +10,7 @@ import pytest
 
 from specops import steps
 from specops.pipeline import engine
-from specops.pipeline.run import StepContext
+from specops.pipeline.run import EffectiveSettings, StepContext
 
 
 def test_every_row_has_its_rooms_function_and_no_function_lacks_a_row() -> None:
@@ -27,7 +27,7 @@ class _Run:
 
 
 def _context(reports: dict) -> StepContext:
-    return StepContext(_Run(), None, "hf", reports=reports)  # type: ignore[arg-type]
+    return StepContext(_Run(), None, EffectiveSettings.fixed("hf"), reports=reports)  # type: ignore[arg-type]
 
 
 def test_the_summary_shows_each_rows_figures_none_where_the_step_did_not_run() -> None:
@@ -48,5 +48,6 @@ def test_a_saver_step_runs_where_an_earlier_report_says_the_checkpoint_was_saved
 
     evaluate = steps.step("evaluate")
     hosts = OneHost(rank=1, count=2, names=["a", "b"])
-    assert engine.runs_here(evaluate, StepContext(_Run(), None, "hf", hosts, {"train": {"saver": 0}})) == "a"
-    assert engine.runs_here(evaluate, StepContext(_Run(), None, "hf", hosts, {"train": {"saver": 1}})) is None
+    hf = EffectiveSettings.fixed("hf")
+    assert engine.runs_here(evaluate, StepContext(_Run(), None, hf, hosts, {"train": {"saver": 0}})) == "a"
+    assert engine.runs_here(evaluate, StepContext(_Run(), None, hf, hosts, {"train": {"saver": 1}})) is None

@@ -11,7 +11,17 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from specops.doctor._attention import AttentionReading, read_attention
 from specops.doctor._contract import PIPELINE
+from specops.doctor._serve_env import (
+    SERVE_PYTHON_ENV,
+    chosen_serve_python,
+    interpreter_path,
+    is_cpu_build,
+    vllm_path,
+    vllm_version,
+)
+from specops.doctor._serving import EVALUATE_ANYWAY
 from specops.doctor.checks import CHECKS, run_doctor
 from specops.doctor.settings import RunSettings, parse_run_json
 from specops.errors import BadInput
@@ -19,8 +29,10 @@ from specops.errors import BadInput
 RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
-__all__ = ["CHECKS", "PIPELINE", "RUN_CHECKS", "STACK_CHECKS", "RunSettings", "diagnose", "eagle3_support",
-           "parse_run_json", "site_path"]
+__all__ = ["CHECKS", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
+           "AttentionReading", "RunSettings", "chosen_serve_python", "diagnose", "draft_attention", "eagle3_support",
+           "interpreter_path", "is_cpu_build", "parse_run_json", "read_attention", "site_path", "vllm_path",
+           "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
@@ -59,3 +71,13 @@ def eagle3_support(search_path: list[str], architecture: str) -> tuple[bool | No
     if mapped is None:
         return False, f"vLLM's model registry has no {architecture}"
     return implements(index, f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}", "SupportsEagle3"), mapped[1]
+
+
+def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_size: int | None = None
+                    ) -> AttentionReading:
+    """Whether the vLLM on `search_path` can serve an EAGLE-3 draft beside the target whose language model's
+    config is `text`, on this host (a CPU build, or no GPUs: vLLM's CPU backends), read from its files."""
+    from specops.analysis import ModuleIndex
+
+    platform = "cpu" if is_cpu_build(search_path) or gpus == 0 else "gpu"
+    return read_attention(ModuleIndex(search_path), text, platform, draft_head_size=draft_head_size)

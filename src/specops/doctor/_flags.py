@@ -24,8 +24,10 @@ class Command:
 
 
 COMMANDS = (
+    # the server's own flags (--host, --port, ...) moved to entrypoints/launchers/cli_args.py in vLLM 0.32
     Command("vllm serve", "vllm", ("vllm.engine.arg_utils", "vllm.entrypoints.openai.cli_args",
-                                   "vllm.entrypoints.cli.serve"), "serve_flags"),
+                                   "vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.cli.serve"),
+            "serve_flags"),
     Command("speculators prepare-data", "speculators", ("speculators.cli.prepare_data",), "prepare_flags"),
     Command("speculators generate-offline-data", "speculators", ("speculators.cli.generate_offline_data",),
             "generate_flags"),

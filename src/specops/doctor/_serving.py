@@ -9,7 +9,11 @@ Read from the sources, nothing imported (stdlib ast over the installed files):
   and the nested speculators_config / proposal method) is a field speculators' config classes
   write (speculators/config.py, models/eagle3/config.py, proposals/greedy.py). A key read with
   `[...]` that speculators never writes breaks loading (error); one read with `.get` silently
-  takes vLLM's default (warn).
+  takes vLLM's default (warn);
+- the attention backends vLLM gives the target and the draft share a KV cache block size (_attention.py):
+  on a CPU host an MLA target (CPU_MLA, blocks of 16) and the GQA draft (CPU_ATTN, multiples of 32) do not,
+  and the server would die at start, after the target's load. An error when the run asks vLLM to serve the
+  draft; a warning when the hf replay stands in (the run's settings resolve it so, pipeline/run/settings.py).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import ast
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
+from specops.doctor._attention import read_attention
 from specops.doctor._capabilities import architecture_class, implements
+from specops.doctor._model import read_json, text_config
 from specops.doctor._report import Item
+from specops.doctor.settings import RunSettings
 
 SPECULATIVE = "vllm.config.speculative"
 LOADER_BASE = "vllm.transformers_utils.configs.speculators.base"
@@ -27,6 +34,9 @@ LOADER_ALGOS = "vllm.transformers_utils.configs.speculators.algos"
 WRITERS = ("speculators.config", "speculators.models.eagle3.config", "speculators.proposals.greedy")
 # Names under which vLLM's loader holds the draft's config.json, or parts of it.
 CONFIG_NAMES = ("config_dict", "spec_config", "first_method")
+# The draft's decoder layer whatever the target: speculators' eagle3 default (train/config/schema.py: an unset
+# --draft-arch is llama); its attention heads are seeded from the target's (train/cli.py)
+DRAFT_MODEL_TYPE = "llama"
 
 
 def _tree(index: ModuleIndex, module: str) -> tuple[ast.Module | None, Path | None]:
@@ -140,7 +150,8 @@ def check_serving(index: ModuleIndex, versions: dict[str, str | None], architect
                               "to an Eagle-3 architecture"))
         else:
             items.append(Item("serving", "error", LOADER_ALGOS, f"the loader maps only {sorted(model_types)} to "
-                              f"Eagle-3 architectures, not {model_type}", "use a target of a supported family"))
+                              f"Eagle-3 architectures, not {model_type} (the draft's decoder layer)",
+                              "train the draft with a decoder layer vLLM serves (speculators --draft-arch llama)"))
     if written is None:
         items.append(Item("serving", "unknown", "speculators", "speculators is not installed here: cannot compare "
                           "the draft config keys"))
@@ -160,3 +171,30 @@ def check_serving(index: ModuleIndex, versions: dict[str, str | None], architect
                           f"the {len(shared)} draft config keys vLLM's speculators loader reads that speculators "
                           f"writes agree ({', '.join(shared)})"))
     return items
+
+
+EVALUATE_ANYWAY = "evaluate.backend: hf"  # the setting that evaluates a draft this host cannot serve: the hf replay
+
+
+def attention_items(index: ModuleIndex, settings: RunSettings, version: str | None, platform: str) -> list[Item]:
+    """Whether the installed vLLM can serve the draft beside this target (the attention backends each gets and a
+    KV cache block size both take, _attention.py), judged by how the run serves the draft (`serves_draft`)."""
+    config = read_json(Path(settings.model_path) / "config.json") if settings.model_path else None
+    if config is None or version is None:
+        return []  # check_model and the lines above say why
+    reading = read_attention(index, text_config(config), platform)
+    where = reading.where or "vllm"
+    if reading.servable is None:
+        return [Item("serving", "unknown", where, f"vLLM {version}: {reading.why}")]
+    if reading.servable:
+        return [Item("serving", "ok", where, f"vLLM {version}: {reading.why}")]
+    said = f"vLLM {version} cannot serve the EAGLE-3 draft beside this target on this host: {reading.why}"
+    if settings.serves_draft == "asked":
+        return [Item("serving", "error", where, f"{said}; the run asks vLLM to serve it (its evaluation or the "
+                     "parity gate's served request) and would fail after training",
+                     f"set {EVALUATE_ANYWAY} (the hf replay evaluates the draft anyway) and leave parity.serve unset, "
+                     "or serve it on a GPU host")]
+    if settings.serves_draft == "default":
+        return [Item("serving", "warn", where, f"{said}; the run evaluates it through the hf replay instead",
+                     f"set {EVALUATE_ANYWAY} to say so, or evaluate on a GPU host")]
+    return [Item("serving", "warn", where, f"{said}; this run does not serve it here")]

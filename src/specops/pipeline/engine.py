@@ -60,16 +60,15 @@ def reads_of(name: str) -> list[Step]:
     return [entry for entry in STEPS if entry.name in needed]
 
 
-def run_reads(name: str, run_name: str, samples: int | None) -> StepContext:
+def run_reads(name: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:
     """What `step NAME` runs before its own work: the steps it reads that the run turns on, in order, each
     by its room's function as the pipeline runs it on one host (each skipped when unchanged). The context
-    (the run, --samples applied once, the run's backend) holds their reports."""
-    from specops.pipeline import extraction
+    (the run, --samples applied once, the run's settings with the command's --backend) holds their reports."""
     from specops.pipeline.data import open_run
-    from specops.pipeline.run import OneHost, StepContext
+    from specops.pipeline.run import OneHost, StepContext, resolve
 
     run = open_run(run_name)
-    context = StepContext(run, run.samples_for(samples), extraction.backend_for(run, None).name, OneHost())
+    context = StepContext(run, run.samples_for(samples), resolve(run, backend=backend), OneHost())
     functions = step_functions()
     for entry in reads_of(name):
         if enabled(entry, run.config):
@@ -79,16 +78,18 @@ def run_reads(name: str, run_name: str, samples: int | None) -> StepContext:
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
                  hosts: Hosts | None = None) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline import extraction
     from specops.pipeline.data import open_run
-    from specops.pipeline.run import OneHost, StepContext
+    from specops.pipeline.run import OneHost, StepContext, resolve
 
     run = open_run(run_name)
-    context = StepContext(run, run.samples_for(samples), extraction.backend_for(run, backend).name,
-                          hosts or OneHost())
+    settings = resolve(run, backend=backend)  # once: every step, the gate and the summary read it
+    context = StepContext(run, run.samples_for(samples), settings, hosts or OneHost())
     hosts, functions = context.hosts, step_functions()
     results: dict[str, Any] = {}
-    summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "steps": results}
+    summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "settings": settings.describe(),
+                               "steps": results}
+    for note in settings.notes:  # what the resolution changed (a fallback), one line each
+        say(note)
     if hosts.count > 1:
         summary.update(hosts=hosts.names, host=context.name, node_rank=hosts.rank)
     started_all, since = time.perf_counter(), time.time()
@@ -97,6 +98,10 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
     vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank)  # held: one line, no step
     try:
+        from specops.pipeline import parity
+
+        # a draft the run asks vLLM to serve and this host's vLLM cannot: one line before any step loads a model
+        parity.check_servable(run, settings, when="before any step")
         for entry in STEPS:
             if entry.name in skip:
                 results[entry.name] = {"status": f"skipped: --skip-{entry.name}"}

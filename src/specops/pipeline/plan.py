@@ -156,6 +156,8 @@ def _serve_flag(run: Run, name: str) -> str | None:
 
 
 def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows: int) -> planning.RunFacts:
+    from specops.pipeline.run import default_backend
+
     config = run.config
     utilisation = _serve_flag(run, "gpu-memory-utilization")
     kv_dtype = _serve_flag(run, "kv-cache-dtype") or ""
@@ -166,7 +168,7 @@ def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows:
         samples=rows, tokens=tokens[0], tokens_source=tokens[1], max_seq_len=config.max_seq_len,
         epochs=config.train.epochs, mode=config.hidden_states.mode,
         disk_budget_bytes=int(budget * planning.GB) if budget is not None else None,
-        placement=config.hidden_states.placement, backend=run.backend(host.gpus),
+        placement=config.hidden_states.placement, backend=default_backend(run, host.gpus)[0],
         tensor_parallel=config.vllm.tensor_parallel, data_parallel=config.vllm.data_parallel,
         gpu_memory_utilization=float(utilisation) if utilisation else 0.9,
         kv_dtype_bytes=1 if kv_dtype.startswith("fp8") else None,

@@ -1,5 +1,6 @@
-"""A run as the doctor sees it: Run -> RunSettings, read straight off the loaded run and the command
-lines its steps will launch, so the doctor checks exactly what will run."""
+"""A run as the doctor sees it: Run -> RunSettings, read straight off the loaded run, its effective settings
+(pipeline.run.settings: the same resolution the steps and the gate read: backend, serve env, whether vLLM
+serves the draft here) and the command lines its steps will launch, so the doctor checks exactly what will run."""
 
 from __future__ import annotations
 
@@ -9,20 +10,25 @@ from specops.doctor import RunSettings
 from specops.errors import BadInput
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
+    from specops.pipeline.run import EffectiveSettings, Run
 
 
-def run_settings(name: str) -> RunSettings:
-    """runs/NAME.yaml on this host; an embedded target is generated first (its first step would)."""
-    from specops import gpus
+def run_settings(name: str, backend: str | None = None, serve_python: str | None = None) -> RunSettings:
+    """runs/NAME.yaml on this host as the command line will run it (`backend`: its --backend; `serve_python`:
+    the host's serve env, else $SPECOPS_SERVE_PYTHON); an embedded target is generated first (its first step
+    would)."""
     from specops.pipeline import open_run
+    from specops.pipeline.run import resolve
 
-    return settings_for(open_run(name), gpus.device_count())
+    run = open_run(name)
+    return settings_for(run, resolve(run, backend=backend, serve_python=serve_python))
 
 
-def settings_for(run: Run, gpus: int) -> RunSettings:
+def settings_for(run: Run, effective: EffectiveSettings) -> RunSettings:
+    """The doctor's view of the run: its effective settings (the ones the steps and the gate read)."""
+    gpus = effective.gpus
     has_model = (run.model_path / "config.json").exists()
-    backend = run.backend(gpus)
+    backend = effective.backend
     sizes = run.parallel_sizes(gpus) if backend == "vllm" else None
     return RunSettings(
         model_path=str(run.model_path),
@@ -44,6 +50,8 @@ def settings_for(run: Run, gpus: int) -> RunSettings:
         **_tokens(run),
         hidden_states_mode=run.config.hidden_states.mode,
         disk_budget_gb=run.config.hidden_states.disk_budget_gb,
+        serve_python=effective.serve_python,
+        serves_draft=effective.serves_draft,
     )
 
 

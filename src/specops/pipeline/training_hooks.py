@@ -8,17 +8,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run, StepContext
+    from specops.pipeline.run import EffectiveSettings, Run, StepContext
 
 
-def train_hooks(run: Run) -> dict[str, Any]:
+def train_hooks(run: Run, settings: EffectiveSettings | None = None) -> dict[str, Any]:
     """gate, scorer, and for an online or hybrid run the plan's placement of its server and trainer on
-    this host's GPUs (`planned`; a mode that does not fit is refused here, one line, exit 2)."""
+    this host's GPUs (`planned`; a mode that does not fit is refused here, one line, exit 2). `settings`: the
+    run's effective settings (the pipeline's; a lone train step resolves its own)."""
     from specops.pipeline.evaluation import epoch_scorer
     from specops.pipeline.parity import before_training
     from specops.pipeline.plan import planned_placement
+    from specops.pipeline.run import resolve
 
-    return {"gate": lambda plan, gpus: before_training(run, plan, gpus), "scorer": lambda: epoch_scorer(run),
+    chosen = settings or resolve(run)
+    return {"gate": lambda plan, gpus: before_training(run, plan, chosen), "scorer": lambda: epoch_scorer(run),
             "planned": planned_placement(run)}
 
 
@@ -26,7 +29,7 @@ def pipeline_step(context: StepContext) -> dict[str, Any]:
     """The pipeline's train; its figures: the losses, the epochs' rows, the plot, where it resumed and saved."""
     from specops.pipeline.training import train_pipeline_step
 
-    report = train_pipeline_step(context, **train_hooks(context.run))
+    report = train_pipeline_step(context, **train_hooks(context.run, context.settings))
     metrics = report.get("metrics") or []
     losses = [row["train"]["loss"] for row in metrics if row.get("train", {}).get("loss") is not None]
     return {**report, "figures": {"loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses

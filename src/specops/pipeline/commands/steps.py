@@ -35,8 +35,9 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
                                  processes=args.processes, part=args.part, require_whole=args.require_whole)
-    context = run_reads("extract", args.run, args.samples)  # regenerate and prepare, as the pipeline runs them
-    report = extraction.extract(context.run, context.samples, args.backend, options)
+    # regenerate and prepare as the pipeline runs them, with the run's settings (--backend the run's backend)
+    context = run_reads("extract", args.run, args.samples, args.backend)
+    report = extraction.extract(context.run, context.samples, context.backend, options)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -78,17 +79,17 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
     """The parity gate on its own: the draft training will write (or a checkpoint) against the installed vLLM."""
     from specops.pipeline.parity import before_evaluation, before_training
+    from specops.pipeline.run import resolve
     from specops.pipeline.training import train_plan
 
     run = open_run(args.run)
+    settings = resolve(run)
     if args.checkpoint is not None:
         from specops.pipeline.evaluation import choose_checkpoint
 
         return 0, {"ok": True, "run": args.run, **before_evaluation(
-            run, choose_checkpoint(run.paths.checkpoints, args.checkpoint))}
-    from specops.gpus import device_count
-
-    return 0, {"ok": True, "run": args.run, **before_training(run, train_plan(run), device_count(), serve=args.serve)}
+            run, choose_checkpoint(run.paths.checkpoints, args.checkpoint), settings)}
+    return 0, {"ok": True, "run": args.run, **before_training(run, train_plan(run), settings, serve=args.serve)}
 
 
 def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:

@@ -155,15 +155,20 @@ def chosen_checkpoint(run: Any, which: str) -> tuple[Path, dict[str, Any] | None
 
 
 def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-             backend: str | None = None) -> dict[str, Any]:
-    from specops.gpus import device_count as visible_gpus
+             backend: str | None = None, run_settings: Any = None) -> dict[str, Any]:
+    """`run_settings`: the run's effective settings (the pipeline's); without them, resolved here with
+    `backend` as this command's --backend."""
     from specops.pipeline.evaluation.drafts import UNTRAINED, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
-    from specops.pipeline.run import Manifest, package_versions
+    from specops.pipeline.run import Manifest, package_versions, resolve
 
+    effective = run_settings or resolve(run, evaluate=backend)
+    if run_settings is None:
+        for note in effective.notes:
+            say(note)
     settings = run.config.evaluate
-    backend = backend or settings.backend or run.backend(visible_gpus())
+    backend = effective.evaluate_backend
     chosen, best = chosen_checkpoint(run, checkpoint or settings.checkpoint)
     folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
     manifest = Manifest(run.paths.run_dir)
@@ -184,7 +189,7 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
         return _skipped(report_path)
     from specops.pipeline.parity import before_evaluation
 
-    parity = [before_evaluation(run, folder) for folder in dict.fromkeys([chosen, *folders])]
+    parity = [before_evaluation(run, folder, effective) for folder in dict.fromkeys([chosen, *folders])]
     history = manifest.document.get("evaluations") or []
     previous = history[-1] if history else None
     started = manifest.begin("evaluate", inputs_hash, inputs)
@@ -252,7 +257,7 @@ def _skipped(report_path: Path) -> dict[str, Any]:
 
 
 def pipeline_step(context: StepContext) -> dict[str, Any]:
-    """The pipeline's evaluate: the run's checkpoint with the run's evaluate.backend, else its backend."""
-    report = evaluate(context.run, backend=context.run.config.evaluate.backend or context.backend)
+    """The pipeline's evaluate: the run's checkpoint with the run's evaluate backend (its settings')."""
+    report = evaluate(context.run, run_settings=context.settings)
     shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
     return {**report, "figures": {"evaluation": shown}}

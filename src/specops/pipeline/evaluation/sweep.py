@@ -62,11 +62,14 @@ def _cell(k: int, concurrency: int, counts: dict[str, Any], prompts: int, checkp
 
 def sweep(run: Any, tokens: list[int], concurrency: list[int] | None = None, checkpoint: str | None = None,
           prompts: int | None = None, backend: str | None = None) -> dict[str, Any]:
-    from specops.gpus import device_count as visible_gpus
     from specops.pipeline.evaluation.prompts import heldout_token_ids
     from specops.pipeline.evaluation.step import chosen_checkpoint
+    from specops.pipeline.run import resolve
 
-    backend = backend or run.config.evaluate.backend or run.backend(visible_gpus())
+    effective = resolve(run, evaluate=backend)
+    for note in effective.notes:
+        say(note)
+    backend = effective.evaluate_backend
     concurrency = concurrency or [1]
     if backend == "hf" and concurrency != [1]:
         raise BadInput("--concurrency: the hf backend replays the drafting and measures acceptance only "
@@ -75,7 +78,7 @@ def sweep(run: Any, tokens: list[int], concurrency: list[int] | None = None, che
     token_ids = heldout_token_ids(run, prompts)
     from specops.pipeline.parity import before_evaluation
 
-    parity = before_evaluation(run, folder)  # as before every evaluation: one line and exit 1 on a mismatch
+    parity = before_evaluation(run, folder, effective)  # as before every evaluation: one line and exit 1 on a mismatch
     max_tokens = run.config.evaluate.max_tokens
     say(f"sweep of checkpoint {folder.name}: num_speculative_tokens {tokens}, concurrency {concurrency}, "
         f"{len(token_ids)} held-out prompts, {max_tokens} tokens each, backend {backend}")

@@ -76,10 +76,11 @@ class VllmBackend:
 
 
 def backend_for(run: Run, asked: str | None = None) -> Backend:
-    """The backend asked for, else the run's (`backend:`), else hf on a host without GPUs, vllm otherwise."""
-    from specops import gpus
+    """The backend asked for (the run's settings' backend, from the pipeline), else the run's settings resolved
+    here (`backend:`, else hf on a host without GPUs, vllm otherwise)."""
+    from specops.pipeline.run import resolve
 
-    name = asked or run.backend(gpus.device_count())
+    name = asked or resolve(run).backend
     if name == "hf":
         return HfBackend()
     if name == "vllm":

@@ -1,11 +1,15 @@
 """The parity gate: before the first training step and before every evaluation, the draft's config read the
 way the installed vLLM reads it, against what training used. A mismatch is one line, exit 1.
 
-    before_training(run, plan, gpus)   speculators' own `train --dry-run` (the same command, another save
-                                       path) writes the draft config training will write; checked, then,
-                                       where it is cheap (a serve env and a GPU host, or the vllm backend),
-                                       one real request through the serving path with that untrained draft
-    before_evaluation(run, folder)     the checkpoint to be evaluated, checked the same way
+    before_training(run, plan, settings)   whether this host's vLLM can serve the draft beside the target at all
+                                       (the run's settings: the attention backends' KV cache blocks, read
+                                       from its files; asked to serve it and it cannot: one line, before any
+                                       load); speculators' own `train --dry-run` (the same command, another
+                                       save path) writes the draft config training will write; checked, then,
+                                       where it is cheap (the settings' parity_serve: a serve env and a GPU
+                                       host, or vLLM serving the run), one real request through the serving
+                                       path with that untrained draft; its failure stops the run
+    before_evaluation(run, folder, settings)  the checkpoint to be evaluated, checked the same way
 
 The report goes to <run>/parity/report.json (the last gate) and into the step's document.
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import atomic
+from specops.doctor import EVALUATE_ANYWAY
 from specops.errors import CheckFailed
 from specops.pipeline.parity import checks, draft
 from specops.pipeline.parity.vllm_reading import VllmReading, read_vllm
@@ -129,20 +134,41 @@ def dry_run_draft(run: Any, plan: Any) -> Path:
     return out
 
 
-def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None) -> dict[str, Any]:
-    """The gate before the first training step; CheckFailed (exit 1) on a mismatch, before anything trains."""
-    reading = read_vllm()
+def check_servable(run: Any, settings: Any, *, asked: bool = False, when: str = "before training") -> None:
+    """The served check where it costs nothing: a run that asks vLLM to serve its draft (evaluate.backend: vllm,
+    parity.serve: true; `asked`: step parity --serve) on a host whose vLLM cannot serve it beside the target
+    (the settings' reading of its attention backends) is refused, one line naming the setting that evaluates
+    it anyway, before any load (the engine asks before its first step, the gate before the dry run)."""
+    unservable = settings.draft_unservable
+    if unservable and (asked or settings.serves_draft == "asked" or settings.evaluate_backend == "vllm"):
+        document = {"when": when, "draft": None, "vllm": settings.vllm_version, "vllm_read": True, "rows": [],
+                    "ok": False, "attention": settings.attention.to_dict(),
+                    "mismatch": f"served: {unservable}; set {EVALUATE_ANYWAY} in {run.label} (the hf replay "
+                                "evaluates the draft anyway) and leave parity.serve unset, or serve it on a GPU host"}
+        _record(run, document)
+        raise CheckFailed(f"parity ({when}, served): {document['mismatch']}")
+
+
+def before_training(run: Any, plan: Any, settings: Any, *, serve: bool | None = None) -> dict[str, Any]:
+    """The gate before the first training step; CheckFailed (exit 1) on a mismatch, before anything trains.
+    `settings`: the run's effective settings (pipeline.run.resolve): the serving vLLM, whether the served
+    request runs (`serve` overrides it: step parity --serve/--no-serve) and whether this host can serve the
+    draft at all (the attention backends' KV cache blocks, read from vLLM's files before any load)."""
+    check_servable(run, settings, asked=serve is True)
+    serve = settings.parity_serve if serve is None else serve
+    unservable = settings.draft_unservable
+    reading = read_vllm(search_path=settings.vllm_path)
     trained = trained_with(run, plan.d2t_path)
     untrained = dry_run_draft(run, plan)
     document = {"when": "before training", **check_folder(run, untrained, trained, reading)}
     if not document["ok"]:
         _refuse(run, document, "before training")
-    if serve is None:  # the run config's choice, else where it is cheap: a GPU host or a run served by vLLM
-        serve = run.config.parity.serve
-    if serve is None:
-        serve = reading is not None and (gpus > 0 or run.backend(gpus) == "vllm"
-                                         or (run.config.evaluate.backend or "") == "vllm")
-    if serve and reading is not None:
+    if settings.attention is not None:
+        document["attention"] = settings.attention.to_dict()
+    if serve and unservable:  # not asked: the served request is skipped, said (the evaluation uses the replay)
+        document["served"] = {"ok": None, "skipped": unservable}
+        say(f"the served request is skipped: {unservable}")
+    elif serve and reading is not None:
         from specops.pipeline.parity.live import one_request
 
         # a server load is minutes on a large target: the same untrained draft, vLLM and serve settings
@@ -154,7 +180,11 @@ def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None
         if known.get("key") == served_key and (known.get("served") or {}).get("ok"):
             document["served"] = {**known["served"], "reused": True}
         else:
-            document["served"] = one_request(run, untrained, trained, reading)
+            try:
+                document["served"] = one_request(run, untrained, trained, reading)
+            except CheckFailed as exc:  # the server did not start or answer: the draft cannot be served here
+                document["served"] = {"ok": False, "why": f"the server with the untrained draft did not serve one "
+                                                          f"request: {exc}"}
             atomic.write_json(parity_dir(run) / SERVED_RECORD, {"key": served_key, "served": document["served"]})
         if not document["served"]["ok"]:
             document["ok"], document["mismatch"] = False, document["served"]["why"]
@@ -164,12 +194,16 @@ def before_training(run: Any, plan: Any, gpus: int, *, serve: bool | None = None
     return document
 
 
-def before_evaluation(run: Any, folder: Path) -> dict[str, Any]:
-    """The gate before an evaluation, on the checkpoint to be evaluated."""
+def before_evaluation(run: Any, folder: Path, settings: Any) -> dict[str, Any]:
+    """The gate before an evaluation, on the checkpoint to be evaluated; with the vllm backend on a host
+    whose vLLM cannot serve the draft beside the target, one line naming the setting that evaluates it anyway."""
     from specops.pipeline.run import read_model_config, text_config
     from specops.pipeline.training import draft_vocab_size, vocab
 
-    reading = read_vllm()
+    if settings.evaluate_backend == "vllm" and settings.draft_unservable:
+        raise CheckFailed(f"parity (before evaluating {folder.name}): served: {settings.draft_unservable}; evaluate "
+                          f"with the hf replay (--backend hf, or {EVALUATE_ANYWAY} in {run.label})")
+    reading = read_vllm(search_path=settings.vllm_path)
     target_vocab = text_config(read_model_config(run.model_path)).get("vocab_size")
     d2t = vocab.outputs_in(run.paths.vocab, draft_vocab_size(run, target_vocab)).d2t if target_vocab else None
     trained = trained_with(run, d2t if d2t is not None and d2t.is_file() else None)

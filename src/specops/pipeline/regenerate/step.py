@@ -32,9 +32,10 @@ def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
 
 
 def chosen_backend(run: Run, backend: str | None) -> str:
-    from specops.gpus import device_count as visible_gpus
+    """`backend` as given (the pipeline's settings already chose it), else the run's settings with none asked."""
+    from specops.pipeline.run import resolve
 
-    return backend or run.config.regenerate.backend or run.backend(visible_gpus())
+    return backend or resolve(run).regenerate_backend
 
 
 def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> bool:
@@ -116,11 +117,10 @@ def regenerate(run: Run, backend: str | None = None, *, samples: int | None = No
 def pipeline_step(context: StepContext) -> dict[str, Any]:
     """The pipeline's regenerate: as many answers as prepare's N rows need; across hosts, each host
     answers its share and every host joins all of them (regenerate.shares.across_hosts)."""
-    backend = context.run.config.regenerate.backend or context.backend
+    backend = context.settings.regenerate_backend
     if context.hosts.count == 1:
         return regenerate(context.run, backend, samples=context.samples)
     from specops.pipeline.regenerate.shares import across_hosts
 
-    backend = chosen_backend(context.run, backend)
     report = across_hosts(context, backend, regenerate_inputs(context.run, backend))
     return {**report, "figures": {"regenerate": shares_of(report)}}

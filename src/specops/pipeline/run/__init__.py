@@ -1,5 +1,6 @@
-"""The run room: a run's config (runs/<name>.yaml), its folders, its manifest and the fingerprints
-of step inputs. Every other room reads a run through this face."""
+"""The run room: a run's config (runs/<name>.yaml), its folders, its manifest, the fingerprints of step
+inputs, and its effective settings on this host (run config + command line + host, resolved once: settings.py).
+Every other room reads a run through this face."""
 
 from specops.pipeline.run.config import (
     Run,
@@ -7,6 +8,7 @@ from specops.pipeline.run.config import (
     RunPaths,
     check_run_name,
     config_hash,
+    default_backend,
     derive_layer_ids,
     load_run_config,
     read_model_config,
@@ -15,8 +17,9 @@ from specops.pipeline.run.config import (
 from specops.pipeline.run.context import Hosts, OneHost, StepContext, Training, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
 from specops.pipeline.run.manifest import Manifest, dependents, package_versions
+from specops.pipeline.run.settings import EffectiveSettings, resolve
 
-__all__ = ["Hosts", "Manifest", "OneHost", "Run", "RunConfig", "RunPaths", "StepContext", "Training",
-           "check_run_name", "config_hash", "dependents", "derive_layer_ids", "file_digest", "file_sha256",
-           "load_run_config", "model_digest", "package_versions", "read_model_config", "shares_of", "text_config",
-           "tokenizer_digest"]
+__all__ = ["EffectiveSettings", "Hosts", "Manifest", "OneHost", "Run", "RunConfig", "RunPaths", "StepContext",
+           "Training", "check_run_name", "config_hash", "default_backend", "dependents", "derive_layer_ids",
+           "file_digest", "file_sha256", "load_run_config", "model_digest", "package_versions", "read_model_config",
+           "resolve", "shares_of", "text_config", "tokenizer_digest"]

@@ -386,9 +386,9 @@ class Run:
                              gpu_memory_bytes)
 
     def backend(self, gpu_count: int) -> str:
-        if self.config.backend is not None:
-            return self.config.backend
-        return "hf" if gpu_count == 0 else "vllm"
+        """The run's backend before any command line (default_backend: the one rule); a step reads the run's
+        effective settings (settings.resolve), which add --backend and the host."""
+        return default_backend(self, gpu_count)[0]
 
     def describe(self, gpu_count: int) -> dict[str, Any]:
         return {
@@ -404,3 +404,11 @@ class Run:
                 "paths": self.paths.as_dict(),
             },
         }
+
+
+def default_backend(run: Run, gpus: int) -> tuple[str, str]:
+    """(the run's backend before any flag, where it came from): `backend:`, else hf on a host without GPUs,
+    vllm otherwise. settings.resolve adds the command line's --backend."""
+    if run.config.backend is not None:
+        return run.config.backend, f"{run.label}: backend"
+    return ("hf", "default: no GPU on this host") if gpus == 0 else ("vllm", f"default: {gpus} GPU(s) on this host")

@@ -1,4 +1,4 @@
-"""What the engine hands a step: the run, the settings applied once, and the hosts the run spans.
+"""What the engine hands a step: the run, its effective settings (resolved once), and the hosts the run spans.
 
 A step's own room holds its pipeline function, `pipeline_step(context) -> report` (the engine imports it
 by the step table's name, specops.steps); the report's `figures` are what the pipeline's summary shows
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specops.pipeline.run.config import Run
+    from specops.pipeline.run.settings import EffectiveSettings
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,14 @@ class OneHost:
 class StepContext:
     run: Run
     samples: int | None        # --samples, else the run's `samples` (applied once, by the engine)
-    backend: str               # the backend chosen for the run on this host (hf | vllm)
+    settings: EffectiveSettings  # the run's effective settings on this host (run.settings.resolve, once)
     hosts: Hosts = field(default_factory=OneHost)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier steps' reports, this pipeline
+
+    @property
+    def backend(self) -> str:
+        """The run's backend on this host (hf | vllm): the settings' one answer."""
+        return self.settings.backend
 
     @property
     def name(self) -> str:

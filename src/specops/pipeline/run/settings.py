@@ -1,0 +1,141 @@
+"""The run's effective settings on this host: the run config, the command line and the host's facts
+resolved ONCE per invocation; the doctor (through pipeline.preflight), the parity gate and every step read
+that one resolution, so one run never has two answers to "which backend".
+
+    backend             --backend, else the run's `backend:`, else hf on a host without GPUs, vllm otherwise
+    regenerate_backend  the regenerate command's --backend, else `regenerate.backend`, else `backend`
+    evaluate_backend    the evaluate command's --backend, else `evaluate.backend`, else `backend`; where it is
+                        vllm only by default and this host's vLLM cannot serve the draft beside the target
+                        (the attention backends' KV cache blocks, read from its files by the doctor), the hf
+                        replay stands in, said in one line
+    dtype               what the target computes in here (bf16 on GPUs, fp32 on CPUs, unless `dtype:`)
+    serve_python        the serve env's interpreter (SPECOPS_SERVE_PYTHON, from the inventory's envs.serve)
+    vllm_path           where the vLLM that serves is read: the serve env, else this env (None: no vLLM)
+    serves_draft        "asked" (the run asks vLLM to serve the draft: evaluate.backend: vllm, parity.serve:
+                        true, evaluate --backend vllm), "default" (only by the run's backend), None
+    parity_serve        the gate's served request runs: `parity.serve`, else where it is cheap (a vLLM to
+                        read and a GPU host, or vLLM serving the run) and the draft can be served here
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specops.errors import BadInput
+
+if TYPE_CHECKING:
+    from specops.doctor import AttentionReading
+    from specops.pipeline.run.config import Run
+
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    backend: str
+    regenerate_backend: str
+    evaluate_backend: str
+    dtype: str
+    gpus: int
+    serve_python: str | None = None
+    vllm_path: list[str] | None = None
+    vllm_version: str | None = None
+    serves_draft: str | None = None
+    parity_serve: bool = False
+    attention: AttentionReading | None = None
+    origins: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
+    notes: tuple[str, ...] = ()  # what the resolution changed, one line each (a fallback)
+
+    @property
+    def draft_unservable(self) -> str | None:
+        """Why this host's vLLM cannot serve the draft beside the target; None when it can or cannot be told."""
+        if self.attention is None or self.attention.servable is not False:
+            return None
+        return f"vLLM {self.vllm_version} cannot serve the EAGLE-3 draft beside this target here: {self.attention.why}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.backend, "regenerate_backend": self.regenerate_backend,
+                "evaluate_backend": self.evaluate_backend, "dtype": self.dtype, "gpus": self.gpus,
+                "serve_python": self.serve_python, "vllm": self.vllm_version, "serves_draft": self.serves_draft,
+                "parity_serve": self.parity_serve, "origins": dict(self.origins), "notes": list(self.notes),
+                "attention": self.attention.to_dict() if self.attention is not None else None}
+
+    @classmethod
+    def fixed(cls, backend: str, gpus: int = 0) -> EffectiveSettings:
+        """Settings that are only a backend (a host that reads nothing else: tests of the engine's order)."""
+        return cls(backend, backend, backend, "float32" if gpus == 0 else "bfloat16", gpus)
+
+
+def _checked(value: str, flag: str) -> str:
+    if value not in BACKENDS:
+        raise BadInput(f"{flag}: {value!r} is not one of {', '.join(BACKENDS)}")
+    return value
+
+
+def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = None, evaluate: str | None = None,
+            gpus: int | None = None, serve_python: str | None = None) -> EffectiveSettings:
+    """The one resolution of this invocation. `backend`: the run's backend from the command line (pipeline,
+    extract, prepare); `regenerate`/`evaluate`: that step command's own --backend."""
+    from specops.doctor import chosen_serve_python, vllm_path, vllm_version
+    from specops.pipeline.run.config import default_backend
+    from specops.planning import hidden_state_dtype
+
+    if gpus is None:
+        from specops.gpus import device_count
+
+        gpus = device_count()
+    config, origins, notes = run.config, {}, []
+    if backend is not None:
+        chosen, origins["backend"] = _checked(backend, "--backend"), "--backend"
+    else:
+        chosen, origins["backend"] = default_backend(run, gpus)
+    if regenerate is not None:
+        regenerate_backend, origins["regenerate_backend"] = _checked(regenerate, "--backend"), "--backend"
+    elif config.regenerate.backend is not None:
+        regenerate_backend = config.regenerate.backend
+        origins["regenerate_backend"] = f"{run.label}: regenerate.backend"
+    else:
+        regenerate_backend, origins["regenerate_backend"] = chosen, "the run's backend"
+    if evaluate is not None:
+        evaluate_backend, origins["evaluate_backend"] = _checked(evaluate, "--backend"), "--backend"
+    elif config.evaluate.backend is not None:
+        evaluate_backend, origins["evaluate_backend"] = config.evaluate.backend, f"{run.label}: evaluate.backend"
+    else:
+        evaluate_backend, origins["evaluate_backend"] = chosen, "the run's backend"
+    asked_to_serve = (evaluate_backend == "vllm" and origins["evaluate_backend"] != "the run's backend"
+                      and (evaluate is not None or config.evaluate.enabled)) or config.parity.serve is True
+    serve_python = chosen_serve_python(serve_python)
+    path = vllm_path(serve_python)
+    version = vllm_version(path) if path else None
+    if config.parity.serve is not None:
+        parity_serve, origins["parity_serve"] = config.parity.serve, f"{run.label}: parity.serve"
+    else:
+        parity_serve = path is not None and (gpus > 0 or chosen == "vllm" or evaluate_backend == "vllm")
+        origins["parity_serve"] = "where cheap: " + ("a vLLM to read and a GPU host or a vllm run" if parity_serve else
+                                                     "no vLLM here, or neither a GPU host nor a vllm run")
+    serves_draft = "asked" if asked_to_serve else "default" if (
+        evaluate_backend == "vllm" and config.evaluate.enabled) else None
+    attention = _attention(run, path, gpus) if path is not None and (
+        parity_serve or evaluate_backend == "vllm") else None
+    if attention is not None and attention.servable is False and not asked_to_serve:
+        why = f"vLLM {version} cannot serve the EAGLE-3 draft beside this target here: {attention.why}"
+        if evaluate_backend == "vllm":
+            evaluate_backend, origins["evaluate_backend"] = "hf", "fallback: this host's vLLM cannot serve the draft"
+            notes.append(f"evaluate: {why}; the draft is evaluated by the hf replay instead "
+                         f"(set evaluate.backend: hf in {run.label} to say so)")
+        if parity_serve:
+            parity_serve, origins["parity_serve"] = False, "skipped: this host's vLLM cannot serve the draft"
+            notes.append(f"parity: the served request is skipped: {why}")
+    return EffectiveSettings(chosen, regenerate_backend, evaluate_backend,
+                             hidden_state_dtype(config.dtype, gpus > 0), gpus, serve_python, path, version,
+                             serves_draft, parity_serve, attention, origins, tuple(notes))
+
+
+def _attention(run: Run, path: list[str], gpus: int) -> AttentionReading | None:
+    from specops.doctor import draft_attention
+    from specops.pipeline.run.config import read_model_config, text_config
+
+    if not (run.model_path / "config.json").is_file():
+        return None
+    return draft_attention(path, text_config(read_model_config(run.model_path)), gpus)

