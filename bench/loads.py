@@ -1,6 +1,6 @@
 """vLLM server loads per pipeline, before and after issue 34, side by side; and how honest the speedup's baseline is.
 
-    python bench/loads.py [--before REV] [--samples 48] [--epochs 2] [--no-before]
+    python bench/loads.py [--before REV|PATH] [--samples 48] [--epochs 2] [--no-before]
 
 The tiny run with `backend: vllm` (regenerate, the parity gate's served check and evaluate on) runs the
 whole `pipeline` twice on fresh workdirs: once with the agent of git revision REV (default: the commit
@@ -132,7 +132,8 @@ def dedicated_extraction(folder: Path) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default=BEFORE, help="git revision of the agent before (default %(default)s)")
+    parser.add_argument("--before", default=BEFORE,
+                        help="the agent before: a git revision, or a folder holding its src/ (default %(default)s)")
     parser.add_argument("--samples", type=int, default=48)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--no-before", action="store_true", help="only this tree")
@@ -148,9 +149,13 @@ def main() -> None:
         root = Path(tmp)
         if not args.no_before:
             old = root / "before-src"
-            old.mkdir()
-            archive = subprocess.run(["git", "archive", args.before, "src"], cwd=REPO, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+            if Path(args.before, "src", "specops").is_dir():  # a checkout (or an exported tree) of the before
+                old = Path(args.before)
+            else:
+                old.mkdir()
+                archive = subprocess.run(["git", "archive", args.before, "src"], cwd=REPO, capture_output=True,
+                                         check=True)
+                subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
             before = workdir(root / "before", args.samples, args.epochs)
             rows[f"before ({args.before})"] = pipeline(before, old / "src")
             stop_left(before, old / "src")
