@@ -34,6 +34,27 @@ class Trained:
     draft_vocab: int | None  # the d2t file training was given (entries), None without one
     architecture: str | None  # the target's architectures[0]
     speculator_type: str = "eagle3"  # what specops trains
+    extracted_by: str | None = None  # the extraction backend that captured the files (the manifest), None: none yet
+    final_layer: bool = False  # training reads the final layer's output (id n) from the files
+
+
+def capture_rows(trained: Trained, capture: Any, where_vllm: str) -> list[dict[str, Any]]:
+    """vLLM's own numbering of the states its target model captures (doctor.aux_capture, read from the model's
+    forward) against the numbering training's files used: id i entering layer i; and, where vLLM extracted the
+    files, the final layer's output (id n: DeepseekV2Model captures it only from vLLM 0.25, vLLM #48124)."""
+    rows: list[dict[str, Any]] = []
+    where = f"{where_vllm}: {capture.model_class or trained.architecture}.forward ({capture.where})"
+    numbering = {True: "id i entering layer i", False: "id i the output of layer i", None: "not read"}
+    _row(rows, "auxiliary layer numbering", numbering[True], numbering[capture.entering], where)
+    if capture.entering is None:
+        rows[-1].update(ok=True, unknown=True)  # unknown is said, not refused
+    if trained.final_layer and trained.extracted_by == "vllm":
+        _row(rows, "final layer captured", f"id {trained.target_layers}",
+             {True: f"id {trained.target_layers}", False: "never (vLLM #48124, fixed in 0.25)", None: "not read"}[
+                 capture.final], where)
+        if capture.final is None:
+            rows[-1].update(ok=True, unknown=True)
+    return rows
 
 
 def vllm_numbering(capture_ids: list[int], backend: str) -> list[int]:

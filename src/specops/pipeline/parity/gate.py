@@ -65,7 +65,9 @@ def trained_with(run: Any, d2t: Path | None) -> checks.Trained:
     return checks.Trained(aux_layers=ids[:-1] if ids and ids[-1] == layers else ids, aux_origin=origin,
                           target_layers=layers, target_vocab=text.get("vocab_size"),
                           draft_vocab=draft.npy_length(d2t) if d2t is not None else None,
-                          architecture=architectures[0] if architectures else None)
+                          architecture=architectures[0] if architectures else None,
+                          extracted_by=extract.get("backend") if extract.get("layer_ids") else None,
+                          final_layer=bool(ids) and ids[-1] == layers)
 
 
 def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmReading | None) -> dict[str, Any]:
@@ -76,6 +78,12 @@ def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmR
                if reading is not None and trained.architecture else None)
     rows = checks.compare(draft.read_config(folder), draft.tensor_shapes(folder), trained, reading, SERVED_METHOD,
                           draft.speculators_defaults(), support)
+    if reading is not None and trained.architecture:
+        from specops.analysis import ModuleIndex
+        from specops.doctor import aux_capture
+
+        rows += checks.capture_rows(trained, aux_capture(ModuleIndex(reading.search_path), trained.architecture),
+                                    f"vLLM {reading.version}")
     bad = [row for row in rows if not row["ok"]]
     return {"draft": str(folder), "vllm": reading.version if reading else None,
             "vllm_read": bool(reading), "rows": rows, "ok": not bad,
