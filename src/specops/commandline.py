@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from specops.commandspec import BadArgument, Command, Flag, Kind, Rule, Values, excludes, given, needs, only_with
 from specops.errors import BadInput
-from specops.flags import non_negative_int, part_of, positive_int
 from specops.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
@@ -138,13 +137,24 @@ def _optional(value: object, check: Any, flag: str, *extra: Any) -> Any:
 
 # ---- kinds of value: the control side's check, the agent's parse, the text between them
 
+def _parse_with(name: str) -> Callable[[str], object]:
+    """specops.flags' parse `name`, imported when the agent parses a number (`job list` never does)."""
+    def parse(text: str) -> object:
+        from specops import flags
+
+        return getattr(flags, name)(text)
+
+    parse.__name__ = name
+    return parse
+
+
 NAME = Kind(_name)
 TEXT = Kind(_text)
-WHOLE = Kind(_whole, "int | str | None", parse=positive_int)  # invoke hands numbers over as text
-COUNT = Kind(partial(_whole, minimum=0), "int | str | None", parse=non_negative_int)
+WHOLE = Kind(_whole, "int | str | None", parse=_parse_with("positive_int"))  # invoke hands numbers over as text
+COUNT = Kind(partial(_whole, minimum=0), "int | str | None", parse=_parse_with("non_negative_int"))
 BACKEND = Kind(partial(_choice, choices=BACKENDS), choices=BACKENDS)
 REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
-PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
+PART = Kind(_part, "tuple[int, int] | None", parse=_parse_with("part_of"), text=lambda part: "{}/{}".format(*part))
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)

@@ -5,15 +5,15 @@ From it come the control side's builder (`command.builder()`: keywords in, a che
 naming the flag) and the agent's argparse parser (`command.add_to(subparsers, handler)`: the same flags,
 the same rules checked before the handler runs, BadInput). A flag or rule added to the spec reaches both;
 tests/foundation/test_commandline.py round-trips every builder through the agent's parser.
-Standard library only: remote/ imports this module (through specops.commandline).
+Standard library only, and light: remote/ imports this module (through specops.commandline), and so does
+every `job` command on the host (named tuples, not dataclasses: `job list` is what `invoke status` waits for).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from specops.errors import BadInput
 
@@ -28,8 +28,7 @@ def _as_text(value: object) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(NamedTuple):
     """How a flag's value travels: `check(value, flag)` is the control side's check (the value as the agent
     will parse it, or BadArgument), `text` writes it on the command line, `parse` is the agent's argparse
     type (None: the text as it is), `annotation` is the builder's keyword type."""
@@ -41,8 +40,7 @@ class Kind:
     choices: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
-class Flag:
+class Flag(NamedTuple):
     """`--dest-with-dashes`: `kind` None is a switch (given alone, or not at all); `tristate`: --x / --no-x /
     neither; `positional`: a bare value after the command's words (`job show ID`). `default` is the agent's
     value when the flag is not given (the builder then leaves it out)."""
@@ -62,8 +60,7 @@ class Flag:
         return self.dest if self.positional else "--" + self.dest.replace("_", "-")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A rule between flags: `broken(values)` is the one line that refuses them, or None. `values` holds
     every flag's value (None or False: not given), as the agent parses them."""
 
@@ -92,14 +89,13 @@ def needs(anchor: str, required: Sequence[str], message: str) -> Rule:
         given(values[name]) for name in required) else None)
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """An agent command: `python -m specops <words...> <flags>`."""
 
     words: tuple[str, ...]
     help: str
     flags: tuple[Flag, ...]
-    rules: tuple[Rule, ...] = field(default=())
+    rules: tuple[Rule, ...] = ()
 
     @property
     def name(self) -> str:
@@ -140,21 +136,20 @@ class Command:
         return argv
 
     def builder(self, module: str) -> Callable[..., list[str]]:
-        """A keyword-only function `name(**values) -> argv`, with a signature `inspect` and `help()` read."""
-
-        def build(**values: object) -> list[str]:
-            return self.argv(**values)
-
-        build.__name__ = build.__qualname__ = self.name
-        build.__module__ = module
+        """A real keyword-only function `name(*, flag=default, ...) -> argv`, its parameters the flags (so
+        `help()`, `inspect` and a caller's TypeError see them). Written as source and compiled, as the
+        standard library's namedtuple does: building an `inspect.Signature` would import inspect on every
+        agent call."""
+        parameters = ", ".join(f"{flag.dest}: {_annotation(flag)}" + (
+            "" if flag.required else f" = {None if flag.tristate or flag.kind else False}") for flag in self.flags)
+        source = (f"def {self.name}({'*, ' + parameters if parameters else ''}) -> list[str]:\n"
+                  f"    return command.argv(**locals())\n")
+        namespace: dict[str, object] = {"command": self}
+        exec(source, namespace)  # the flags' dests are identifiers: the spec is ours, not input
+        build = namespace[self.name]
+        build.__module__ = module  # type: ignore[attr-defined]
         build.__doc__ = f"`{' '.join(self.words)}`: {self.help}"
-        build.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter(flag.dest, inspect.Parameter.KEYWORD_ONLY,
-                               default=inspect.Parameter.empty if flag.required else (None if flag.tristate or
-                                                                                       flag.kind else False),
-                               annotation=_annotation(flag)) for flag in self.flags],
-            return_annotation="list[str]")
-        return build
+        return build  # type: ignore[return-value]
 
     def add_to(self, subparsers: argparse._SubParsersAction, handler: Callable[[argparse.Namespace], object],
                **parser_options: object) -> argparse.ArgumentParser:
