@@ -44,11 +44,12 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     return run_steps(run_name, samples, skip, backend, hosts)
 
 
-def run_reads(step: str, run_name: str, samples: int | None) -> StepContext:
-    """The steps `step` reads, run first as the pipeline would on one host; the context they ran in."""
+def run_reads(step: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:
+    """The steps `step` reads, run first as the pipeline would on one host; the context they ran in (the
+    run's settings with the command's --backend)."""
     from specops.pipeline.engine import run_reads as run_first
 
-    return run_first(step, run_name, samples)
+    return run_first(step, run_name, samples, backend)
 
 
 __all__ = ["open_run", "run_pipeline", "run_reads"]
