@@ -276,7 +276,8 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
         checked = check_run(conn, member, run_name, refuse_busy=not wait)
-        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None)}
+        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None,
+                                                  as_patched=not skip_patches)}
 
     jobs, summary = pipeline_on_hosts(chosen, inventory, run_name, check, samples=chosen_samples,
                                       backend=backend or None, skip_patches=skip_patches, no_fetch=no_fetch,

@@ -38,7 +38,7 @@ RUN_CHECK_TIMEOUT_S = 300
 
 
 def doctor_call(conn: Connection, host: Host, run: str | None,
-                backend: str | None = None) -> tuple[int, dict[str, Any]]:
+                backend: str | None = None, as_patched: bool = False) -> tuple[int, dict[str, Any]]:
     """The doctor on the host; with a run, as the command line will run it (`backend`: its --backend) and with
     vLLM judged in the host's serve env (inventory envs.serve), where the run's server runs."""
     from remote.agent import agent_call
@@ -46,7 +46,7 @@ def doctor_call(conn: Connection, host: Host, run: str | None,
     # A cold doctor imports the run's packages in a child python (torch, transformers: a minute on a
     # loaded 2-core machine, more on a busy host); a dead host is caught sooner by the liveness check.
     argv = commandline.doctor(run=run, backend=backend if run else None,
-                              serve_python=host.envs.get("serve") if run else None)
+                              serve_python=host.envs.get("serve") if run else None, as_patched=as_patched)
     result = agent_call(conn, host, argv, timeout=DOCTOR_TIMEOUT_S)
     return result.exit_code, result.document
 
@@ -97,12 +97,14 @@ def render_findings(document: dict[str, Any], title: str, *, only_problems: bool
     out.print(view)
 
 
-def preflight(conn: Connection, host: Host, run: str, skip: bool, backend: str | None = None) -> dict[str, Any]:
+def preflight(conn: Connection, host: Host, run: str, skip: bool, backend: str | None = None,
+              as_patched: bool = False) -> dict[str, Any]:
     """The doctor before a launch: refuse to start on any error, unless skipped (and recorded). `backend`:
-    the launch's --backend (the doctor judges the run the job will run)."""
+    the launch's --backend (the doctor judges the run the job will run); `as_patched`: the launch applies
+    the fitting patch sets first (the pipeline), so the code is judged as they will leave it."""
     if skip:
         return {"skipped": True}
-    code, document = doctor_call(conn, host, run, backend)
+    code, document = doctor_call(conn, host, run, backend, as_patched)
     if code == 2:
         raise BadInput(local_config_name(f"{document.get('error')}", run))
     if not document.get("ok"):

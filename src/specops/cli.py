@@ -38,7 +38,13 @@ def _doctor() -> tuple[Register, ...]:
     from specops.doctor import commands
 
     # The doctor is a leaf: the pipeline's Run -> RunSettings is handed to it from here.
-    return (lambda sub: commands.register(sub, settings_of_run=_run_settings),)
+    return (lambda sub: commands.register(sub, settings_of_run=_run_settings, pending=_pending_patches),)
+
+
+def _pending_patches(index: Any, search_path: list[str]) -> list[dict]:
+    from specops.patching.pending import overlay_fitting_sets
+
+    return overlay_fitting_sets(index, search_path)
 
 
 def _run_settings(name: str, backend: str | None = None, serve_python: str | None = None) -> Any:

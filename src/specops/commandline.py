@@ -359,12 +359,15 @@ def ping() -> list[str]:
     return ["ping"]
 
 
-def doctor(*, run: str | None = None, backend: str | None = None, serve_python: str | None = None) -> list[str]:
+def doctor(*, run: str | None = None, backend: str | None = None, serve_python: str | None = None,
+           as_patched: bool = False) -> list[str]:
     """`doctor`: with `run`, its checks as the command line will run it (`backend`: its --backend) and vLLM
-    judged in the host's serve env (`serve_python`: inventory envs.serve)."""
+    judged in the host's serve env (`serve_python`: inventory envs.serve); `as_patched`: the installed code
+    as the fitting patch sets will leave it (the pipeline applies them as its first step)."""
     return ["doctor", *_flags(run=_optional(run, _name, "--run"),
                               backend=_optional(backend, _choice, "--backend", BACKENDS),
-                              serve_python=_optional(serve_python, _text, "--serve-python"))]
+                              serve_python=_optional(serve_python, _text, "--serve-python")),
+            *(["--as-patched"] if as_patched else [])]
 
 
 def patch(*, action: str, sets: Sequence[str] = (), dry_run: bool = False, deep: bool = False,

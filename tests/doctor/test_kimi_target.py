@@ -189,18 +189,42 @@ def test_a_train_command_without_trust_remote_code_is_an_error(
     assert "the run's speculators train command has no --trust-remote-code" in error["why"]
 
 
-def test_a_speculators_loader_without_trust_remote_code_on_the_runs_path_is_an_error(
-        capsys: pytest.CaptureFixture[str], kimi: Path) -> None:
+@pytest.mark.wheels
+def test_a_speculators_loader_without_trust_remote_code_is_an_error_unless_a_fitting_patch_set_fixes_it(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # speculators 0.9.0's regenerate-responses loads the tokenizer bare (cli/regenerate_responses.py): the
-    # vllm backend's regenerate step runs it; the hf backend never does, so it is not judged there
-    served, _ = judged(capsys, kimi / MODEL, backend="vllm")
-    local, _ = judged(capsys, kimi / MODEL)
+    # vllm backend's regenerate step runs it; the hf backend never does, so it is not judged there. The
+    # released wheel is judged (the checkout's .venv may carry the fix already, applied by a pipeline).
+    from tests.support.wheels import site_with
+
+    pristine = site_with(tmp_path / "site", ("speculators", "0.9.0"))
+    no_patches = tmp_path / "workdir-without-patches"
+    no_patches.mkdir()
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(no_patches))
+    served, _ = judged(capsys, kimi / MODEL, "--site", str(pristine), backend="vllm")
+    local, _ = judged(capsys, kimi / MODEL, "--site", str(pristine))
 
     [error] = [f for f in errors(served) if "trust_remote_code" in f["why"]]
-    assert error["where"].endswith("speculators/cli/regenerate_responses.py:" + error["where"].rsplit(":", 1)[1])
+    assert error["where"].startswith(str(pristine / "speculators" / "cli" / "regenerate_responses.py:"))
     assert "speculators 0.9.0 loads the tokenizer without trust_remote_code" in error["why"]
     assert "this model's tokenizer is remote code" in error["why"]
     assert not [f for f in errors(local) if "trust_remote_code" in f["why"]]
+
+    # the pipeline's first step applies every patch set that fits this host: before it (--as-patched) the
+    # doctor judges the code as the set speculators-0.9.0-remote-code will leave it, and says so, writing
+    # nothing; without --as-patched it judges what is installed
+    with_patches = tmp_path / "workdir-with-patches"
+    with_patches.mkdir()
+    (with_patches / "patches").symlink_to(REPO / "patches")
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(with_patches))
+    before = (pristine / "speculators" / "cli" / "regenerate_responses.py").read_bytes()
+    installed, _ = judged(capsys, kimi / MODEL, "--site", str(pristine), backend="vllm")
+    assert [f for f in errors(installed) if "trust_remote_code" in f["why"]]
+    served, _ = judged(capsys, kimi / MODEL, "--site", str(pristine), "--as-patched", backend="vllm")
+    assert not [f for f in errors(served) if "trust_remote_code" in f["why"]]
+    [judged_patched] = [f for f in served if f["check"] == "patches" and "remote-code" in f["where"]]
+    assert "regenerate-tokenizer-trust" in judged_patched["why"] and "not applied yet" in judged_patched["why"]
+    assert (pristine / "speculators" / "cli" / "regenerate_responses.py").read_bytes() == before
 
 
 def shard_index(model: Path, keep: Callable[[str], bool]) -> Path:

@@ -92,6 +92,7 @@ class ModuleIndex:
         self._names_of_file: dict[Path, str | None] = {}
         self._may_define_cache: dict[tuple[str, str], bool] = {}
         self.signatures: dict[int, object] = {}  # filled by the signatures module, keyed by id(node)
+        self.overlays: dict[Path, str] = {}  # files read as given here, not as on disk (overlay())
 
     @property
     def files_parsed(self) -> int:
@@ -183,6 +184,14 @@ class ModuleIndex:
         return f"{base}/__init__.py" if file.name == "__init__.py" else f"{base}{file.suffix}"
 
     # ---- reading -------------------------------------------------------------------------------
+    def overlay(self, path: Path, text: str) -> None:
+        """Read `path` as `text` from now on: the source as a patch set that has not run yet will leave
+        it, so a check judges the code that will run (the doctor before the pipeline's patches step)."""
+        self.overlays[path] = text
+        self._texts[path] = text
+        self._trees.pop(path, None)
+        self._scopes.clear()
+
     def text(self, path: Path) -> str | None:
         if path not in self._texts:
             try:

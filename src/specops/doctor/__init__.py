@@ -8,7 +8,7 @@ with one it adds the run's checks (flags, model config, resources).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specops.doctor._attention import AttentionReading, read_attention
@@ -37,13 +37,15 @@ __all__ = ["CHECKS", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
-             checks: Iterable[str] | None = None) -> dict:
+             checks: Iterable[str] | None = None, pending: Callable | None = None) -> dict:
     """The doctor's document: {"ok", "scope", "findings", "versions", "timing_s"}; ok is False when any
     finding is an error.
 
     search_path  where the installed packages are looked up (default: this interpreter's sys.path)
     run          the run to judge; None judges the installed stack alone (scope "stack")
     checks       a subset of CHECKS (default: every check that applies to the scope)
+    pending      (index, search path) -> patch sets overlaid: judge the code as the run's patches step
+                 will leave it (specops.patching.pending.overlay_fitting_sets, handed in by specops.cli)
     """
     wanted = tuple(checks) if checks is not None else (CHECKS if run is not None else STACK_CHECKS)
     for name in wanted:
@@ -51,7 +53,7 @@ def diagnose(search_path: list[str] | None = None, run: RunSettings | None = Non
             raise BadInput(f"--checks: unknown check {name!r}; choose from {', '.join(CHECKS)}")
         if run is None and name in RUN_CHECKS:
             raise BadInput(f"--checks: {name} checks a run's settings; give --run NAME or --run-json")
-    document = run_doctor(run or RunSettings(backend=None), search_path, wanted)
+    document = run_doctor(run or RunSettings(backend=None), search_path, wanted, pending=pending)
     return {"ok": document["ok"], "scope": "run" if run is not None else "stack",
             **{key: value for key, value in document.items() if key != "ok"}}
 

@@ -27,7 +27,9 @@ def cached_items(name: str, parts: list, index: ModuleIndex, produce: Callable[[
     """`produce()`'s items, or the stored ones while every file and folder they came from is unchanged."""
     if not enabled():
         return produce()
-    key = cache.key_of(name, index.search_path, *parts)
+    # files read through an overlay (fitting patch sets not applied yet) are part of what was judged
+    overlaid = sorted((str(path), cache.key_of(text)) for path, text in index.overlays.items())
+    key = cache.key_of(name, index.search_path, overlaid, *parts)
     stored = cache.load(key)
     if isinstance(stored, list):
         hits[name] = True

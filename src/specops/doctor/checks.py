@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
@@ -62,11 +63,13 @@ def _same_folder(folder: Path, other: Path) -> bool:
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
-               checks: tuple[str, ...] = CHECKS) -> dict:
+               checks: tuple[str, ...] = CHECKS, pending: Callable | None = None) -> dict:
     """{"ok", "findings", "timing_s", "versions"}: ok is False when any finding is an error."""
     started = time.perf_counter()
     path = without_own_code(search_path if search_path is not None else sys.path)
     index = ModuleIndex(path)
+    # the run's first step applies the patch sets that fit: judge the code as they will leave it
+    overlaid = pending(index, path) if pending is not None else []
     installed = distributions(path)
     versions = {name: (installed[normalise(name)].version if normalise(name) in installed else None)
                 for name in ("vllm", "speculators", "transformers", "torch")}
@@ -124,6 +127,9 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         return [*found, tmux(), writable(workdir())]
 
     timed("resources", resources)
+    items.extend(Item("patches", "ok", entry["set"], f"judged as patch set {entry['set']} will leave it "
+                      f"({', '.join(entry['patches'])}: not applied yet; the pipeline's patches step applies it)")
+                 for entry in overlaid)
     return {
         "ok": not any(item.result == "error" for item in items),
         "findings": [item.to_dict() for item in items],

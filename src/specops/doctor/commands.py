@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from specops.analysis import ModuleIndex
 from specops.doctor import (
     CHECKS,
     SERVE_PYTHON_ENV,
@@ -21,11 +22,16 @@ from specops.errors import BadInput
 
 # runs/NAME.yaml on this host, with the command line's --backend and the serve env -> its settings
 SettingsOfRun = Callable[[str, str | None, str | None], RunSettings]
+# (index, search path) -> the patch sets overlaid on the index: [{"set", "patches", "description"}]
+Pending = Callable[[ModuleIndex, list[str]], list[dict]]
 
 
-def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOfRun | None = None) -> None:
+def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOfRun | None = None,
+             pending: Pending | None = None) -> None:
     """The `doctor` parser. `settings_of_run` reads a named run (the pipeline's preflight, handed in by
-    specops.cli so that the doctor never imports the pipeline); without it `--run` is refused."""
+    specops.cli so that the doctor never imports the pipeline); without it `--run` is refused. `pending`
+    overlays the fitting patch sets not applied yet (specops.patching.pending, handed in likewise: the
+    patching package imports the doctor), so a run is judged as its patches step will leave the code."""
     parser = subparsers.add_parser("doctor", help="check the installed stack (API contracts, capabilities); "
                                                   "with --run also the run's flags, model config and resources")
     parser.add_argument("--site", action="append", default=[], metavar="DIR",
@@ -39,12 +45,16 @@ def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOf
                              f"(default: ${SERVE_PYTHON_ENV}, else this env)")
     parser.add_argument("--checks", default=None,
                         help=f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)")
+    parser.add_argument("--as-patched", action="store_true",
+                        help="with --run: judge the installed code as the fitting patch sets not applied yet will "
+                             "leave it (the pipeline's first step applies them)")
     parser.add_argument("--no-import", action="store_true",
                         help="skip the import probe (a child python importing the run's packages, no GPU)")
-    parser.set_defaults(handler=lambda args: handle(args, settings_of_run))
+    parser.set_defaults(handler=lambda args: handle(args, settings_of_run, pending))
 
 
-def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = None) -> tuple[int, dict]:
+def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = None,
+           pending: Pending | None = None) -> tuple[int, dict]:
     for site in args.site:
         if not Path(site).is_dir():
             raise BadInput(f"--site {site}: not a directory")
@@ -71,7 +81,8 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         if settings_of_run is None:
             raise BadInput("doctor --run: this agent cannot read run configs")
         run = settings_of_run(args.run, args.backend, serve_python)
-    document = diagnose(site_path(args.site), run, checks)
+    as_patched = args.as_patched and run is not None
+    document = diagnose(site_path(args.site), run, checks, pending=pending if as_patched else None)
     if args.run:
         document["run"] = args.run
     return (0 if document["ok"] else 1), document
