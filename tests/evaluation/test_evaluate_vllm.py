@@ -1,9 +1,12 @@
 """Evaluate with the vllm backend: a real vLLM CPU server serves the trained draft as the target's EAGLE-3
 speculator; what specops reports is what the server itself counted, and the hf replay agrees with it.
 
-One evaluation (three servers: the target alone, with the trained draft, with the untrained one) is
-shared by the tests of this module; the last server is left running, so the test reads its own
-/metrics afterwards and stops it.
+One evaluation with every server opted in (three: the target alone, `evaluate.baseline_server`; with the
+trained draft; with the untrained one, `evaluate.untrained: server`) is shared by most tests of this
+module; the last server is left running, so the test reads its own /metrics afterwards and stops it.
+By default (issue 34) evaluate loads one server, the trained draft's: the untrained draft's floor comes
+from the hf replay, and with no target-alone rate measured during extract the report says the speedup
+was not measured.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pytest
 
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
+from tests.support.runs import edit_run
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
@@ -26,6 +30,7 @@ def served(evaluated, patched_vllm, tmp_path_factory) -> dict:
     port = free_port()
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("port: 8000", f"port: {port}"))
+    edit_run(config, evaluate={"untrained": "server", "baseline_server": True})  # every server, opted in
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     import os
     import subprocess
@@ -85,3 +90,29 @@ def test_speed_with_and_without_the_draft_is_reported(served) -> None:
     assert report["speedup"] == round(report["tokens_per_s_spec"] / report["tokens_per_s_base"], 3)
     jobs = [server["job"] for server in served["document"]["servers"]]
     assert len(jobs) == 3 and len(set(jobs)) == 3  # target alone, trained draft, untrained draft
+
+
+@pytest.fixture(scope="module")
+def by_default(evaluated, patched_vllm, tmp_path_factory) -> dict:
+    root = copy_of(evaluated, tmp_path_factory.mktemp("by-default") / "w")
+    config = root / "runs" / "tiny.yaml"
+    config.write_text(config.read_text().replace("port: 8000", f"port: {free_port()}"))
+    env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    agent(root, "job", "stop", "vllm-server", "--run", "tiny")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_by_default_one_server_the_replay_for_the_floor_and_no_speedup_claimed(by_default, evaluated) -> None:
+    assert len(by_default["servers"]) == 1  # the trained draft's
+    untrained = by_default["untrained"]
+    assert untrained["backend"] == "hf" and "replay" in untrained["scored_by"]
+    assert untrained["mean_acceptance_length"] == evaluated[1]["evaluation"]["untrained"]["mean_acceptance_length"]
+    report = by_default["report"]
+    assert report["speedup"] is None and report["tokens_per_s_spec"] > 0
+    assert report["speedup_baseline"]["how"].startswith("not measured")
