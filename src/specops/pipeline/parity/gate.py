@@ -33,6 +33,7 @@ from specops.pipeline.parity.vllm_reading import VllmReading, read_vllm
 
 PARITY_DIR = "parity"
 REPORT_FILE = "report.json"
+TRAINING_REPORT_FILE = "before-training.json"
 DRY_RUN_DIR = "untrained"
 DRY_RUN_RECORD = "dry_run.json"
 SERVED_RECORD = "served.json"
@@ -91,7 +92,12 @@ def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmR
 
 
 def _record(run: Any, document: dict[str, Any]) -> None:
-    atomic.write_json(parity_dir(run) / REPORT_FILE, {**document, "at": time.time()})
+    """report.json: the last gate; before-training.json: the last gate before training (evaluations do not
+    overwrite what the gate found before training: its served request among it)."""
+    stamped = {**document, "at": time.time()}
+    atomic.write_json(parity_dir(run) / REPORT_FILE, stamped)
+    if document.get("when") == "before training":
+        atomic.write_json(parity_dir(run) / TRAINING_REPORT_FILE, stamped)
 
 
 def _refuse(run: Any, document: dict[str, Any], when: str) -> None:
@@ -173,9 +179,11 @@ def before_training(run: Any, plan: Any, settings: Any, *, serve: bool | None = 
         _refuse(run, document, "before training")
     if settings.attention is not None:
         document["attention"] = settings.attention.to_dict()
-    if serve and unservable:  # not asked: the served request is skipped, said (the evaluation uses the replay)
+    # not asked: the served request is skipped, said (the evaluation uses the replay); the settings skip it too
+    if unservable and (serve or settings.origins.get("parity_serve", "").startswith("skipped")):
         document["served"] = {"ok": None, "skipped": unservable}
-        say(f"the served request is skipped: {unservable}")
+        if serve:  # asked here (step parity --serve); the run's settings said it at the pipeline's start
+            say(f"the served request is skipped: {unservable}")
     elif serve and reading is not None:
         from specops.pipeline.parity.live import one_request
 
@@ -228,5 +236,6 @@ def _summary(document: dict[str, Any]) -> str:
     served = document.get("served")
     return (f"{document['when']}: {len(keys)} keys agree with "
             f"{'vLLM ' + str(document['vllm']) if document['vllm_read'] else 'the config (no vLLM here to read)'}"
-            + (f"; one request served with the untrained draft: {served['num_drafts']} drafts"
-               + (" (served before, same draft and vLLM)" if served.get("reused") else "") if served else ""))
+            + ("; the served request skipped: this host's vLLM cannot serve the draft" if served and
+               served.get("skipped") else f"; one request served with the untrained draft: {served['num_drafts']} "
+               "drafts" + (" (served before, same draft and vLLM)" if served.get("reused") else "") if served else ""))
