@@ -90,11 +90,12 @@ def stop_left(folder: Path, src: Path) -> None:
 
 _BASELINE = """
 import json, sys
+from pathlib import Path
 from specops.pipeline.run import Run
 from specops.pipeline.evaluation.prompts import heldout_token_ids
 from specops.pipeline.evaluation.served import run_prompts
 from specops.pipeline.vllm import generating_server
-run = Run(sys.argv[1], sys.argv[2])
+run = Run(sys.argv[1], Path(sys.argv[2]))
 prompts = heldout_token_ids(run, None)
 server = generating_server(run)
 rates = [run_prompts(server["endpoint"], server["model"], prompts, run.config.evaluate.max_tokens, 3,
@@ -161,26 +162,29 @@ def main() -> None:
             stop_left(before, old / "src")
         after = workdir(root / "after", args.samples, args.epochs)
         rows["after (this tree)"] = pipeline(after, REPO / "src")
+        show(rows, args)
         recorded = json.loads((after / "runs" / RUN / "served_baseline.json").read_text())["tokens_per_s"]
         dedicated = dedicated_baseline(after)
+        print(f"\nthe target alone (evaluate's baseline): {recorded} tokens/s on the extraction server during "
+              f"extract, {dedicated} on a dedicated target-alone server (best of 2): ratio {recorded / dedicated:.3f}")
         equal, files = dedicated_extraction(after)
+        print(f"hidden-state files equal (sha256) to a dedicated extraction server's: {equal} of {files}")
         shutil.rmtree(root, ignore_errors=True)
 
+
+def show(rows: dict[str, dict], args: argparse.Namespace) -> None:
     print(f"\nthe tiny run, backend vllm, {args.samples} samples, {args.epochs} epochs, regenerate + parity gate's "
           "served check + evaluate (8 held-out prompts, 32 tokens)")
     print(f"{'':22} {'server starts':>13} {'s loading':>10} {'pipeline s':>11} {'speedup':>8} {'acceptance':>10}  "
           "left running")
     for name, row in rows.items():
         print(f"{name:22} {row['starts']:>13} {row['loading_s']:>10} {row['pipeline_s']:>11} {row['speedup']!s:>8} "
-              f"{row['acceptance']!s:>10}  {', '.join(row['left_running']) or '-'}")
+              f"{row['acceptance']!s:>10}  {', '.join(row['left_running']) or '-'}", flush=True)
     if len(rows) == 2:
         first, second = rows.values()
         print(f"after / before: starts {second['starts'] / first['starts']:.2f}, seconds loading "
               f"{second['loading_s'] / max(first['loading_s'], 1e-9):.2f}, pipeline "
-              f"{second['pipeline_s'] / first['pipeline_s']:.2f}")
-    print(f"\nthe target alone (evaluate's baseline): {recorded} tokens/s on the extraction server during extract, "
-          f"{dedicated} on a dedicated target-alone server (best of 2): ratio {recorded / dedicated:.3f}")
-    print(f"hidden-state files equal (sha256) to a dedicated extraction server's: {equal} of {files}")
+              f"{second['pipeline_s'] / first['pipeline_s']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ servers). What the module holds to:
 - the evaluation still reports a speedup, its baseline measured on the extraction server during extract;
 - the hidden-state files equal, byte for byte, those of a server that served nothing before them;
 - regenerate's own captures are gone from the staging folder;
-- the job log shows the load's progress from vLLM's own log, with the seconds elapsed.
+- the job log shows the load's progress from vLLM's own log, with the seconds elapsed;
+- without regenerate, extract's server is launched before prepare and loads while prepare runs.
 """
 
 from __future__ import annotations
@@ -110,3 +111,22 @@ def test_the_shared_servers_files_equal_a_dedicated_servers(piped, tmp_path) -> 
     assert code == 0, json.dumps(document)[:3000] + stderr[-4000:]
     assert document["server"]["reused"] is False  # a server of its own that served nothing before
     assert _digests(folder) == shared
+
+
+def test_without_regenerate_extracts_server_loads_while_prepare_runs(patched_vllm, tmp_path) -> None:
+    root = tiny_workdir(tmp_path / "w", free_port())
+    os.symlink(REPO / "patches", root / "patches")
+    config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
+    config.update(backend="vllm", samples=12)
+    config["vllm"]["port"] = free_port()
+    config["train"]["epochs"] = 1
+    config["regenerate"]["enabled"] = False
+    config["evaluate"].update(enabled=False, heldout_prompts=0)
+    config["parity"] = {"serve": False}
+    (root / "runs" / f"{RUN}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    code, summary, stderr = run_agent(root, "pipeline", "--run", RUN, env=ENV, timeout=PIPELINE_TIMEOUT_S)
+    assert code == 0, json.dumps(summary)[:3000] + stderr[-6000:]
+    assert stderr.index("== prepare") < stderr.index("ahead of extract") < stderr.index("prepare: done") \
+        < stderr.index("== extract")
+    assert "extract: reusing vLLM server job" in stderr[stderr.index("== extract"):]
+    assert summary["servers"]["starts"] == 1 and summary["servers"]["loads"][0]["ready_s"] > 0

@@ -114,6 +114,10 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
             if elsewhere:
                 results[entry.name] = {"status": f"on {elsewhere}"}
             else:
+                if entry.name == "prepare" and hosts.count == 1 and context.backend == "vllm":
+                    from specops.gpus import device_count
+
+                    vllm.launch_ahead(run, device_count())  # extract's server loads while prepare runs
                 try:
                     context.reports[entry.name] = report = functions[entry.name](context)
                 except (BadInput, CheckFailed) as exc:

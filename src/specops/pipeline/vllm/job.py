@@ -190,6 +190,20 @@ def start_server_job(run: Run, gpus: int, *, port: int | None = None,
     memory_share  vLLM's --gpu-memory-utilization: a lower share leaves room for a trainer beside it
     Both go into the job record's signature (meta.server.placement), so a server placed otherwise is
     replaced."""
+    argv, env, signature, version = extraction_command(run, gpus, port=port, serve_python=serve_python,
+                                                       visible_gpus=visible_gpus, memory_share=memory_share)
+    return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
+                     same="same model, layer ids, dtype, serve args and vLLM version", serves=EXTRACTION_SERVES)
+
+
+EXTRACTION_SERVES = "the target, capturing hidden states"
+
+
+def extraction_command(run: Run, gpus: int, *, port: int | None = None,
+                       serve_python: str | os.PathLike[str] | None = None,
+                       visible_gpus: tuple[int, ...] | None = None,
+                       memory_share: float | None = None) -> tuple[list[str], dict[str, str], dict[str, Any], str]:
+    """(argv, env, signature, vLLM version) of the run's extraction server (see start_server_job)."""
     python, version = serve_env(serve_python)
     chosen_port = port or run.config.vllm.port
     serving_gpus = len(visible_gpus) if visible_gpus is not None else gpus
@@ -209,9 +223,30 @@ def start_server_job(run: Run, gpus: int, *, port: int | None = None,
     signature = server_signature(run, argv, serving_gpus, chosen_port, version)
     if placement:
         signature["placement"] = placement
-    return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
-                     same="same model, layer ids, dtype, serve args and vLLM version",
-                     serves="the target, capturing hidden states")
+    return argv, env, signature, version
+
+
+def launch_ahead(run: Run, gpus: int) -> str | None:
+    """Launch the run's extraction server job without waiting for it, so that it loads while CPU work
+    (prepare) runs; extract then finds it (the same signature) and waits only for what is left of the
+    load. Only where extract will need it: the run extracts, regenerate did not already start it, and no
+    extraction is recorded done (a rerun whose files are whole would not use it: a load thrown away).
+    Returns the job's id, or None when nothing was launched."""
+    from specops.pipeline.run import Manifest
+
+    config = run.config
+    if not config.hidden_states.extracts or config.hidden_states.mode != "offline":
+        return None
+    if config.regenerate.enabled and (config.regenerate.backend or run.backend(gpus)) == "vllm":
+        return None  # regenerate loaded it already
+    if (Manifest(run.paths.run_dir).record("extract") or {}).get("status") == "done":
+        return None
+    argv, env, signature, version = extraction_command(run, gpus)
+    record, reused = find_or_launch(run, signature, argv, env, TmuxServer(workdir()))
+    if not reused:
+        say(f"started vLLM server job {record['id']} ahead of extract (run {run.paths.name}, vLLM {version}): "
+            f"it loads while prepare runs; log {record['log']}")
+    return record["id"]
 
 
 def serve_env(serve_python: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
@@ -248,8 +283,10 @@ def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[st
             stop_job(records.load(record["id"]), server, "it did not get ready")
         raise CheckFailed(_death_report(record, ready, server))
     say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
-    if not reused:  # what the pipeline's summary counts as a load (lifetime.server_loads)
-        noted = {"serves": serves or same, "ready_s": ready["seconds"]}
+    if "ready_s" not in (record.get("meta") or {}):  # what the summary counts as a load (lifetime.server_loads)
+        # from the job's start: a server launched ahead (launch_ahead) loaded before this wait began
+        began = records.parse_iso(record.get("started") or record["created"]).timestamp()
+        noted = {"serves": serves or same, "ready_s": round(max(time.time() - began, ready["seconds"]), 2)}
         # a new meta dict: records.update saves only a record that differs from its shallow copy
         records.update(record["id"], lambda current: current.update(meta={**current.get("meta", {}), **noted}))
     return ServerJob(record, reused, chosen_port, version, ready, server)
