@@ -14,6 +14,7 @@ import pytest
 from specops import collector
 from tests.support.cli import Cli, write_inventory
 from tests.support.finished import finished_pipeline
+from tests.support.finished_kimi import finished_kimi_pipeline
 from tests.support.sshd import SshServer, start_sshd
 
 # One definition of each serve-env fixture for the whole tree: a fixture imported into several conftests
@@ -43,6 +44,13 @@ def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     """(workdir, summary) of the demo run after a whole pipeline, built once per test run for every
     worker (tests/support/finished.py); copy it (`copy_of`) before changing anything."""
     return finished_pipeline(request.config, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def finished_kimi(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(workdir, summary) of the Kimi-K2.5-shaped run (the wrapper, hf backend, at test size) after a whole
+    pipeline, built once per test run for every worker (tests/support/finished_kimi.py); copy it first."""
+    return finished_kimi_pipeline(request.config, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,64 @@
+"""The Kimi-K2.5-shaped run (runs/tiny-kimi.yaml: the multimodal wrapper around a DeepSeek-V3 MLA + MoE text
+model, a remote-code tokenizer) through the whole hf pipeline, made once per test run and shared by every
+xdist worker, as tests/support/finished.py makes the demo's.
+
+The run is the repository's tiny-kimi at test size (`TEST_SIZE`): the wrapper's MoE target generates on a CPU
+an order of magnitude slower than the tiny Llama, so fewer and shorter answers, fewer epochs and no scoring
+after each epoch; the trained draft still clears the untrained one by far more than the tests ask. Tests
+never change it: they copy it (`copy_of` in finished.py) and work on the copy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.agent import REPO, run_agent
+from tests.support.finished import LOG_FILE, shared_folder
+
+RUN = "tiny-kimi"
+BUILD_TIMEOUT_S = 1500  # a whole pipeline of the wrapper: 103 s on a quiet 2-core machine, ~9 min on a loaded one
+# runs/tiny-kimi.yaml, key by key: 100 rows of 64-token answers; 2 epochs of short packed batches at a higher
+# learning rate (as many steps as the full run's first epoch and a half); 10 held-out prompts, the last epoch
+# evaluated (no scoring of every epoch)
+TEST_SIZE = {"samples": 100, "regenerate": {"max_tokens": 64},
+             "train": {"epochs": 2, "lr": 0.002, "total_seq_len": 256},
+             "evaluate": {"heldout_prompts": 10, "max_tokens": 48, "epoch_prompts": 0, "checkpoint": "last"}}
+
+
+def finished_kimi_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(workdir, the pipeline's summary): built by the first caller of this test run, read by the rest."""
+    folder = shared_folder(config, tmp_path_factory) / "finished-kimi"
+    folder.mkdir(exist_ok=True)
+    root, summary_file = folder / "w", folder / "summary.json"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
+        if not summary_file.is_file():
+            _build(root)
+            code, summary, stderr = run_agent(root, "pipeline", "--run", RUN, timeout=BUILD_TIMEOUT_S)
+            assert code == 0, f"{summary}\n{stderr[-4000:]}"
+            (folder / LOG_FILE).write_text(stderr)
+            summary_file.write_text(json.dumps(summary))
+    return root, json.loads(summary_file.read_text())
+
+
+def _build(root: Path) -> None:
+    """The workdir: the repository's runs/ with tiny-kimi at test size, its patches; the pipeline's first
+    step makes the model and the conversations (`embedded: kimi`)."""
+    shutil.rmtree(root, ignore_errors=True)  # a build that failed in another worker
+    root.mkdir()
+    shutil.copytree(REPO / "runs", root / "runs")
+    (root / "patches").symlink_to(REPO / "patches")
+    path = root / "runs" / f"{RUN}.yaml"
+    settings = yaml.safe_load(path.read_text())
+    for key, value in TEST_SIZE.items():
+        if isinstance(value, dict):
+            settings[key].update(value)
+        else:
+            settings[key] = value
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
