@@ -227,10 +227,12 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         and manifest.is_current("train", _hash(_train_inputs(run, plan, gpus, nodes, relative=False))))
     # a node of a group counts the epochs on its disk too: only global rank 0 saved them, and the
     # group's checkpoint sync brought them here afterwards; every node must skip together, or the
-    # others would wait in a rendezvous no one joins
-    on_disk = _finished_epochs(train.checkpoint_state(plan.save_path)) if nodes is not None else 0
-    if (not fresh and current
-            and max(record.get("counts", {}).get("epochs", 0), on_disk) >= plan.epochs):
+    # others would wait in a rendezvous no one joins. One host believes its record only with the
+    # checkpoints on disk (a folder deleted or moved by hand is trained again, not skipped)
+    on_disk = _finished_epochs(train.checkpoint_state(plan.save_path))
+    recorded_epochs = record.get("counts", {}).get("epochs", 0)
+    trained = max(recorded_epochs, on_disk) if nodes is not None else min(recorded_epochs, on_disk)
+    if not fresh and current and trained >= plan.epochs:
         return 0, {**document, "status": "skipped: unchanged", "metrics": metrics_report(run)["epochs"]}
     stop_if = run.config.train.stop_if
     if not fresh and stop_if is not None:  # a draft already stopped stays stopped until its inputs change
