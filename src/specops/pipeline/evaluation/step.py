@@ -100,17 +100,19 @@ class Scorer:
 
 
     def target_alone(self) -> dict[str, Any]:
-        """The target alone's tokens/s for the speedup: measured during extract on the run's server (no load
-        here), else by a server of its own when the run asks (evaluate.baseline_server), else not measured."""
+        """The target alone's tokens/s for the speedup: by a server of its own when the run asks
+        (evaluate.baseline_server), else as measured during extract on the run's server (no load here),
+        else not measured."""
         from specops.pipeline.evaluation.served import run_prompts
         from specops.pipeline.vllm import baseline, generating_server, serve_env
 
         _, version = serve_env()
-        known = baseline.recorded(self.run, self.prompts, self.max_tokens, version)
+        asked = self.run.config.evaluate.baseline_server  # a dedicated server, even where extract measured one
+        known = None if asked else baseline.recorded(self.run, self.prompts, self.max_tokens, version)
         if known is not None:
             say(f"the target alone: {known['tokens_per_s']} tokens/s, measured on {known['how']}")
             return {key: known[key] for key in ("tokens_per_s", "how", "job", "prompts", "max_tokens")}
-        if not self.run.config.evaluate.baseline_server:
+        if not asked:
             why = ("not measured: no target-alone rate from the run's extraction server for these prompts and "
                    "settings (extract did not serve them), and evaluate.baseline_server is false")
             say(f"speedup {why}")

@@ -97,8 +97,9 @@ class EvaluateSettings(_Strict):
     epoch_prompts: int = Field(8, ge=0)
     # vllm: the untrained draft's floor by the replay (no server load of its own) or by a server of its own
     untrained: Literal["replay", "server"] = "replay"
-    # vllm: the speedup's baseline (the target alone) is measured on the extraction server during extract;
-    # true: where that is missing, a server of its own (a load); false: the report says it was not measured
+    # vllm: the speedup's baseline (the target alone) is measured on the extraction server during extract
+    # (its captures may make it read slow); true: on a server of its own (a load), the honest figure;
+    # false and no extraction-server rate: the report says the speedup was not measured
     baseline_server: bool = False
 
 

@@ -10,8 +10,12 @@ matches; else it reports that the speedup was not measured, unless the run asks 
 own (`evaluate.baseline_server: true`).
 
 How honest it is: that server is the extraction server (vLLM's `extract_hidden_states` method and
-its connector), which also writes each request's prompt hidden states; bench/loads.py prints its rate
-beside a dedicated target-alone server's on the tiny run.
+its connector), which also runs the method's cache-only layer every step and writes each request's
+prompt hidden states; bench/loads.py prints its rate beside a dedicated target-alone server's on the
+tiny run (0.78 of it on the 2-core CPU machine, loaded: the speedup reads ~1.3x high there; on a large
+target the per-step overhead is a far smaller share of a forward, not measured yet), and
+bench/baseline.py interleaves the two. The report names where its baseline came from
+(`speedup_baseline.how`); `evaluate.baseline_server: true` measures on a server of its own (a load).
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ if TYPE_CHECKING:
     from specops.pipeline.run import Run
 
 BASELINE_FILE = "served_baseline.json"
-HOW = "the run's extraction server, during the extract step (no load of its own)"
+HOW = ("the run's extraction server, during the extract step (no load of its own; its captures cost time, so the "
+       "target alone may read slower there than on a dedicated server and the speedup higher: on the tiny CPU run "
+       "0.78 of a dedicated server's rate, bench/loads.py; evaluate.baseline_server: true measures on a server "
+       "of its own)")
 
 
 def baseline_key(run: Run, prompts: list[list[int]], max_tokens: int, vllm_version: str | None) -> str:
