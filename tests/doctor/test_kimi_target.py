@@ -325,3 +325,37 @@ def test_a_serve_command_without_trust_remote_code_is_an_error(
     assert error["where"] == "vllm serve"
     assert "the run's vllm serve command has no --trust-remote-code" in error["why"]
     assert any(f["result"] == "ok" and f["where"] == "speculators train" for f in findings)
+
+
+@pytest.mark.wheels
+def test_speculators_train_building_the_wrappers_native_processor_is_an_error_unless_the_wrapper_set_fixes_it(
+        capsys: pytest.CaptureFixture[str], kimi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # speculators 0.9.0's load_processor asks AutoProcessor, which builds kimi_k25's native Kimi_K25Processor
+    # (an image processor: a preprocessor config and torchvision) for a folder that ships no processor
+    # config: `speculators train` used to stop there, after regenerate and extraction had loaded the target
+    from tests.support.wheels import site_with
+
+    pristine = site_with(tmp_path / "site", ("speculators", "0.9.0"))
+    workdir = tmp_path / "workdir"
+    (workdir / "patches").mkdir(parents=True)
+    (workdir / "patches" / "speculators-0.9.0-wrapper").symlink_to(REPO / "patches" / "speculators-0.9.0-wrapper")
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(workdir))
+    loader = pristine / "speculators" / "data_generation" / "preprocessing.py"
+
+    installed, seconds = judged(capsys, kimi / MODEL, "--site", str(pristine))
+    [error] = [f for f in errors(installed) if "processor" in f["why"]]
+    assert error["where"].startswith(f"{loader}:")
+    assert "Kimi_K25Processor" in error["why"] and "ships no processor config" in error["why"]
+    assert "speculators-0.9.0-wrapper" in error["fix"]
+    assert seconds < 30  # before any load: no model, no server, no import of what is judged
+
+    # the pipeline applies the set first: judged as patched, the folder is read as text only
+    patched, _ = judged(capsys, kimi / MODEL, "--site", str(pristine), "--as-patched")
+    assert not [f for f in errors(patched) if "processor" in f["why"]]
+    assert [f for f in patched if f["result"] == "ok" and "as text only" in f["why"]]
+
+    # a folder that ships its own processor config gets AutoProcessor's reading, nothing to judge here
+    with_config = broken_copy(kimi, tmp_path)
+    (with_config / "preprocessor_config.json").write_text("{}")
+    judged_config, _ = judged(capsys, with_config, "--site", str(pristine))
+    assert not [f for f in errors(judged_config) if "processor" in f["why"]]
