@@ -41,7 +41,8 @@ import trainbench as tb
 REPO = tb.REPO
 STEP_LINE = re.compile(r"^(?:specops: )?== (\w+)\s*$")
 STEP_DONE = re.compile(r"^(?:specops: )?(\w+): (.+) in ([\d.]+) s$")
-SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "gpu-kimi": "kimi-gpu", "tiny": "tiny", "tiny-kimi": "kimi"}  # tiny: a smoke run of this script on a CPU
+# tiny / tiny-kimi: smoke runs of this script on a CPU
+SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "gpu-kimi": "kimi-gpu", "tiny": "tiny", "tiny-kimi": "kimi"}
 
 
 class GpuMemory:
