@@ -359,3 +359,18 @@ def test_speculators_train_building_the_wrappers_native_processor_is_an_error_un
     (with_config / "preprocessor_config.json").write_text("{}")
     judged_config, _ = judged(capsys, with_config, "--site", str(pristine))
     assert not [f for f in errors(judged_config) if "processor" in f["why"]]
+
+
+@needs_vllm_source
+def test_serving_the_wrapper_without_the_checkpoints_processor_is_an_error_on_the_vllm_backend(
+        capsys: pytest.CaptureFixture[str], kimi: Path) -> None:
+    # vLLM's kimi_k25 builds the checkpoint's own processor at the server's start (it reads the image
+    # processor's media_tokens_calculator): the tiny wrapper ships none, so its server could never start
+    serve_python = REPO / ".venv-vllm" / "bin" / "python"
+    served, seconds = judged(capsys, kimi / MODEL, "--serve-python", str(serve_python), backend="vllm")
+    [error] = [f for f in errors(served) if "multimodal model" in f["why"]]
+    assert error["where"].split(":")[0].endswith("vllm/model_executor/models/registry.py")
+    assert "KimiK25ForConditionalGeneration" in error["why"] and "kimi_k25.py" in error["why"]
+    assert "tiny-kimi-text" in error["fix"] and seconds < 30
+    local, _ = judged(capsys, kimi / MODEL, "--serve-python", str(serve_python))  # hf: no server
+    assert not [f for f in errors(local) if "multimodal model" in f["why"]]

@@ -74,3 +74,43 @@ def processor_items(index: ModuleIndex, model_dir: str | None, model_type: str |
                  "(OSError: Can't load image processor)",
                  "apply patch set speculators-0.9.0-wrapper (the pipeline's patches step does; "
                  "`invoke patch apply --set speculators-0.9.0-wrapper`)")]
+
+
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
+
+
+def multimodal_in_vllm(serving: ModuleIndex, architecture: str) -> tuple[str, str] | None:
+    """(vLLM module, file:line) when vLLM's registry serves `architecture` as a multimodal model
+    (`_MULTIMODAL_MODELS`): it builds the model's processor from the checkpoint at the server's start."""
+    file = serving.module_file(REGISTRY_MODULE)
+    tree = serving.tree(file) if file is not None else None
+    for node in tree.body if tree is not None else ():
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if not (isinstance(target, ast.Name) and target.id == "_MULTIMODAL_MODELS"
+                and isinstance(node.value, ast.Dict)):
+            continue
+        for key, value in zip(node.value.keys, node.value.values, strict=True):
+            if (isinstance(key, ast.Constant) and key.value == architecture and isinstance(value, ast.Tuple)
+                    and value.elts and isinstance(value.elts[0], ast.Constant)):
+                return str(value.elts[0].value), f"{file}:{key.lineno}"
+    return None
+
+
+def served_processor_items(serving: ModuleIndex, model_dir: str | None, architecture: str | None,
+                           backend: str | None) -> list[Item]:
+    """On the vllm backend: a target vLLM serves as a multimodal model needs the checkpoint's own processor
+    (Kimi-K2.5's `kimi_k25` reads its image processor's `media_tokens_calculator`); a folder without a
+    processor config cannot start the server, after minutes of loading weights."""
+    if backend != "vllm" or not model_dir or not isinstance(architecture, str):
+        return []
+    found = multimodal_in_vllm(serving, architecture)
+    folder = Path(model_dir)
+    if found is None or any((folder / name).is_file() for name in PROCESSOR_CONFIGS):
+        return []
+    module, where = found
+    return [Item("model", "error", where,
+                 f"vLLM serves {architecture} as a multimodal model ({module}.py) and builds its processor from the "
+                 f"checkpoint at the server's start; {folder} ships no processor config "
+                 f"({', '.join(PROCESSOR_CONFIGS)}): the server cannot start",
+                 "ship the checkpoint's own processor (its preprocessor_config.json and remote code), or serve the "
+                 "text model alone (its DeepseekV3ForCausalLM config, as runs/tiny-kimi-text.yaml), or backend: hf")]

@@ -19,7 +19,7 @@ from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
 from specops.doctor._model_rules import command_flag_items, model_rule_items
 from specops.doctor._parallel import check_parallel
-from specops.doctor._processor import processor_items
+from specops.doctor._processor import processor_items, served_processor_items
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._serve_env import is_cpu_build, serve_view, vllm_version
@@ -113,6 +113,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
           + check_target(index, settings, settings.backend == "vllm" and platform == "cpu", serving=serving)
           + command_flag_items(index, facts, settings)
           + processor_items(index, settings.model_path, facts.get("outer_model_type"), versions.get("speculators"))
+          + served_processor_items(serving, settings.model_path, architecture, settings.backend)
           + cached_items("model", [versions, architecture, facts.get("remote_tokenizer"), facts.get("remote_config"),
                                    facts.get("outer_model_type"), settings.trust_remote_code, settings.backend], index,
                          lambda: model_rule_items(index, versions, facts, settings), cache_hits))
