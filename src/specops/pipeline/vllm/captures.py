@@ -57,9 +57,14 @@ def sweep(staging: Path, *, wait: bool = False) -> tuple[int, int]:
         except FileNotFoundError:
             continue
         lock.unlink(missing_ok=True)
-    if wait:
+    if wait:  # a capture still to be written has only its lock yet (the writer holds it): await, then remove both
         for lock in staging.glob("*" + LOCK):
             if _finished(lock, True):
+                capture = lock.with_name(lock.name.removesuffix(LOCK))
+                if capture.is_file():
+                    size += capture.stat().st_size
+                    capture.unlink(missing_ok=True)
+                    removed += 1
                 lock.unlink(missing_ok=True)
     return removed, size
 
