@@ -70,9 +70,11 @@ def test_the_vllm_backend_across_two_hosts_ends_with_a_fetched_checkpoint(
         assert not rows[0] & rows[1] and rows[0] | rows[1] == set(range(SAMPLES))  # speculators' rank shares
         for name, workdir in workdirs.items():  # every host ends with every file
             assert len(list((workdir / "runs" / RUN / "hidden_states").glob("hs_*.safetensors"))) == SAMPLES, name
-        servers = [record for workdir in workdirs.values() for record in Agent(workdir).records_on_disk()
-                   if record["name"] == "vllm-server"]
-        assert len(servers) == 2  # a server on each host
+        servers = {name: [record for record in Agent(workdir).records_on_disk() if record["name"] == "vllm-server"]
+                   for name, workdir in workdirs.items()}
+        # an extraction server on each host; --backend vllm now reaches the parity gate, whose served check
+        # loads one more server on the first host
+        assert all(len(found) >= 1 for found in servers.values()) and sum(map(len, servers.values())) <= 3
         _assert_loads_with_speculators(tmp_path / "fetched" / summary["saved_on"] / RUN / "checkpoint")
     finally:
         for workdir in workdirs.values():

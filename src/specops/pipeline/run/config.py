@@ -304,7 +304,7 @@ class RunPaths:
 
     def __init__(self, name: str, root: Path | None = None) -> None:
         self.name = name
-        self.workdir = root or workdir()
+        self.workdir = Path(root) if root else workdir()  # a caller may hand a str
         self.config_file = self.workdir / "runs" / f"{name}.yaml"
         self.run_dir = self.workdir / "runs" / name
         self.prepared = self.run_dir / "prepared"
