@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import trainbench as tb  # the agent call as the control side makes it (bench/trainbench.py)
+
 REPO = Path(__file__).resolve().parents[1]
 # speculators' rich log wraps one record over several lines: train/loss=X ... global_step=N
 LOSS = re.compile(r"\btrain/loss=([0-9.]+(?:e[-+]?\d+)?)")
@@ -43,15 +45,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch
 torch.use_deterministic_algorithms(True, warn_only=True)
 """
-
-
-def agent(env: dict[str, str], *args: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "specops", *args], env=env, capture_output=True, text=True,
-                            cwd=env["SPECOPS_WORKDIR"])
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        sys.exit(f"specops {' '.join(args)} exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-3000:]}")
-    return json.loads(lines[-1])
 
 
 def train_side_by_side(env: dict[str, str], argv: list[str], sides: dict[str, str], root: Path) -> dict[str, dict]:
@@ -132,7 +125,7 @@ def main() -> int:
            "PYTHONPATH": os.pathsep.join([*path, str(REPO / "src")])}
     os.environ["SPECOPS_WORKDIR"] = str(args.workdir)
     sys.path.insert(0, str(REPO / "src"))
-    argv = list(agent(env, "step", "train", "--run", args.run, "--dry-run")["command"])
+    argv = list(tb.agent(env, "step", "train", "--run", args.run, "--dry-run")["command"])
     sides = {f"{arm}-{i}": arm for arm in args.arms for i in range(args.copies)}
     figures: dict = {"run": args.run, "argv": argv, "sides": {}}
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support.agent import REPO, run_agent
 
-BUILD_TIMEOUT_S = 1500  # a whole tiny pipeline on a loaded 2-core machine
+# a whole pipeline on a loaded 2-core machine (the Kimi wrapper: 103 s quiet, ~9 min loaded)
+BUILD_TIMEOUT_S = 1500
 LOG_FILE = "pipeline.log"
 
 
@@ -32,15 +34,21 @@ def shared_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactor
 
 def finished_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """(workdir, the pipeline's summary): built by the first caller of this test run, read by the rest."""
-    folder = shared_folder(config, tmp_path_factory) / "finished-tiny"
+    return shared_pipeline(config, tmp_path_factory, "finished-tiny", "tiny", _build)
+
+
+def shared_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory, label: str, run: str,
+                    build: Callable[[Path], None]) -> tuple[Path, dict]:
+    """(workdir, summary) of run `run`'s whole pipeline in a workdir `build` makes: built once per test run
+    by the first caller (any xdist worker, under a file lock), read by the rest."""
+    folder = shared_folder(config, tmp_path_factory) / label
     folder.mkdir(exist_ok=True)
     root, summary_file = folder / "w", folder / "summary.json"
     with (folder / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
         if not summary_file.is_file():
-            _build(root)
-            code, summary, stderr = run_agent(root, "pipeline", "--run", "tiny",
-                                              timeout=BUILD_TIMEOUT_S)
+            build(root)
+            code, summary, stderr = run_agent(root, "pipeline", "--run", run, timeout=BUILD_TIMEOUT_S)
             assert code == 0, f"{summary}\n{stderr[-4000:]}"
             (folder / LOG_FILE).write_text(stderr)  # what the pipeline's job log would hold
             summary_file.write_text(json.dumps(summary))

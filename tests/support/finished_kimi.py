@@ -10,19 +10,16 @@ never change it: they copy it (`copy_of` in finished.py) and work on the copy.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.agent import REPO, run_agent
-from tests.support.finished import LOG_FILE, shared_folder
+from tests.support.agent import REPO
+from tests.support.finished import shared_pipeline
 
 RUN = "tiny-kimi"
-BUILD_TIMEOUT_S = 1500  # a whole pipeline of the wrapper: 103 s on a quiet 2-core machine, ~9 min on a loaded one
 # runs/tiny-kimi.yaml, key by key: 100 rows of 64-token answers; 2 epochs of short packed batches at a higher
 # learning rate (as many steps as the full run's first epoch and a half); 10 held-out prompts, the last epoch
 # evaluated (no scoring of every epoch)
@@ -33,18 +30,7 @@ TEST_SIZE = {"samples": 100, "regenerate": {"max_tokens": 64},
 
 def finished_kimi_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """(workdir, the pipeline's summary): built by the first caller of this test run, read by the rest."""
-    folder = shared_folder(config, tmp_path_factory) / "finished-kimi"
-    folder.mkdir(exist_ok=True)
-    root, summary_file = folder / "w", folder / "summary.json"
-    with (folder / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the build fails
-        if not summary_file.is_file():
-            _build(root)
-            code, summary, stderr = run_agent(root, "pipeline", "--run", RUN, timeout=BUILD_TIMEOUT_S)
-            assert code == 0, f"{summary}\n{stderr[-4000:]}"
-            (folder / LOG_FILE).write_text(stderr)
-            summary_file.write_text(json.dumps(summary))
-    return root, json.loads(summary_file.read_text())
+    return shared_pipeline(config, tmp_path_factory, "finished-kimi", RUN, _build)
 
 
 def _build(root: Path) -> None:

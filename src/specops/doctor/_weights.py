@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 from pathlib import Path
 
+from specops.planning import safetensors_header
+
 INDEX = "model.safetensors.index.json"
-HEADER_LIMIT = 100 * 1024 * 1024  # a header larger than this is not a safetensors header
 _LAYER = re.compile(r"^(.*?)layers\.(\d+)\.")
 
 
@@ -31,21 +31,6 @@ def weight_names(model_dir: Path) -> tuple[list[str], str] | None:
             return None
         names.extend(name for name in header if name != "__metadata__")
     return (sorted(names), str(shards[0]) if len(shards) == 1 else str(model_dir / "*.safetensors")) if shards else None
-
-
-def safetensors_header(file: Path) -> dict | None:
-    try:
-        with file.open("rb") as handle:
-            head = handle.read(8)
-            if len(head) < 8:
-                return None
-            (length,) = struct.unpack("<Q", head)
-            if length > HEADER_LIMIT:
-                return None
-            header = json.loads(handle.read(length))
-    except (OSError, ValueError):
-        return None
-    return header if isinstance(header, dict) else None
 
 
 def layer_prefixes(names: list[str]) -> dict[str, set[int]]:

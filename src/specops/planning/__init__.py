@@ -32,7 +32,14 @@ from specops.planning._sizes import (
     hidden_state_file_bytes,
     on_disk,
 )
-from specops.planning._target import DTYPE_BYTES, TargetFacts, read_headers, read_target, text_config
+from specops.planning._target import (
+    DTYPE_BYTES,
+    TargetFacts,
+    read_headers,
+    read_target,
+    safetensors_header,
+    text_config,
+)
 
 __all__ = [
     "DTYPE_BYTES",
@@ -62,5 +69,6 @@ __all__ = [
     "plan_loads",
     "read_headers",
     "read_target",
+    "safetensors_header",
     "text_config",
 ]

@@ -194,6 +194,23 @@ def _quantised_bytes(text: dict[str, Any], parts: list[Part], dtype_bytes: int) 
     return int(total), label
 
 
+def safetensors_header(file: Path) -> dict | None:
+    """A safetensors file's JSON header (8 bytes little-endian length, then JSON), read without the tensors;
+    None for what is not one (short, oversized, unreadable or not a JSON object)."""
+    try:
+        with file.open("rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                return None
+            (length,) = struct.unpack("<Q", head)
+            if length > HEADER_LIMIT:
+                return None
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError):
+        return None
+    return header if isinstance(header, dict) else None
+
+
 def read_headers(model_dir: Path) -> dict[str, int] | None:
     """Bytes per stored dtype over every *.safetensors shard's header; None without shards."""
     shards = sorted(model_dir.glob("*.safetensors")) if model_dir.is_dir() else []
@@ -201,17 +218,9 @@ def read_headers(model_dir: Path) -> dict[str, int] | None:
         return None
     found: dict[str, int] = {}
     for shard in shards:
-        with shard.open("rb") as handle:
-            head = handle.read(8)
-            if len(head) < 8:
-                return None
-            (length,) = struct.unpack("<Q", head)
-            if length > HEADER_LIMIT:
-                return None
-            try:
-                header = json.loads(handle.read(length))
-            except ValueError:
-                return None
+        header = safetensors_header(shard)
+        if header is None:
+            return None
         for name, entry in header.items():
             if name == "__metadata__" or not isinstance(entry, dict):
                 continue
