@@ -374,3 +374,10 @@ def test_serving_the_wrapper_without_the_checkpoints_processor_is_an_error_on_th
     assert "tiny-kimi-text" in error["fix"] and seconds < 30
     local, _ = judged(capsys, kimi / MODEL, "--serve-python", str(serve_python))  # hf: no server
     assert not [f for f in errors(local) if "multimodal model" in f["why"]]
+
+
+def test_as_patched_without_a_run_is_one_line_of_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", "--no-import", "--as-patched"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 2 and document["error"] == ("doctor --as-patched: only with --run or --run-json "
+                                                "(it judges a run's launch)")

@@ -66,6 +66,8 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         checks = [name for name in (checks if checks is not None else default) if name != "import"]
     if args.run and args.run_json:
         raise BadInput("doctor: give --run or --run-json, not both")
+    if args.as_patched and not (args.run or args.run_json is not None):
+        raise BadInput("doctor --as-patched: only with --run or --run-json (it judges a run's launch)")
     if args.backend and not args.run:
         raise BadInput("doctor --backend: only with --run (a --run-json gives its own backend)")
     serve_python = chosen_serve_python(args.serve_python)
@@ -81,8 +83,7 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         if settings_of_run is None:
             raise BadInput("doctor --run: this agent cannot read run configs")
         run = settings_of_run(args.run, args.backend, serve_python)
-    as_patched = args.as_patched and run is not None
-    document = diagnose(site_path(args.site), run, checks, pending=pending if as_patched else None)
+    document = diagnose(site_path(args.site), run, checks, pending=pending if args.as_patched else None)
     if args.run:
         document["run"] = args.run
     return (0 if document["ok"] else 1), document
