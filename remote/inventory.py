@@ -68,9 +68,14 @@ def _seconds(value: Any) -> float:
     return number
 
 
+# The connection kinds' names: each is an object in remote.ssh.kinds (KINDS), which owns how the host is
+# reached (commands, copies, its address); a test holds the two lists equal.
+CONNECTIONS = ("ssh", "local")
+
+
 def _connection(value: Any) -> str:
-    if value not in ("ssh", "local"):
-        raise InvalidValue(f"must be 'ssh' or 'local', got {value!r}")
+    if value not in CONNECTIONS:
+        raise InvalidValue(f"must be {' or '.join(map(repr, CONNECTIONS))}, got {value!r}")
     return value
 
 
@@ -114,7 +119,7 @@ class Host:
     workdir: str
     python: str  # interpreter of the host's default ML env
     name: str = ""  # filled from the mapping key
-    connection: str = "ssh"  # ssh | local
+    connection: str = "ssh"  # one of CONNECTIONS: its kind (remote.ssh.kind_of) says how the host is reached
     address: str | None = None  # hostname, IP or an alias from ~/.ssh/config
     user: str | None = None
     port: int | None = None
@@ -145,10 +150,6 @@ class Host:
                 raise BadInput(f"host {self.name or '?'}: {key}: {exc}") from None
         if self.connection == "ssh" and not self.address:
             raise BadInput(f"host {self.name or '?'}: address: required for connection: ssh")
-
-    @property
-    def is_local(self) -> bool:
-        return self.connection == "local"
 
     def env_python(self, role: str | None = None) -> str:
         """The interpreter for an env role ('serve', 'train', ...); the default env otherwise."""

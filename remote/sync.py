@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import stat
 import subprocess
@@ -26,8 +25,7 @@ from remote.bundle import build_bundle, patches_dir, runs_dir
 from remote.errors import ConnectError, SpecopsError
 from remote.inventory import REPO_ROOT, Host, Inventory
 from remote.revision import current_revision
-from remote.ssh import resolve_target
-from remote.ssh.openssh import ssh_command
+from remote.ssh import kind_of
 
 # Sender-side filter: what a host needs. Excluded paths on the receiver are protected from --delete.
 RSYNC_FILTERS = [
@@ -54,11 +52,6 @@ class SyncReport:
     def to_dict(self) -> dict:
         return {"ok": True, "method": self.method, "changed": self.changed, "deleted": self.deleted,
                 "dry_run": self.dry_run, "revision": self.revision}
-
-
-def _remote_workdir(host: Host) -> str:
-    # rsync's remote shell expands ~ for us only when unquoted; give it a home-relative path.
-    return host.workdir[2:] if host.workdir.startswith("~/") else host.workdir
 
 
 def _state_folder() -> Path:
@@ -120,16 +113,8 @@ def rsync_sync(host: Host, *, dry_run: bool = False, inventory: Inventory | None
         argv = ["rsync", "-rLptc", "--delete", "--itemize-changes", *RSYNC_FILTERS]
         if dry_run:
             argv.append("--dry-run")
-        if host.is_local:
-            Path(host.workdir).mkdir(parents=True, exist_ok=True)
-            destination = host.workdir.rstrip("/") + "/"
-        else:
-            target = resolve_target(host)
-            user = f"{target.user}@" if target.user else ""
-            argv += ["-e", ssh_command(host, inventory), "--rsync-path",
-                     f"mkdir -p {shlex.quote(_remote_workdir(host))} && rsync"]
-            destination = f"{user}{target.hostname}:{_remote_workdir(host).rstrip('/')}/"
-        argv += [*sources, destination]
+        options, destination = kind_of(host).rsync_destination(host, inventory)
+        argv += [*options, *sources, destination]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         except FileNotFoundError:

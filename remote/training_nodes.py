@@ -68,7 +68,9 @@ def train_across(members: list[Host], inventory: Inventory, run: str, check: Che
 
 def rendezvous_endpoint(host: Host, port: int) -> str:
     """HOST0:PORT as the other hosts reach it: the first host's training address, else its inventory address."""
-    return str(Endpoint(host.train_address or ('127.0.0.1' if host.is_local else host.address), port))
+    from remote.ssh import kind_of
+
+    return str(Endpoint(host.train_address or kind_of(host).peer_address(host), port))
 
 
 def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,

@@ -1,4 +1,5 @@
-"""The face of the SSH layer: open a connection to any inventory host, local or SSH (fabric).
+"""The face of the SSH layer: open a connection to any inventory host, whatever its kind (remote.ssh.kinds:
+local, or SSH through fabric).
 
     with open_connection(host, inventory=inventory) as conn:
         conn.run(["true"])
@@ -12,14 +13,15 @@ from typing import TYPE_CHECKING
 
 from remote.ssh.command import CommandResult, Connection, shell_command
 from remote.ssh.fanout import HostOutcome, fan_out, threading_group
+from remote.ssh.kinds import KINDS, ConnectionKind, kind_of
 from remote.ssh.local import LocalConnection
 from remote.ssh.target import Target, jump_host, resolve_target
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
 
-__all__ = ["CommandResult", "Connection", "HostOutcome", "LocalConnection", "Target", "fan_out", "jump_host",
-           "open_connection", "resolve_target", "shell_command", "threading_group"]
+__all__ = ["KINDS", "CommandResult", "Connection", "ConnectionKind", "HostOutcome", "LocalConnection", "Target",
+           "fan_out", "jump_host", "kind_of", "open_connection", "resolve_target", "shell_command", "threading_group"]
 
 
 def open_connection(host: Host, *, accept_new_host_key: bool = False,
@@ -28,14 +30,4 @@ def open_connection(host: Host, *, accept_new_host_key: bool = False,
 
     `quick`: for a task of a few commands that are safe to repeat — through OpenSSH and a shared
     master when sharing is on (remote.ssh.master), so a second quick task makes no new login."""
-    if host.is_local:
-        return LocalConnection(host)
-    if quick:
-        from remote.ssh.master import shared_connection
-
-        shared = shared_connection(host, inventory, accept_new_host_key=accept_new_host_key)
-        if shared is not None:
-            return shared
-    from remote.ssh.connection import SSHConnection
-
-    return SSHConnection(host, accept_new_host_key=accept_new_host_key, inventory=inventory)
+    return kind_of(host).open(host, inventory, accept_new_host_key=accept_new_host_key, quick=quick)

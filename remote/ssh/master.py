@@ -47,7 +47,7 @@ def shared_connection(host: Host, inventory: Inventory | None, *,
                       accept_new_host_key: bool) -> MasterConnection | None:
     """The quick connection to an SSH host, or None: sharing is off (or its folder unsafe), or a new host
     key is to be accepted (paramiko's job: it records the key and journals it)."""
-    if host.is_local or accept_new_host_key:
+    if accept_new_host_key:
         return None
     client = client_argv(host, inventory)
     socket_path = control_socket(host, client[1:])

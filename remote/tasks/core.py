@@ -16,8 +16,10 @@ def hosts(c, json=False):
     """List the hosts of the inventory (SPECOPS_INVENTORY selects another file)."""
     from remote import render
     from remote.inventory import load_inventory
+    from remote.ssh import kind_of
 
     inventory = load_inventory()
+    shown = {host.name: kind_of(host).shown(host) for host in inventory.hosts.values()}
     rows = [{"name": host.name, "default": host.name == inventory.default, "connection": host.connection,
              "address": host.address, "user": host.user, "port": host.port, "jump": host.jump,
              "workdir": host.workdir, "python": host.python, "envs": host.envs, "gpus": host.gpus,
@@ -28,11 +30,8 @@ def hosts(c, json=False):
     out = render.console()
     view = render.table(f"hosts ({inventory.path})", ["host", "connection", "address", "workdir", "gpus", "run"])
     for row in rows:
-        user = f"{row['user']}@" if row["user"] else ""
-        port = f":{row['port']}" if row["port"] else ""
-        address = "-" if row["connection"] == "local" else f"{user}{row['address']}{port}"
         name = f"{row['name']} (default)" if row["default"] else row["name"]
-        view.add_row(name, row["connection"], address, row["workdir"], str(row["gpus"]), row["run"])
+        view.add_row(name, row["connection"], shown[row["name"]], row["workdir"], str(row["gpus"]), row["run"])
     out.print(view)
 
 

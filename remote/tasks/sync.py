@@ -15,18 +15,20 @@ from remote.session import emit_json, host_session, reports_errors
 def sync(c, host=None, dry_run=False, json=False, sftp=False):
     """Push what the host needs (src/, patches/, runs/) to its workdir; only changed files move."""
     from remote import render
+    from remote.ssh import kind_of
     from remote.sync import RsyncUnavailable, rsync_sync, sftp_sync
 
     started = time.perf_counter()
     with host_session(host) as session:
         chosen = session.host
+        can_sftp = kind_of(chosen).sftp
         report = None
-        if chosen.is_local or not sftp:
+        if not (sftp and can_sftp):
             # rsync first: one login. Only a host without rsync costs a second connection, for SFTP.
             try:
                 report = rsync_sync(chosen, dry_run=dry_run, inventory=session.inventory)
             except RsyncUnavailable:
-                if chosen.is_local:
+                if not can_sftp:
                     raise
         if report is None:
             report = sftp_sync(session.conn, chosen, dry_run=dry_run)
