@@ -100,13 +100,19 @@ def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
 
 
 def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.regenerate import regenerate
+    from specops.pipeline import regenerate
+    from specops.pipeline.run import resolve
 
     run = open_run(args.run)
     if (args.part or args.require_whole) and not run.config.regenerate.enabled:
         return 0, {"ok": True, "run": args.run, "step": "regenerate", "status": "skipped: the run does not regenerate"}
-    report = regenerate(run, args.backend, stop_server=args.stop_server, port=args.port, part=args.part,
-                        require_whole=args.require_whole)
+    name = resolve(run, regenerate=args.backend).regenerate_backend  # --backend, else the run's settings
+    if args.require_whole:
+        report = regenerate.require_whole(run, name)
+    else:
+        backend = regenerate.backend_for(name, stop_server=args.stop_server, port=args.port)
+        report = (regenerate.regenerate_share(run, backend, args.part) if args.part
+                  else regenerate.regenerate(run, backend))
     return 0, {"ok": True, "run": args.run, **report}
 
 

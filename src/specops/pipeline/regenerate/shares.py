@@ -1,10 +1,11 @@
 """Regeneration across hosts: one host's share of the conversations, and the check of the merged answers.
 
-`step regenerate --part I/COUNT` answers share I of source.jsonl into regenerated/parts/part-I-of-COUNT/
-(its own responses.jsonl and errors file) and records the step as "part I of COUNT" with the inputs
-hash a one-host regenerate records; the control side gathers every share and writes the merged file
-on every host; `step regenerate --require-whole` then checks it answers every conversation and
-records the step done, so prepare after it finds regenerate current.
+`regenerate_share` (`step regenerate --part I/COUNT`) answers share I of source.jsonl into
+regenerated/parts/part-I-of-COUNT/ (its own responses.jsonl and errors file) and records the step as
+"part I of COUNT" with the inputs hash a one-host regenerate records. Under the engine, `across_hosts`
+copies every share onto every host (the rendezvous' exchange) and joins them; `require_whole`
+(`step regenerate --require-whole`) then checks the merged answers cover every conversation and records
+the step done, so prepare after it finds regenerate current.
 
 The cut is specops.parallel.row_ranges over the source's batches of `concurrency` rows, in source
 order: each share is a contiguous run of whole one-host batches, so the hf backend answers every
@@ -25,7 +26,8 @@ from specops.errors import CheckFailed
 from specops.pipeline.hosts import shares_fit
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
+    from specops.pipeline.regenerate.backends import Backend
+    from specops.pipeline.run import Run, StepContext
 
 PARTS = "parts"
 
@@ -54,15 +56,16 @@ def _slice_whole(folder: Path, share: Path, ids: set[str]) -> None:
         atomic.write_text(share / name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
 
 
-def regenerate_part(run: Run, backend: str, inputs: dict[str, Any], part: tuple[int, int], *,
-                    stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
-    """Answer share `part` of the run's conversations into its own folder; the share's report.
-    `inputs`: the step's inputs (regenerate.step.regenerate_inputs), recorded as one host records them."""
+def regenerate_share(run: Run, backend: Backend, part: tuple[int, int]) -> dict[str, Any]:
+    """Answer share `part` = (index, count) of the run's conversations into its own folder; the share's
+    report. The step is recorded with the inputs one host records (regenerate.inputs)."""
+    from specops.pipeline.regenerate.inputs import regenerate_inputs
     from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check, counts_of
-    from specops.pipeline.regenerate.source import SOURCE_FILE, build_source, read_source
+    from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest, config_hash
 
     folder = run.paths.regenerated
+    inputs = regenerate_inputs(run, backend.name)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
     batch = run.config.regenerate.concurrency
@@ -75,55 +78,43 @@ def regenerate_part(run: Run, backend: str, inputs: dict[str, Any], part: tuple[
         _slice_whole(folder, share, {row["id"] for row in source[start:stop]})
         status, counts = "skipped: unchanged", (manifest.record("regenerate") or {}).get("counts", {})
     else:
-        started = manifest.begin("regenerate", inputs_hash, inputs)
-        source_counts = build_source(run)
-        source = read_source(folder)
-        start, stop = share_span(len(source), batch, part)
-        subset = source[start:stop]
-        share.mkdir(parents=True, exist_ok=True)
-        print(f"regenerate: share {part[0]} of {part[1]}: conversations {start}..{stop - 1} of {len(source)} "
-              f"with the {backend} backend", file=sys.stderr, flush=True)
-        if backend == "vllm":
-            from specops.pipeline.regenerate.vllm import regenerate_vllm
-
-            text = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in subset)
-            atomic.write_text(share / SOURCE_FILE, text)  # speculators reads the share's own source file
-            if subset:
-                regenerate_vllm(run, share, subset, stop_server=stop_server, port=port)
-            else:
-                for name in (ERRORS_FILE, RESPONSES_FILE):
-                    atomic.write_text(share / name, "")
-        else:
-            from specops.pipeline.regenerate.hf import regenerate_hf
-
-            regenerate_hf(run, share, source, span=(start, stop))
-        checked = check(share, subset)
-        counts = counts_of(checked, source_counts)
         status = f"part {part[0]} of {part[1]}"
-        if checked["problems"] or (subset and checked["rows"] == 0) or checked["missing"]:
-            manifest.finish("regenerate", started, counts, status="failed")
-            why = "; ".join(checked["problems"]) or f"{checked['missing']} conversations have no answer"
-            raise CheckFailed(f"regenerate --part {part[0]}/{part[1]}: {share / RESPONSES_FILE}: {why}")
-        manifest.finish("regenerate", started, counts, status=status)
-    return {"step": "regenerate", "status": status, "backend": backend, "inputs_hash": inputs_hash,
+        with manifest.recorded("regenerate", inputs_hash, inputs) as outcome:
+            source_counts = build_source(run)
+            source = read_source(folder)
+            start, stop = share_span(len(source), batch, part)
+            subset = source[start:stop]
+            share.mkdir(parents=True, exist_ok=True)
+            print(f"regenerate: share {part[0]} of {part[1]}: conversations {start}..{stop - 1} of {len(source)} "
+                  f"with the {backend.name} backend", file=sys.stderr, flush=True)
+            backend.answer(run, share, source, span=(start, stop))
+            checked = check(share, subset)
+            counts = outcome.counts = counts_of(checked, source_counts)
+            if checked["problems"] or (subset and checked["rows"] == 0) or checked["missing"]:
+                why = "; ".join(checked["problems"]) or f"{checked['missing']} conversations have no answer"
+                raise CheckFailed(f"regenerate --part {part[0]}/{part[1]}: {share / RESPONSES_FILE}: {why}")
+            outcome.status = status
+    return {"step": "regenerate", "status": status, "backend": backend.name, "inputs_hash": inputs_hash,
             "counts": counts, "part": {"index": part[0], "count": part[1], "rows": [start, stop],
                                        "source": len(source)},
             "share": {"responses": str(share / RESPONSES_FILE), "errors": str(share / ERRORS_FILE)},
             "output": str(folder / RESPONSES_FILE), "errors_output": str(folder / ERRORS_FILE)}
 
 
-def require_whole(run: Run, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
+def require_whole(run: Run, backend: str) -> dict[str, Any]:
     """Check the merged answers cover every conversation (exit 1 naming what is missing), then record
-    regenerate done with its one-host inputs hash; writes no answers."""
+    regenerate done with its one-host inputs hash (`backend`: its name, one of the inputs); writes no answers."""
+    from specops.pipeline.regenerate.inputs import regenerate_inputs
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest, config_hash
 
     folder = run.paths.regenerated
+    inputs = regenerate_inputs(run, backend)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
     if manifest.inputs_hash("regenerate") != inputs_hash:
-        # begin() would otherwise remove answers it has no record of
+        # recording would otherwise remove answers it has no record of
         raise CheckFailed(f"regenerate --require-whole: {manifest.path}: this host answered no share of these "
                           "inputs (run `step regenerate --part I/COUNT` first)")
     source_counts = build_source(run)
@@ -138,8 +129,8 @@ def require_whole(run: Run, backend: str, inputs: dict[str, Any]) -> dict[str, A
                           f"{len(source)} conversations have no answer (e.g. {shown})")
     counts = {**counts_of(checked, source_counts), "answered": len(source), "complete": True}
     if not manifest.is_current("regenerate", inputs_hash):
-        started = manifest.begin("regenerate", inputs_hash, inputs)
-        manifest.finish("regenerate", started, counts)
+        with manifest.recorded("regenerate", inputs_hash, inputs) as outcome:
+            outcome.counts = counts
     return {"step": "regenerate", "status": "done: whole", "backend": backend, "inputs_hash": inputs_hash,
             "counts": counts, "failed": checked["failed_list"], "output": str(path)}
 
@@ -164,14 +155,14 @@ def join_shares(folder: Path, count: int) -> dict[str, int]:
     return lines
 
 
-def across_hosts(context: Any, backend: str, inputs: dict[str, Any]) -> dict[str, Any]:
+def across_hosts(context: StepContext, backend: Backend) -> dict[str, Any]:
     """Share `rank` of `count` answered here; every share onto every host (the engine's exchange);
     joined; checked whole and recorded done with the one-host inputs hash, so prepare finds it current."""
     from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
 
     run, hosts = context.run, context.hosts
     part = (hosts.rank, hosts.count)
-    report = regenerate_part(run, backend, inputs, part)
+    report = regenerate_share(run, backend, part)
     plans = hosts.all_gather("regenerate-plan", {"inputs_hash": report["inputs_hash"],
                                                  "conversations": report["part"]["source"],
                                                  "status": report["status"], "rows": report["part"]["rows"]})
@@ -185,5 +176,5 @@ def across_hosts(context: Any, backend: str, inputs: dict[str, Any]) -> dict[str
             if (share_folder(folder, part) / name).is_file()]
     exchanged = hosts.exchange("regenerate", folder, mine, lacking=True)
     joined = join_shares(folder, hosts.count)
-    whole = require_whole(run, backend, inputs)
+    whole = require_whole(run, backend.name)
     return {**whole, "shares": shares, "joined": joined, "exchanged": exchanged}

@@ -1,6 +1,6 @@
 """The `regenerate` step: inputs, the manifest's skip decision, the backend, the output check.
 
-Inputs: the data file's digest, the target's digest (config and weights) and tokenizer, the
+Inputs (regenerate.inputs): the data file's digest, the target's digest (config and weights) and tokenizer, the
 sampling settings, the held-out size (held-out prompts are not answered) and the backend. A
 changed target changes them, so regenerate runs again and everything after it (prepare → ...) is
 invalidated, as the manifest does for every step. A rerun with the same inputs after a kill
@@ -13,29 +13,9 @@ import sys
 from typing import Any
 
 from specops.errors import CheckFailed
+from specops.pipeline.regenerate.backends import Backend, backend_for
+from specops.pipeline.regenerate.inputs import regenerate_inputs
 from specops.pipeline.run import Run, StepContext, config_hash, dependents, shares_of
-
-
-def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
-    from specops.pipeline.run import file_digest, model_digest, tokenizer_digest
-
-    data_path = run.paths.resolve(run.config.data)
-    settings = run.config.regenerate.model_dump(mode="json")
-    settings.pop("enabled")
-    settings.pop("backend")
-    if backend == "vllm":
-        settings.pop("seed")  # speculators takes the seed inside sampling params
-    return {"data": run.config.data, "data_digest": file_digest(data_path) if data_path.is_file() else None,
-            "model": run.config.model, "model_digest": model_digest(run.model_path),
-            "tokenizer": tokenizer_digest(run.model_path), "sampling": settings, "backend": backend,
-            "heldout_prompts": run.config.evaluate.heldout_prompts, "dtype": run.config.dtype}
-
-
-def chosen_backend(run: Run, backend: str | None) -> str:
-    """`backend` as given (the pipeline's settings already chose it), else the run's settings with none asked."""
-    from specops.pipeline.run import resolve
-
-    return backend or resolve(run).regenerate_backend
 
 
 def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> bool:
@@ -47,80 +27,62 @@ def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> boo
     return samples is not None and regenerated.usable_rows(run.paths.regenerated, run.config.max_seq_len) >= samples
 
 
-def regenerate(run: Run, backend: str | None = None, *, samples: int | None = None, stop_server: bool = False,
-               port: int | None = None, part: tuple[int, int] | None = None,
-               require_whole: bool = False) -> dict[str, Any]:
-    """Run (or skip, or resume, or extend) the regenerate step; the step's report.
+def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> dict[str, Any]:
+    """Run (or skip, or resume, or extend) the regenerate step on this host; the step's report.
 
     `samples` N: answer the conversations in source order only until prepare has N rows to take
     (`extract --samples 10` needs ten answers, not the whole dataset's); a later call asking for
-    more, or for all (None), answers the rest, and the first answers stay the same bytes. `part` and
-    `require_whole`: one host's share, and the check of the merged answers (regenerate.shares)."""
+    more, or for all (None), answers the rest, and the first answers stay the same bytes. A host's share
+    of a run across hosts and the check of the merged answers are regenerate.shares'."""
     from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest
 
-    backend = chosen_backend(run, backend)
-    if part is not None or require_whole:
-        from specops.pipeline.regenerate import shares
-
-        if part is not None:
-            return shares.regenerate_part(run, backend, regenerate_inputs(run, backend), part,
-                                          stop_server=stop_server, port=port)
-        return shares.require_whole(run, backend, regenerate_inputs(run, backend))
     folder = run.paths.regenerated
-    inputs = regenerate_inputs(run, backend)
+    inputs = regenerate_inputs(run, backend.name)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
     record = manifest.record("regenerate") or {}
     if (manifest.is_current("regenerate", inputs_hash) and (folder / RESPONSES_FILE).is_file()
             and enough_answers(run, record, samples)):
-        return {"step": "regenerate", "status": "skipped: unchanged", "backend": backend,
+        return {"step": "regenerate", "status": "skipped: unchanged", "backend": backend.name,
                 "inputs_hash": inputs_hash, "counts": record.get("counts", {}), "output": str(folder / RESPONSES_FILE)}
     resuming = record.get("inputs_hash") == inputs_hash
     # other inputs: old answers go, and all that was made of them; the same inputs answer more of the
     # same prompts, and the first answers (all that prepare's rows were made of) stay as they are
-    started = manifest.begin("regenerate", inputs_hash, inputs, keep=tuple(dependents("regenerate")) if resuming
-                             else ())
-    source_counts = build_source(run)
-    source = read_source(folder)
-    wanted = f"until {samples} rows can be prepared, " if samples is not None else ""
-    print(f"regenerate: {len(source)} conversations ({source_counts['held_out']} held out), {wanted}with the "
-          f"{backend} backend{' (resuming)' if resuming else ''}", file=sys.stderr, flush=True)
-    if backend == "vllm":
-        from specops.pipeline.regenerate.vllm import regenerate_vllm
-
-        details = regenerate_vllm(run, folder, source, samples=samples, stop_server=stop_server, port=port)
-    else:
-        from specops.pipeline.regenerate.hf import regenerate_hf
-
-        details = regenerate_hf(run, folder, source, samples=samples)
-    answered = details.pop("answered", len(source))  # conversations answered: a prefix of the source
-    checked = check(folder, source[:answered])
-    counts = {**counts_of(checked, source_counts), "answered": answered, "complete": answered == len(source)}
-    for failure in checked["failed_list"]:
-        print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
-    if checked["problems"] or checked["rows"] == 0:
-        manifest.finish("regenerate", started, counts, status="failed")
-        why = "; ".join(checked["problems"]) or "no answers were written"
-        raise CheckFailed(f"regenerate: {folder / RESPONSES_FILE}: {why}")
-    manifest.finish("regenerate", started, counts)
+    with manifest.recorded("regenerate", inputs_hash, inputs,
+                           keep=tuple(dependents("regenerate")) if resuming else ()) as outcome:
+        source_counts = build_source(run)
+        source = read_source(folder)
+        wanted = f"until {samples} rows can be prepared, " if samples is not None else ""
+        print(f"regenerate: {len(source)} conversations ({source_counts['held_out']} held out), {wanted}with the "
+              f"{backend.name} backend{' (resuming)' if resuming else ''}", file=sys.stderr, flush=True)
+        details = backend.answer(run, folder, source, samples=samples)
+        answered = details.pop("answered", len(source))  # conversations answered: a prefix of the source
+        checked = check(folder, source[:answered])
+        counts = outcome.counts = {**counts_of(checked, source_counts), "answered": answered,
+                                   "complete": answered == len(source)}
+        for failure in checked["failed_list"]:
+            print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
+        if checked["problems"] or checked["rows"] == 0:
+            why = "; ".join(checked["problems"]) or "no answers were written"
+            raise CheckFailed(f"regenerate: {folder / RESPONSES_FILE}: {why}")
     print(f"regenerate: {counts['rows']} answers for {counts['conversations']} conversations, "
           f"{counts['failed']} failed, {counts['empty']} empty"
           f"{'' if counts['complete'] else f' ({answered} of {len(source)} conversations asked so far)'}",
           file=sys.stderr, flush=True)
-    return {"step": "regenerate", "status": "done", "backend": backend, "inputs_hash": inputs_hash,
+    return {"step": "regenerate", "status": "done", "backend": backend.name, "inputs_hash": inputs_hash,
             "counts": counts, "failed": checked["failed_list"], "missing": checked["missing_list"],
             "output": str(folder / RESPONSES_FILE), **details}
 
 
 def pipeline_step(context: StepContext) -> dict[str, Any]:
-    """The pipeline's regenerate: as many answers as prepare's N rows need; across hosts, each host
-    answers its share and every host joins all of them (regenerate.shares.across_hosts)."""
-    backend = context.settings.regenerate_backend
+    """The pipeline's regenerate: as many answers as prepare's N rows need, by the run's settings' backend;
+    across hosts, each host answers its share and every host joins all of them (regenerate.shares)."""
+    backend = backend_for(context.settings.regenerate_backend)
     if context.hosts.count == 1:
         return regenerate(context.run, backend, samples=context.samples)
     from specops.pipeline.regenerate.shares import across_hosts
 
-    report = across_hosts(context, backend, regenerate_inputs(context.run, backend))
+    report = across_hosts(context, backend)
     return {**report, "figures": {"regenerate": shares_of(report)}}
