@@ -120,9 +120,8 @@ def _ping(args) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers) -> None:
-    check = subparsers.add_parser("check", help="report the host's envs, packages, GPUs, disk and tools")
-    check.add_argument("--env", action="append", metavar="ROLE=PYTHON", help="another env to probe")
-    check.add_argument("--gpus", type=int, default=0, help="GPUs the inventory expects")
-    check.set_defaults(handler=_check)
-    ping = subparsers.add_parser("ping", help="answer with the agent's version")
-    ping.set_defaults(handler=_ping)
+    """`check` and `ping`: their flags are CHECK and PING in specops.commandline (the builders' too)."""
+    from specops.commandline import CHECK, PING
+
+    CHECK.add_to(subparsers, _check)
+    PING.add_to(subparsers, _ping)

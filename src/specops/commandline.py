@@ -1,11 +1,11 @@
 """The agent's command lines: one builder per command the control side (or the engine) runs.
 
 `python -m specops <argv>`: each builder returns that argv as a list, built from typed values and
-checked here, in one place, before anything is sent. The step and pipeline commands are declared once,
-as specs (specops.commandspec): each builder here and the agent's own parser (pipeline/commands/) are
-made from the same `Command`, flags and cross-flag rules; tests/foundation/test_commandline.py runs every
-builder's output through the agent's parser (specops.cli) and compares what it parsed with what was built.
-The job, patch and host builders below the specs are written by hand beside their parsers. Standard
+checked here, in one place, before anything is sent. Every command the control side sends is declared
+once, as a spec (specops.commandspec): each builder here and the agent's own parser (beside its handler:
+pipeline/commands/, jobs/commands.py, check.py, patching/commands.py, doctor/commands.py) are made from the
+same `Command`, flags and cross-flag rules; tests/foundation/test_commandline.py runs every builder's output
+through the agent's parser (specops.cli) and compares what it parsed with what was built. Standard
 library only: remote/ imports this module too.
 
 A value that cannot be sent raises BadArgument: one line naming the flag, which the control side
@@ -18,11 +18,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from pathlib import Path
 
 from specops.commandspec import BadArgument, Command, Flag, Kind, Rule, Values, excludes, given, needs, only_with
 from specops.errors import BadInput
-from specops.protocol import Endpoint, name_problem
+from specops.protocol import JOB_ID_VARIABLE, Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
 CHECKPOINTS = ("best", "last")  # or an epoch number
@@ -120,19 +120,47 @@ def _endpoint_text(text: str) -> Endpoint:
         raise BadInput(f"--rendezvous: {exc}") from None
 
 
-def _flags(**values: Any) -> list[str]:
-    """--name VALUE for each value given (None: left out), --name alone for True; in order."""
-    argv: list[str] = []
-    for key, value in values.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        argv += [flag] if value is True else [flag, str(value)]
-    return argv
+def _env_pairs(value: object, flag: str) -> list[str]:
+    """An environment (NAME -> value) as the NAME=VALUE items of a repeated --env."""
+    if not isinstance(value, Mapping):
+        raise BadArgument(f"{flag}: expected a mapping of NAME to value, got {value!r}")
+    for key in value:
+        if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+            raise BadArgument(f"{flag} {key!r}: expected NAME=VALUE with NAME like {ENV_NAME.pattern}")
+    return [f"{key}={item}" for key, item in value.items()]
 
 
-def _optional(value: object, check: Any, flag: str, *extra: Any) -> Any:
-    return None if value is None else check(value, flag, *extra)
+def _role_pythons(value: object, flag: str) -> list[str]:
+    """The host's envs (role -> interpreter) as the ROLE=PYTHON items of a repeated --env."""
+    if not isinstance(value, Mapping):
+        raise BadArgument(f"{flag}: expected a mapping of role to interpreter, got {value!r}")
+    return [f"{_name(role, flag)}={_text(python, f'{flag} {role}')}" for role, python in value.items()]
+
+
+def _names(value: object, flag: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise BadArgument(f"{flag}: expected a list of names, got {value!r}")
+    return [_name(name, flag) for name in value]
+
+
+def _texts(value: object, flag: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise BadArgument(f"{flag}: expected a list, got {value!r}")
+    return [_text(item, flag) for item in value]
+
+
+def _json_object(value: object, flag: str) -> dict[str, object]:
+    """A mapping that travels as one JSON object (the agent reads it back with specops.flags.json_object)."""
+    if not isinstance(value, Mapping):
+        raise BadArgument(f"{flag}: expected a mapping (sent as a JSON object), got {value!r}")
+    return dict(value)
+
+
+def _command(value: object, flag: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value or not all(
+            isinstance(part, str) for part in value):
+        raise BadArgument(f"job launch: the command must be a non-empty list of strings, got {value!r}")
+    return list(value)
 
 
 # ---- kinds of value: the control side's check, the agent's parse, the text between them
@@ -160,6 +188,15 @@ SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)
 ENDPOINT = Kind(_endpoint, "Endpoint | str | None", parse=_endpoint_text)
 HOSTS = Kind(_hosts, "Sequence[str] | None", parse=lambda text: text.split(","), text=",".join)
+PATH = Kind(_text, "str | None", parse=Path)
+PATCH_ACTION = Kind(partial(_choice, choices=PATCH_ACTIONS), choices=PATCH_ACTIONS)
+# repeated flags: the check turns the whole value into the items, each sent as `--flag ITEM`
+ENV_PAIRS = Kind(_env_pairs, "Mapping[str, str] | None")
+ROLE_PYTHONS = Kind(_role_pythons, "Mapping[str, str] | None")
+SET_NAMES = Kind(_names, "Sequence[str] | None")
+SITES = Kind(_texts, "Sequence[str] | None")
+JSON_OBJECT = Kind(_json_object, "Mapping[str, object] | None", text=json.dumps)
+COMMAND = Kind(_command, "Sequence[str]")  # the words after `--`, to the end of the line
 
 WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
 RUN = Flag("run", NAME, required=True)
@@ -296,29 +333,6 @@ fetch_list = FETCH_LIST.builder(__name__)
 
 # ---- jobs
 
-def job_launch(*, name: str, command: Sequence[str], run: str | None = None, env: Mapping[str, str] | None = None,
-               revision: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None, wait: bool = False,
-               within: str | None = None) -> list[str]:
-    """`job launch`: `command` (an argument list) runs under tmux as job `name`; env on top of the agent's.
-    A job of a run holds it while it runs: `wait` queues behind the job or step holding it instead of
-    being refused; `within` names the holder this job works for (the engine's driver)."""
-    if not command or not all(isinstance(part, str) for part in command):
-        raise BadArgument(f"job launch: the command must be a non-empty list of strings, got {command!r}")
-    if (wait or within is not None) and run is None:
-        raise BadArgument("--wait/--within: only for a job of a run (--run)")
-    argv = ["job", "launch", "--name", _name(name, "--name"),
-            *_flags(run=_optional(run, _name, "--run"), wait=wait, within=_optional(within, _name, "--within"))]
-    for key, value in (env or {}).items():
-        if not ENV_NAME.fullmatch(key):
-            raise BadArgument(f"--env {key!r}: expected NAME=VALUE with NAME like {ENV_NAME.pattern}")
-        argv += ["--env", f"{key}={value}"]
-    if revision is not None:
-        argv += ["--revision", json.dumps(dict(revision))]
-    if meta is not None:
-        argv += ["--meta", json.dumps(dict(meta))]
-    return [*argv, "--", *command]
-
-
 def _seconds(value: object, flag: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise BadArgument(f"{flag}: must be zero or more seconds, got {value!r}")
@@ -338,6 +352,20 @@ JOB_TAIL = Command(("job", "tail"), "a job's log as JSON lines of whole lines, b
                    (JOB, JOB_RUN, Flag("offset", COUNT, help="byte offset to start at (the last offset seen)"),
                     Flag("lines", COUNT, help="without --offset: start this many lines from the end"),
                     Flag("follow", help="keep streaming until the job ends")))
+JOB_LAUNCH = Command(
+    ("job", "launch"), "start a command as a job: job launch --name N -- CMD...",
+    (Flag("name", NAME, required=True, help="kind of job: extract, train, vllm-server, ..."),
+     Flag("run", NAME, help="the run the job belongs to; one job of a name per run at a time"),
+     Flag("wait", help="when another job holds the run, queue behind it instead of refusing (exit 2)"),
+     Flag("within", NAME, metavar="JOB", help="the job holding the run that this one works for (default: the "
+          f"launching job, ${JOB_ID_VARIABLE})"),
+     Flag("env", ENV_PAIRS, default=[], metavar="K=V", repeat=True,
+          help="environment for the command, on top of the agent's own"),
+     Flag("revision", JSON_OBJECT, metavar="JSON", help="synced git revision, a JSON object"),
+     Flag("meta", JSON_OBJECT, metavar="JSON", help="free-form JSON object kept in the record"),
+     Flag("command", COMMAND, required=True, rest=True, help="-- then the command and its arguments")),
+    (only_with("run", ("wait", "within"), "--wait/--within: only for a job of a run (--run)"),))
+job_launch = JOB_LAUNCH.builder(__name__)
 job_list = JOB_LIST.builder(__name__)
 job_show = JOB_SHOW.builder(__name__)
 job_stop = JOB_STOP.builder(__name__)
@@ -346,37 +374,68 @@ job_tail = JOB_TAIL.builder(__name__)
 
 # ---- the host, its stack and its runs
 
-def check(*, gpus: int = 0, env: Mapping[str, str] | None = None) -> list[str]:
-    """`check`: the host's envs (role -> python) and the GPUs the inventory expects."""
-    argv = ["check", "--gpus", str(_whole(gpus, "--gpus", 0))]
-    for role, python in (env or {}).items():
-        argv += ["--env", f"{_name(role, '--env')}={_text(python, '--env ' + role)}"]
-    return argv
+def _doctor_run(values: Values) -> str | None:
+    """The doctor judges a run named on this host (--run) or handed over whole (--run-json), never both."""
+    run, run_json = given(values["run"]), values["run_json"] is not None
+    if run and run_json:
+        return "doctor: give --run or --run-json, not both"
+    if values["as_patched"] and not (run or run_json):
+        return "doctor --as-patched: only with --run or --run-json (it judges a run's launch)"
+    if given(values["backend"]) and not run:
+        return "doctor --backend: only with --run (a --run-json gives its own backend)"
+    return None
 
 
-def ping() -> list[str]:
-    """`ping`: the agent's version (what installing the bundle runs)."""
-    return ["ping"]
+def _patch_flags_fit(values: Values) -> str | None:
+    """Each flag of `patch` belongs to one action: new's, apply's --dry-run, verify's --deep."""
+    action = values["action"]
+    if action == "new":
+        return None
+    for dest, option in (("module", "--module"), ("edited", "--edited"), ("patch_id", "--id"), ("reason", "--reason")):
+        if values[dest] is not None:
+            return f"patch {action}: {option} only goes with 'patch new'"
+    if values["dry_run"] and action != "apply":
+        return f"patch {action}: --dry-run only goes with 'patch apply'"
+    if values["deep"] and action != "verify":
+        return f"patch {action}: --deep only goes with 'patch verify'"
+    return None
 
 
-def doctor(*, run: str | None = None, backend: str | None = None, serve_python: str | None = None,
-           as_patched: bool = False) -> list[str]:
-    """`doctor`: with `run`, its checks as the command line will run it (`backend`: its --backend) and vLLM
-    judged in the host's serve env (`serve_python`: inventory envs.serve); `as_patched`: the installed code
-    as the fitting patch sets will leave it (the pipeline applies them as its first step)."""
-    return ["doctor", *_flags(run=_optional(run, _name, "--run"),
-                              backend=_optional(backend, _choice, "--backend", BACKENDS),
-                              serve_python=_optional(serve_python, _text, "--serve-python")),
-            *(["--as-patched"] if as_patched else [])]
-
-
-def patch(*, action: str, sets: Sequence[str] = (), dry_run: bool = False, deep: bool = False,
-          module: str | None = None, edited: str | None = None, patch_id: str | None = None,
-          reason: str | None = None, from_finding: str | None = None) -> list[str]:
-    argv = ["patch", _choice(action, "patch", PATCH_ACTIONS)]
-    for name in sets:
-        argv += ["--set", _name(name, "--set")]  # a set's name is a folder under patches/
-    return [*argv, *_flags(dry_run=dry_run, deep=deep, module=_optional(module, _text, "--module"),
-                           edited=_optional(edited, _text, "--edited"),
-                           id=_optional(patch_id, _name, "--id"), reason=_optional(reason, _text, "--reason"),
-                           from_finding=_optional(from_finding, _text, "--from-finding"))]
+CHECK = Command(("check",), "report the host's envs, packages, GPUs, disk and tools",
+                (Flag("gpus", COUNT, default=0, help="GPUs the inventory expects"),
+                 Flag("env", ROLE_PYTHONS, metavar="ROLE=PYTHON", repeat=True, help="another env to probe")))
+PING = Command(("ping",), "answer with the agent's version", ())  # what installing the bundle runs
+DOCTOR = Command(
+    ("doctor",), "check the installed stack (API contracts, capabilities); with --run also the run's flags, model "
+    "config and resources",
+    (Flag("site", SITES, default=[], metavar="DIR", repeat=True,
+          help="extra site directory searched before sys.path (repeatable)"),
+     Flag("run_json", TEXT, metavar="JSON", help="the run's settings as a JSON object"),
+     Flag("run", NAME, metavar="NAME", help="check against runs/NAME.yaml on this host"),
+     Flag("backend", BACKEND, help="with --run: the backend the run's command line gives (default: the run's own)"),
+     Flag("serve_python", TEXT, metavar="PYTHON", help="the serve env's interpreter (inventory envs.serve): vLLM is "
+          "judged there (default: $SPECOPS_SERVE_PYTHON, else this env)"),
+     Flag("checks", TEXT, help="comma-separated subset of the doctor's checks (default: all that apply)"),
+     Flag("as_patched", help="with --run: judge the installed code as the fitting patch sets not applied yet will "
+          "leave it (the pipeline's first step applies them)"),
+     Flag("no_import", help="skip the import probe (a child python importing the run's packages, no GPU)")),
+    (Rule(_doctor_run),))
+PATCH = Command(
+    ("patch",), "apply, verify, revert or write patches to installed packages",
+    (Flag("action", PATCH_ACTION, required=True, positional=True, spelled="patch"),
+     Flag("sets", SET_NAMES, metavar="NAME", repeat=True, spelled="set",
+          help="patch set folder name (repeatable); default: every set that fits this host"),
+     Flag("dry_run", help="apply: show the diff, write nothing"),
+     Flag("deep", help="verify: also import each target in a subprocess"),
+     Flag("patches_dir", PATH, help="default: <workdir>/patches"),
+     Flag("module", TEXT, help="new: dotted name of the installed module the patch targets"),
+     Flag("edited", PATH, help="new: an edited copy of the installed file"),
+     Flag("patch_id", NAME, spelled="id", help="new: id of the new patch"),
+     Flag("reason", TEXT, help="new: one line saying why the patch is needed"),
+     Flag("from_finding", TEXT, metavar="ID",
+          help="new: propose the patch for this doctor finding (its id in `doctor --json`)")),
+    (Rule(_patch_flags_fit),))
+check = CHECK.builder(__name__)
+ping = PING.builder(__name__)
+doctor = DOCTOR.builder(__name__)
+patch = PATCH.builder(__name__)

@@ -42,8 +42,11 @@ class Kind(NamedTuple):
 
 class Flag(NamedTuple):
     """`--dest-with-dashes`: `kind` None is a switch (given alone, or not at all); `tristate`: --x / --no-x /
-    neither; `positional`: a bare value after the command's words (`job show ID`). `default` is the agent's
-    value when the flag is not given (the builder then leaves it out)."""
+    neither; `positional`: a bare value after the command's words (`job show ID`); `repeat`: the option once
+    per item (`--env K=V --env ...`; the kind's check turns the whole value into the items); `rest`: the words
+    after `--` to the end of the line (`job launch ... -- CMD ARGS`); `spelled`: the option's own name where it
+    is not the dest's (`--set` for `sets`). `default` is the agent's value when the flag is not given (the
+    builder then leaves it out)."""
 
     dest: str
     kind: Kind | None = None
@@ -53,11 +56,15 @@ class Flag(NamedTuple):
     metavar: str | None = None
     tristate: bool = False
     positional: bool = False
+    repeat: bool = False
+    rest: bool = False
+    spelled: str | None = None
 
     @property
     def option(self) -> str:
-        """How the command line and its messages name it: --dest-with-dashes, or a positional's dest."""
-        return self.dest if self.positional else "--" + self.dest.replace("_", "-")
+        """How the command line and its messages name it: --name-with-dashes, or a positional's name."""
+        name = self.spelled or self.dest
+        return name if self.positional or self.rest else "--" + name.replace("_", "-")
 
 
 class Rule(NamedTuple):
@@ -125,14 +132,20 @@ class Command(NamedTuple):
         argv += [flag.kind.text(checked[flag.dest]) for flag in self.flags if flag.positional and flag.kind]
         for flag in self.flags:
             value = checked[flag.dest]
-            if flag.positional:
+            if flag.positional or flag.rest:
                 continue
-            if flag.tristate and value is not None:
+            if flag.repeat and flag.kind is not None:
+                for item in value or ():  # type: ignore[attr-defined]
+                    argv += [flag.option, flag.kind.text(item)]
+            elif flag.tristate and value is not None:
                 argv.append(flag.option if value else "--no-" + flag.option[2:])
             elif value is True:
                 argv.append(flag.option)
             elif given(value):
                 argv += [flag.option, flag.kind.text(value) if flag.kind else str(value)]
+        for flag in self.flags:
+            if flag.rest and flag.kind is not None and given(checked[flag.dest]):
+                argv += ["--", *map(flag.kind.text, checked[flag.dest])]  # type: ignore[call-overload]
         return argv
 
     def builder(self, module: str) -> Callable[..., list[str]]:
@@ -143,8 +156,8 @@ class Command(NamedTuple):
         parameters = ", ".join(f"{flag.dest}: {_annotation(flag)}" + (
             "" if flag.required else f" = {None if flag.tristate or flag.kind else False}") for flag in self.flags)
         source = (f"def {self.name}({'*, ' + parameters if parameters else ''}) -> list[str]:\n"
-                  f"    return command.argv(**locals())\n")
-        namespace: dict[str, object] = {"command": self}
+                  f"    return _spec_.argv(**locals())\n")  # _spec_: no flag's dest (`command` is one)
+        namespace: dict[str, object] = {"_spec_": self}
         exec(source, namespace)  # the flags' dests are identifiers: the spec is ours, not input
         build = namespace[self.name]
         build.__module__ = module  # type: ignore[attr-defined]
@@ -152,14 +165,22 @@ class Command(NamedTuple):
         return build  # type: ignore[return-value]
 
     def add_to(self, subparsers: argparse._SubParsersAction, handler: Callable[[argparse.Namespace], object],
-               **parser_options: object) -> argparse.ArgumentParser:
-        """The agent's parser for the last word, under `subparsers`; its handler checks the rules first."""
+               helps: Mapping[str, str] | None = None, **parser_options: object) -> argparse.ArgumentParser:
+        """The agent's parser for the last word, under `subparsers`; its handler checks the rules first.
+        `helps`: a flag's help as only the agent can word it (from what it alone imports), by dest."""
         parser = subparsers.add_parser(self.words[-1], **{"help": self.help, **parser_options})
         for flag in self.flags:
-            options: dict[str, object] = {"help": flag.help}
+            options: dict[str, object] = {"help": (helps or {}).get(flag.dest, flag.help)}
+            if flag.rest:
+                parser.add_argument(flag.dest, nargs=argparse.REMAINDER, **options)  # type: ignore[arg-type]
+                continue
             if flag.positional and flag.kind is not None:
-                parser.add_argument(flag.dest, help=flag.help, metavar=flag.metavar,
-                                    **({"type": flag.kind.parse} if flag.kind.parse else {}))
+                options.update(metavar=flag.metavar)
+                if flag.kind.parse is not None:
+                    options["type"] = flag.kind.parse
+                if flag.kind.choices is not None:
+                    options["choices"] = flag.kind.choices
+                parser.add_argument(flag.dest, **options)  # type: ignore[arg-type]
                 continue
             if flag.kind is None:
                 options["action"] = argparse.BooleanOptionalAction if flag.tristate else "store_true"
@@ -167,13 +188,15 @@ class Command(NamedTuple):
                     options["default"] = None
             else:
                 options.update(default=flag.default, required=flag.required)
+                if flag.repeat:
+                    options["action"] = "append"
                 if flag.kind.parse is not None:
                     options["type"] = flag.kind.parse
                 if flag.kind.choices is not None:
                     options["choices"] = flag.kind.choices
                 if flag.metavar is not None:
                     options["metavar"] = flag.metavar
-            parser.add_argument(flag.option, **options)
+            parser.add_argument(flag.option, dest=flag.dest, **options)  # type: ignore[arg-type]
 
         def checked(args: argparse.Namespace) -> object:
             problem = self.problem(vars(args))

@@ -66,15 +66,18 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "check": [{}, {"gpus": 8, "env": {"serve": "/opt/serve/bin/python", "train": "/opt/train/bin/python"}}],
     "ping": [{}],
     "doctor": [{}, {"run": RUN}, {"run": RUN, "backend": "vllm", "serve_python": "/opt/serve/bin/python"},
-               {"run": RUN, "as_patched": True}],
+               {"run": RUN, "as_patched": True},
+               {"run_json": '{"target": "m"}', "site": ["/opt/site-a", "/opt/site-b"], "checks": "api,flags",
+                "no_import": True}],
     "run_check": [{"run": RUN}],
     "plan": [{"run": RUN}, {"run": RUN, "samples": 10}],
     "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],
-    "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True,
-                                     "deep": True},
+    "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True},
+              {"action": "verify", "sets": ["vllm-0.16"], "deep": True},
               {"action": "new", "sets": ["vllm-0.16"], "module": "vllm.config", "edited": "/w/tmp/patch-new-x.py",
                "patch_id": "x", "reason": "one line why"},
-              {"action": "new", "sets": ["vllm-0.16"], "from_finding": "f-1"}],
+              {"action": "new", "sets": ["vllm-0.16"], "from_finding": "f-1"},
+              {"action": "status", "patches_dir": "/w/patches"}],
 }
 
 
@@ -99,6 +102,7 @@ DECODED = {
     ("job_launch", "revision"): _launched, ("job_launch", "meta"): _launched,
     ("check", "env"): lambda parsed, _key: _env_pairs(parsed.env),
     ("patch", "edited"): lambda parsed, _key: str(parsed.edited),
+    ("patch", "patches_dir"): lambda parsed, _key: str(parsed.patches_dir),
     ("patch", "sets"): lambda parsed, _key: tuple(parsed.sets),
 }
 NORMAL = {("patch", "sets"): tuple, ("pipeline", "rendezvous"): Endpoint.parse}
@@ -201,6 +205,29 @@ def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> No
                    if key in inspect.signature(builder).parameters and value is not None})
     assert str(builder_refused.value) == str(agent_refused.value)
     assert "\n" not in str(agent_refused.value)
+
+
+@pytest.mark.parametrize(("argv", "name", "values"), [
+    (["doctor", "--run", RUN, "--run-json", "{}"], "doctor", {"run": RUN, "run_json": "{}"}),
+    (["doctor", "--as-patched"], "doctor", {"as_patched": True}),
+    (["doctor", "--backend", "vllm"], "doctor", {"backend": "vllm"}),
+    (["patch", "verify", "--dry-run"], "patch", {"action": "verify", "dry_run": True}),
+    (["patch", "apply", "--deep"], "patch", {"action": "apply", "deep": True}),
+    (["patch", "status", "--id", "x"], "patch", {"action": "status", "patch_id": "x"}),
+    (["job", "launch", "--name", "x", "--wait", "--", "true"], "job_launch",
+     {"name": "x", "wait": True, "command": ["true"]}),
+], ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else "")
+def test_the_host_commands_rules_refuse_alike_on_both_sides(argv: list[str], name: str,
+                                                             values: dict[str, Any]) -> None:
+    """job launch, doctor and patch: their rules are their specs' too, one line on either side."""
+    from specops.errors import BadInput
+
+    parsed = parse(argv)
+    with pytest.raises(BadInput) as agent_refused:
+        parsed.handler(parsed)
+    with pytest.raises(BadArgument) as builder_refused:
+        builders()[name](**values)
+    assert str(builder_refused.value) == str(agent_refused.value) and "\n" not in str(agent_refused.value)
 
 
 def test_invoke_text_becomes_numbers_once() -> None:

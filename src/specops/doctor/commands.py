@@ -17,7 +17,6 @@ from specops.doctor import (
     parse_run_json,
     site_path,
 )
-from specops.doctor.settings import BACKENDS
 from specops.errors import BadInput
 
 # runs/NAME.yaml on this host, with the command line's --backend and the serve env -> its settings
@@ -32,25 +31,13 @@ def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOf
     specops.cli so that the doctor never imports the pipeline); without it `--run` is refused. `pending`
     overlays the fitting patch sets not applied yet (specops.patching.pending, handed in likewise: the
     patching package imports the doctor), so a run is judged as its patches step will leave the code."""
-    parser = subparsers.add_parser("doctor", help="check the installed stack (API contracts, capabilities); "
-                                                  "with --run also the run's flags, model config and resources")
-    parser.add_argument("--site", action="append", default=[], metavar="DIR",
-                        help="extra site directory searched before sys.path (repeatable)")
-    parser.add_argument("--run-json", default=None, metavar="JSON", help="the run's settings as a JSON object")
-    parser.add_argument("--run", default=None, metavar="NAME", help="check against runs/NAME.yaml on this host")
-    parser.add_argument("--backend", default=None, choices=BACKENDS,
-                        help="with --run: the backend the run's command line gives (default: the run's own)")
-    parser.add_argument("--serve-python", default=None, metavar="PYTHON",
-                        help="the serve env's interpreter (inventory envs.serve): vLLM is judged there "
-                             f"(default: ${SERVE_PYTHON_ENV}, else this env)")
-    parser.add_argument("--checks", default=None,
-                        help=f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)")
-    parser.add_argument("--as-patched", action="store_true",
-                        help="with --run: judge the installed code as the fitting patch sets not applied yet will "
-                             "leave it (the pipeline's first step applies them)")
-    parser.add_argument("--no-import", action="store_true",
-                        help="skip the import probe (a child python importing the run's packages, no GPU)")
-    parser.set_defaults(handler=lambda args: handle(args, settings_of_run, pending))
+    from specops.commandline import DOCTOR
+
+    # the flags, and which go together, are DOCTOR in specops.commandline (the builder's too)
+    DOCTOR.add_to(subparsers, lambda args: handle(args, settings_of_run, pending), helps={
+        "serve_python": "the serve env's interpreter (inventory envs.serve): vLLM is judged there "
+                        f"(default: ${SERVE_PYTHON_ENV}, else this env)",
+        "checks": f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)"})
 
 
 def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = None,
@@ -64,12 +51,6 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
 
         default = CHECKS if (args.run or args.run_json is not None) else tuple(c for c in CHECKS if c not in RUN_CHECKS)
         checks = [name for name in (checks if checks is not None else default) if name != "import"]
-    if args.run and args.run_json:
-        raise BadInput("doctor: give --run or --run-json, not both")
-    if args.as_patched and not (args.run or args.run_json is not None):
-        raise BadInput("doctor --as-patched: only with --run or --run-json (it judges a run's launch)")
-    if args.backend and not args.run:
-        raise BadInput("doctor --backend: only with --run (a --run-json gives its own backend)")
     serve_python = chosen_serve_python(args.serve_python)
     if serve_python and not Path(serve_python).is_file():
         raise BadInput(f"{'--serve-python' if args.serve_python else SERVE_PYTHON_ENV} {serve_python}: no such "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import paths
-from specops.commandline import JOB_LIST, JOB_SHOW, JOB_STOP, JOB_TAIL
+from specops.commandline import JOB_LAUNCH, JOB_LIST, JOB_SHOW, JOB_STOP, JOB_TAIL
 from specops.errors import BadInput
 from specops.jobs import liveness, records
 from specops.jobs.tmux import TmuxServer
@@ -174,22 +174,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     job = subparsers.add_parser("job", help="jobs that run under tmux on this host")
     actions = job.add_subparsers(dest="job_command", required=True)
 
-    launch_parser = actions.add_parser("launch", help="start a command as a job: job launch --name N -- CMD...")
-    launch_parser.add_argument("--name", required=True, help="kind of job: extract, train, vllm-server, ...")
-    launch_parser.add_argument("--run", help="the run the job belongs to; one job of a name per run at a time")
-    launch_parser.add_argument("--env", action="append", default=[], metavar="K=V",
-                               help="environment for the command, on top of the agent's own")
-    launch_parser.add_argument("--revision", metavar="JSON", help="synced git revision, a JSON object")
-    launch_parser.add_argument("--meta", metavar="JSON", help="free-form JSON object kept in the record")
-    launch_parser.add_argument("--wait", action="store_true",
-                               help="when another job holds the run, queue behind it instead of refusing (exit 2)")
-    launch_parser.add_argument("--within", metavar="JOB",
-                               help="the job holding the run that this one works for (default: the launching "
-                                    f"job, ${JOB_ID_VARIABLE})")
-    launch_parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command and its arguments")
-    launch_parser.set_defaults(handler=launch_handler)
-
-    # list, show, stop, tail: their flags are specs in specops.commandline (the builders' too)
+    # launch, list, show, stop, tail: their flags are specs in specops.commandline (the builders' too)
+    JOB_LAUNCH.add_to(actions, launch_handler)
     JOB_LIST.add_to(actions, list_handler)
     JOB_SHOW.add_to(actions, show_handler)
     JOB_STOP.add_to(actions, stop_handler)
