@@ -105,19 +105,25 @@ def _hosts(value: object, flag: str) -> list[str]:
     return [_name(name, flag) for name in value]
 
 
-def _endpoint(value: object, flag: str) -> Endpoint:
-    try:
+def _endpoint_kind(option: str, why: Callable[[object, ValueError], str]) -> Kind:
+    """An Endpoint, parsed once on either side: the builder's check (BadArgument) and the agent's parse
+    (BadInput: argparse would turn a ValueError into its own message)."""
+    def parsed(value: object) -> Endpoint:
         return value if isinstance(value, Endpoint) else Endpoint.parse(str(value))
-    except ValueError as exc:
-        raise BadArgument(f"{flag}: {exc}") from None
 
+    def check(value: object, flag: str) -> Endpoint:
+        try:
+            return parsed(value)
+        except ValueError as exc:
+            raise BadArgument(f"{flag}: {why(value, exc)}") from None
 
-def _endpoint_text(text: str) -> Endpoint:
-    """The agent's parse of an endpoint (argparse would turn a ValueError into its own message)."""
-    try:
-        return Endpoint.parse(text)
-    except ValueError as exc:
-        raise BadInput(f"--rendezvous: {exc}") from None
+    def parse(text: str) -> Endpoint:
+        try:
+            return parsed(text)
+        except ValueError as exc:
+            raise BadInput(f"{option}: {why(text, exc)}") from None
+
+    return Kind(check, "Endpoint | str | None", parse=parse)
 
 
 def _env_pairs(value: object, flag: str) -> list[str]:
@@ -186,7 +192,8 @@ PART = Kind(_part, "tuple[int, int] | None", parse=_parse_with("part_of"), text=
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)
-ENDPOINT = Kind(_endpoint, "Endpoint | str | None", parse=_endpoint_text)
+ENDPOINT = _endpoint_kind("--rendezvous", lambda _value, exc: str(exc))
+RDZV_ENDPOINT = _endpoint_kind("--rdzv-endpoint", lambda value, _exc: f"{value!r} is not HOST:PORT")
 HOSTS = Kind(_hosts, "Sequence[str] | None", parse=lambda text: text.split(","), text=",".join)
 PATH = Kind(_text, "str | None", parse=Path)
 PATCH_ACTION = Kind(partial(_choice, choices=PATCH_ACTIONS), choices=PATCH_ACTIONS)
@@ -255,7 +262,7 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
              Flag("dry_run", help="print the command, do not train"),
              Flag("nnodes", WHOLE, help="one node of a torchrun group over this many hosts"),
              Flag("node_rank", COUNT, help="this host's node rank (0 hosts the rendezvous)"),
-             Flag("rdzv_endpoint", TEXT, help="HOST0:PORT of the c10d rendezvous, reachable from every node"),
+             Flag("rdzv_endpoint", RDZV_ENDPOINT, help="HOST0:PORT of the c10d rendezvous, reachable from every node"),
              Flag("rdzv_id", NAME, help="the group launch's id (the same on every node)"), LOCAL_ADDR, INTERFACE,
              WAIT),
             (only_with("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id", "local_addr", "interface"),

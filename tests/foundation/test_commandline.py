@@ -105,7 +105,8 @@ DECODED = {
     ("patch", "patches_dir"): lambda parsed, _key: str(parsed.patches_dir),
     ("patch", "sets"): lambda parsed, _key: tuple(parsed.sets),
 }
-NORMAL = {("patch", "sets"): tuple, ("pipeline", "rendezvous"): Endpoint.parse}
+NORMAL = {("patch", "sets"): tuple, ("pipeline", "rendezvous"): Endpoint.parse,
+          ("step_train", "rdzv_endpoint"): Endpoint.parse}
 
 
 def builders() -> dict[str, Any]:
@@ -161,6 +162,10 @@ def test_the_step_is_the_builders_name() -> None:
     (lambda: commandline.step_train(run=RUN, gpus=-1), "--gpus"),
     (lambda: commandline.step_train(run=RUN, node_rank=1), "--node-rank"),
     (lambda: commandline.step_train(run=RUN, nnodes=2), "--nnodes"),
+    (lambda: commandline.step_train(run=RUN, nnodes=2, node_rank=0, rdzv_endpoint="h", rdzv_id="r"),
+     "--rdzv-endpoint: 'h' is not HOST:PORT"),
+    (lambda: commandline.step_train(run=RUN, nnodes=2, node_rank=0, rdzv_endpoint="h:99999", rdzv_id="r"),
+     "--rdzv-endpoint: 'h:99999' is not HOST:PORT"),
     (lambda: commandline.pipeline(run=RUN, hosts=["a", "b"], node_rank=0, rendezvous="h:65535", group="g"),
      "--rendezvous"),
     (lambda: commandline.job_launch(name="x y", command=["true"]), "--name"),
@@ -228,6 +233,16 @@ def test_the_host_commands_rules_refuse_alike_on_both_sides(argv: list[str], nam
     with pytest.raises(BadArgument) as builder_refused:
         builders()[name](**values)
     assert str(builder_refused.value) == str(agent_refused.value) and "\n" not in str(agent_refused.value)
+
+
+@pytest.mark.parametrize("endpoint", ["h", "h:99999"])
+def test_a_rendezvous_endpoint_is_parsed_once_where_the_agent_reads_it(endpoint: str) -> None:
+    """--rdzv-endpoint reaches the training as an Endpoint (specops.torchrun.TorchrunNode), or one line."""
+    from specops.errors import BadInput
+
+    with pytest.raises(BadInput, match=f"^--rdzv-endpoint: '{endpoint}' is not HOST:PORT$"):
+        parse(["step", "train", "--run", RUN, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", "r"])
 
 
 def test_invoke_text_becomes_numbers_once() -> None:

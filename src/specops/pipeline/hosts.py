@@ -21,8 +21,8 @@ from typing import Any
 
 from specops import atomic
 from specops.errors import CheckFailed
-from specops.pipeline.run import Training
 from specops.protocol import stays_inside
+from specops.torchrun import TorchrunNode
 
 BEAT_S = 2.0
 SILENT_S = 60.0     # no beat for this long: the node's engine is gone (killed, its host down or cut off)
@@ -38,7 +38,7 @@ class Rendezvous:
     """This node's view of the K hosts (specops.pipeline.run.context.Hosts)."""
 
     def __init__(self, names: list[str], rank: int, address: str, port: int, group: str,
-                 training: Training | None) -> None:
+                 training: TorchrunNode | None) -> None:
         from torch.distributed import TCPStore
 
         self.names, self.rank, self.count, self.training = names, rank, len(names), training

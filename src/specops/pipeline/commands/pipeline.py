@@ -19,11 +19,13 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     if not args.hosts:
         return run_pipeline(args.run, args.samples, skip, args.backend)
     from specops.pipeline.hosts import Rendezvous
-    from specops.pipeline.run import Training
+    from specops.torchrun import TorchrunNode
 
-    # the spec (specops.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint
+    # the spec (specops.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint;
+    # the training's torchrun meets at the port after it
     endpoint = args.rendezvous
-    training = Training(str(endpoint.next_port()), args.group, args.local_addr, args.interface)
+    training = TorchrunNode(len(args.hosts), args.node_rank, endpoint.next_port(), args.group, args.local_addr,
+                            args.interface)
     rendezvous = Rendezvous(args.hosts, args.node_rank, endpoint.host, endpoint.port, args.group, training)
     try:
         return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous)

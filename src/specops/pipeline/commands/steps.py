@@ -63,11 +63,13 @@ def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_train(args: argparse.Namespace) -> tuple[int, dict]:
     from specops.pipeline.run import Run
-    from specops.pipeline.training import Nodes, train_step
+    from specops.pipeline.training import train_step
+    from specops.torchrun import TorchrunNode
 
     nodes = None
-    if args.nnodes is not None:  # the spec (specops.commandline) saw --node-rank, --rdzv-endpoint, --rdzv-id
-        nodes = Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.local_addr, args.interface)
+    if args.nnodes is not None:  # the spec (specops.commandline) saw --node-rank, --rdzv-id and parsed the endpoint
+        nodes = TorchrunNode(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.local_addr,
+                             args.interface)
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
     from specops.pipeline.training_hooks import train_hooks

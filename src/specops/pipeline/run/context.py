@@ -13,26 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specops.torchrun import TorchrunNode
+
 if TYPE_CHECKING:
     from specops.pipeline.run.config import Run
     from specops.pipeline.run.settings import EffectiveSettings
 
 
-@dataclass(frozen=True)
-class Training:
-    """The torchrun node this host runs when training spans hosts (c10d rendezvous on the first host)."""
-
-    endpoint: str              # HOST0:PORT
-    rdzv_id: str               # the same on every node of one launch
-    local_addr: str | None     # this host's address on the training network
-    interface: str | None      # the interface of the collectives
+# The torchrun node this host runs when training spans hosts (c10d rendezvous on the first host, at the
+# engine's rendezvous PORT+1): the one node type, specops.torchrun.
+Training = TorchrunNode
 
 
 class Hosts(Protocol):
     rank: int                  # this host's place (0: the first host, the rendezvous)
     count: int
     names: list[str]           # every host's name, by rank
-    training: Training | None
+    training: TorchrunNode | None
 
     def barrier(self, tag: str) -> None:
         """Wait for every host to reach `tag`; raises CheckFailed naming a host that failed or went silent."""
@@ -56,7 +53,7 @@ class OneHost:
     rank: int = 0
     count: int = 1
     names: list[str] = field(default_factory=lambda: ["this host"])
-    training: Training | None = None
+    training: TorchrunNode | None = None
 
     def barrier(self, tag: str) -> None:
         return None

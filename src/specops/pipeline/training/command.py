@@ -11,7 +11,6 @@ in an empty one, so the run's checkpoints always live at the same path.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.errors import BadInput
+from specops.torchrun import TorchrunNode
 
 LOG_FILE = "train.log"
 CHECKPOINT_FILES = ("model.safetensors", "config.json", "optimizer_state_dict.pt", "training_state.json")
@@ -84,39 +84,7 @@ def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_
     return ids
 
 
-@dataclass(frozen=True)
-class Nodes:
-    """This host's place in a training over several hosts: torchrun's c10d rendezvous at node 0."""
-
-    count: int  # --nnodes
-    rank: int  # --node-rank (c10d assigns ranks itself; node 0 is the one hosting the rendezvous)
-    endpoint: str  # HOST0:PORT, reachable from every node
-    run_id: str  # --rdzv-id: one id per launch of the group, so a stale node never joins a new group
-    # The host's training network (inventory train_address / train_interface). With an address, the
-    # node binds and advertises it (--local-addr) and node 0 hosts the rendezvous store explicitly:
-    # torch's guesses go by the hostname, which may resolve to loopback or to another network.
-    local_addr: str | None = None
-    interface: str | None = None
-
-    def problems(self) -> list[str]:
-        found = []
-        if self.local_addr is not None:
-            try:
-                ipaddress.ip_address(self.local_addr)
-            except ValueError:
-                found.append(f"--local-addr: {self.local_addr!r} is not an IP address")
-        if self.interface is not None and not _is_interface_name(self.interface):
-            found.append(f"--interface: {self.interface!r} is not a network interface name")
-        if self.count < 2:
-            found.append(f"--nnodes: a training over hosts needs at least 2, got {self.count}")
-        if not 0 <= self.rank < self.count:
-            found.append(f"--node-rank: {self.rank} is not in 0..{self.count - 1}")
-        host, _, port = self.endpoint.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            found.append(f"--rdzv-endpoint: {self.endpoint!r} is not HOST:PORT")
-        if not self.run_id or not self.run_id.replace("-", "").replace("_", "").isalnum():
-            found.append(f"--rdzv-id: {self.run_id!r} is not a simple id (letters, digits, - and _)")
-        return found
+Nodes = TorchrunNode  # this host's place in a training over hosts (specops.torchrun: the one node type)
 
 
 def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
@@ -125,14 +93,10 @@ def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
     if nodes is None:
         return ["torchrun", "--standalone", per_node]
     return ["torchrun", f"--nnodes={nodes.count}", f"--node-rank={nodes.rank}", per_node,
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={nodes.endpoint}", f"--rdzv-id={nodes.run_id}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={nodes.endpoint}", f"--rdzv-id={nodes.rdzv_id}",
             "--max-restarts=0",  # a lost node ends the group; the control side relaunches it whole
             *([f"--local-addr={nodes.local_addr}", f"--rdzv-conf=is_host={int(nodes.rank == 0)}"]
               if nodes.local_addr else [])]
-
-
-def _is_interface_name(name: str) -> bool:
-    return 0 < len(name) <= 15 and all(char.isalnum() or char in "._-:@" for char in name)
 
 
 def collectives_environment(nodes: Nodes) -> dict[str, str]:
