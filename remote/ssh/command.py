@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from remote.errors import ConnectError
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -45,6 +47,13 @@ def dead_connection(where: str, dead_after: float) -> str:
     return f"{where}: no data from the host for {dead_after:g} s and no answer to keepalives (connection dead?)"
 
 
+def upload_through_shell(conn: Connection, data: bytes, remote_path: str, where: str) -> None:
+    """put over a command channel: `cat` into the file on the host, through the connection's own run."""
+    result = conn.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "upload", remote_path], stdin=data)
+    if result.exit_code != 0:
+        raise ConnectError(f"{where}: upload to {remote_path} failed: {result.stderr.decode(errors='replace')}")
+
+
 def pump(pipe, callback: Callable[[bytes], None] | None) -> None:
     """Read a subprocess's pipe to its end, handing each chunk to `callback` (dropped when None)."""
     while chunk := pipe.read1(READ_CHUNK):
@@ -65,7 +74,13 @@ class Connection(Protocol):
                on_stderr: Callable[[bytes], None] | None = None, cwd: str | None = None,
                env: Mapping[str, str] | None = None, timeout: float | None = None) -> int: ...
 
-    def download(self, remote_path: str, local_path: Path) -> None: ...
+    def download(self, remote_path: str, local_path: Path) -> None:
+        """get: the host's file `remote_path` as `local_path` here."""
+        ...
+
+    def upload(self, data: bytes, remote_path: str) -> None:
+        """put: `data` as the host's file `remote_path` (its folder made); ConnectError when it cannot be."""
+        ...
 
     def close(self) -> None: ...
 

@@ -21,7 +21,7 @@ import paramiko
 from remote.errors import ConnectError
 from remote.inventory import Host, Inventory
 from remote.ssh import liveness
-from remote.ssh.command import CommandResult, shell_command
+from remote.ssh.command import CommandResult, shell_command, upload_through_shell
 from remote.ssh.host_keys import changed_key_error, verify_host_keys
 from remote.ssh.target import Target, jump_host, resolve_target
 
@@ -155,6 +155,9 @@ class SSHConnection:
             self.sftp().get(remote_path, str(local_path))
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectError(f"{self._where}: download of {remote_path} failed: {exc}") from None
+
+    def upload(self, data: bytes, remote_path: str) -> None:
+        upload_through_shell(self, data, remote_path, self._where)  # the folder made too, as `local` does
 
     def close(self) -> None:
         connection: fabric.Connection | None = self.fabric

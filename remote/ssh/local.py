@@ -51,6 +51,14 @@ class LocalConnection:
     def download(self, remote_path: str, local_path: Path) -> None:
         shutil.copyfile(remote_path, local_path)
 
+    def upload(self, data: bytes, remote_path: str) -> None:
+        target = Path(remote_path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as exc:
+            raise ConnectError(f"{self.host.name} (local): upload to {remote_path} failed: {exc}") from None
+
     def close(self) -> None:
         pass
 

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote.errors import ConnectError
-from remote.ssh.command import READ_CHUNK, CommandResult, Connection, dead_connection, pump, shell_command
+from remote.ssh.command import (
+    READ_CHUNK,
+    CommandResult,
+    Connection,
+    dead_connection,
+    pump,
+    shell_command,
+    upload_through_shell,
+)
 from remote.ssh.openssh import client_argv, control_socket, destination, master_options
 from remote.ssh.target import resolve_target
 
@@ -173,6 +181,9 @@ class MasterConnection:
             code = self.stream(["cat", "--", remote_path], on_stdout=sink.write)
         if code != 0:
             raise ConnectError(f"{self._where}: download of {remote_path} failed (exit {code})")
+
+    def upload(self, data: bytes, remote_path: str) -> None:
+        upload_through_shell(self, data, remote_path, self._where)
 
     def close(self) -> None:
         # The master stays up for the next task (ControlPersist); only a fallback connection is ours.

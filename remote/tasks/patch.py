@@ -12,7 +12,7 @@ from pathlib import Path
 
 from invoke import task
 
-from remote.errors import BadInput
+from remote.errors import BadInput, ConnectError
 from remote.session import emit_json, host_connection, reports_errors
 from specops import commandline
 
@@ -105,10 +105,10 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         elif action == "new":
             # The edited copy travels to the host, where the installed file it is compared with lives.
             remote_copy = f"{chosen.workdir.rstrip('/')}/tmp/patch-new-{id_}.py"
-            upload = conn.run(["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "upload", remote_copy],
-                              stdin=Path(edited).read_bytes())
-            if upload.exit_code != 0:
-                raise BadInput(f"patch new: could not upload {edited}: {upload.stderr.decode(errors='replace')}")
+            try:
+                conn.upload(Path(edited).read_bytes(), remote_copy)
+            except ConnectError as exc:
+                raise BadInput(f"patch new: could not upload {edited}: {exc}") from None
             args = commandline.patch(**options, module=module, patch_id=id_, reason=reason, edited=remote_copy)
         result = agent_call(conn, chosen, args, env_role=env, timeout=300)
         trips = conn.round_trips

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from remote.inventory import CONNECTIONS, Host
-from remote.ssh import KINDS, LocalConnection, kind_of
+import pytest
+
+from remote.inventory import CONNECTIONS, Host, load_inventory
+from remote.ssh import KINDS, LocalConnection, kind_of, open_connection
 from remote.training_nodes import rendezvous_endpoint
 
 
@@ -38,3 +40,20 @@ def test_an_ssh_host_is_reached_through_its_own_ssh_settings() -> None:
     assert options[2:] == ["--rsync-path", "mkdir -p specops && rsync"]
     assert kind.peer_address(remote_host) == "gpu1.example" and kind.shown(remote_host) == "me@gpu1.example:2222"
     assert kind.sftp
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("quick", [False, True], ids=["fabric", "openssh-master"])
+def test_every_kinds_connection_puts_and_gets_a_file(tmp_path: Path, inventory: Path, control_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch, quick: bool) -> None:
+    """copy both ways through the connection a kind opens: `local` (a file here) and `ssh` (the loopback sshd,
+    through fabric or the shared OpenSSH master), the folder made on the way."""
+    monkeypatch.setenv("SPECOPS_SSH_CONTROL_DIR", str(control_dir))
+    data = bytes(range(256)) * 3
+    for name in ("local", "loop"):
+        chosen = load_inventory(inventory).host(name)
+        with open_connection(chosen, quick=quick) as conn:
+            remote_path = f"{chosen.workdir}/tmp/deep/{name}.bin"
+            conn.upload(data, remote_path)
+            conn.download(remote_path, tmp_path / f"{name}.back")
+        assert (tmp_path / f"{name}.back").read_bytes() == data
