@@ -16,6 +16,8 @@ Per run (runs/gpu-1b.yaml, runs/gpu-8b.yaml: random Llamas at Llama-3.2-1B / 3.1
                `speculators train` run directly with the argv `step train --dry-run` prints
                (bench/train_speculators.direct_argv, bench/trainbench.run_direct)
   acceptance   trained against untrained, from the pipeline's evaluate step
+  digests      sha256 of what each step hands on (regenerated, prepared, hidden_states, vocab) and of the
+               generated target: where two runs of the same config first part
   validation   the pipeline's report on the intact files, then `step validate --reference hf` with the
                fidelity rows shifted by one position (restored afterwards): it must fail
 Writes DIR/gpu_pipeline.json and prints a table. Prints figures, asserts nothing.
@@ -316,9 +318,37 @@ def rounding_margin(env: dict[str, str], run_name: str, factors=(1, 2, 4, 8, 16,
     return table
 
 
+DIGESTED = ("regenerated", "prepared", "hidden_states", "vocab")  # what a step wrote that the next one reads
+
+
+def input_digests(workdir: Path, run: str) -> dict[str, str | None]:
+    """sha256 over every file (relative path and bytes, in name order) of each folder a step hands on, and of
+    the generated target: two runs whose acceptance differs show where they first part (issue 33: two
+    fresh H200s trained the same run to 2.97 and 2.73 with the loss tile fixed)."""
+    import hashlib
+
+    run_dir = workdir / "runs" / run
+    folders = {name: run_dir / name for name in DIGESTED}
+    folders["target"] = workdir / "models"
+    digests: dict[str, str | None] = {}
+    for name, folder in folders.items():
+        if not folder.is_dir():
+            digests[name] = None
+            continue
+        digest = hashlib.sha256()
+        for path in sorted(item for item in folder.rglob("*") if item.is_file()):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0")
+            with path.open("rb") as stream:
+                while block := stream.read(1 << 24):
+                    digest.update(block)
+        digests[name] = digest.hexdigest()[:16]
+    return digests
+
+
 def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save, trained: bool) -> None:
     """Extraction against the bare forward, validation of a shifted copy, training run directly."""
-    actions = {"validation": lambda: shifted_validation(env, run),
+    actions = {"digests": lambda: input_digests(args.workdir, run),
+               "validation": lambda: shifted_validation(env, run),
                "extraction": None if args.no_bare_forward else lambda: bare_forward_rate(env, run),
                "rounding_margin": lambda: rounding_margin(env, run),
                "direct_training": (lambda: direct_training(env, run, args.workdir))
@@ -381,7 +411,7 @@ def main() -> int:
         print(f"\n{run}: generate {entry['generate']['seconds']} s; pipeline {entry['pipeline']}")
         for name, step in entry["steps"].items():
             print(f"  {name:11s} {step['seconds']!s:>8} s  peak {step['peak_gpu_mib']!s:>7} MiB  {step['status']}")
-        for key in ("training", "extraction", "validation", "direct_training"):
+        for key in ("digests", "training", "extraction", "validation", "direct_training"):
             print(f"  {key}: {json.dumps(entry.get(key), default=str)}")
     return 0
 
