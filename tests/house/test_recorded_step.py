@@ -32,3 +32,20 @@ def test_work_that_raises_is_recorded_failed_and_the_error_goes_on(tmp_path: Pat
     record = Manifest(tmp_path).record("vocab")
     assert record["status"] == "failed" and record["counts"] == {"draft_vocab": 8}
     assert not Manifest(tmp_path).is_current("vocab", "h1")
+
+
+def test_no_room_writes_the_sequence_out() -> None:
+    """Every recorded step goes through Manifest.recorded: no other module begins or finishes a record."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "src" / "specops"
+    written_out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "manifest.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("begin", "_begin", "finish", "_finish")
+                    and "manifest" in ast.unparse(node.func.value)):
+                written_out.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not written_out, written_out

@@ -58,9 +58,13 @@ def prepared(tiny_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 @pytest.fixture(scope="session")
 def extracted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workdir where rows 0..39 were extracted uninterrupted, in process."""
+    """A workdir where rows 0..39 were prepared and extracted uninterrupted, in process (prepare first, as the
+    step table runs them: extraction reads prepare's rows and never runs it)."""
+    from specops.pipeline.data import prepare
     from specops.pipeline.extraction.hf import extract
 
     root = copy_workdir(prepared, tmp_path_factory.mktemp("extracted") / "w")
-    extract(in_workdir(root), 40)
+    run = in_workdir(root)
+    prepare(run, 40, strict=False)
+    extract(run, 40)
     return root

@@ -123,3 +123,17 @@ def test_resume_regenerates_a_truncated_file_and_skips_when_all_is_whole(extract
     assert hidden_state_files(root) == hidden_state_files(extracted)
     assert extract(in_workdir(root), 40)["status"] == "skipped: unchanged"
     assert extract(in_workdir(root), 12)["status"] == "skipped: unchanged"
+
+
+def test_extraction_reads_prepares_rows_and_never_runs_prepare(tiny_workdir, extracted, tmp_path):
+    """The step table runs prepare before extract; the extraction room only reads what prepare wrote."""
+    from specops.errors import BadInput
+    from specops.pipeline.extraction.hf import extract
+
+    root = copy_workdir(tiny_workdir, tmp_path / "unprepared")
+    with pytest.raises(BadInput, match="run the prepare step first"):
+        extract(in_workdir(root), 4)
+    assert not (root / "runs" / "tiny" / "prepared").exists()
+    root = copy_workdir(extracted, tmp_path / "forty")
+    with pytest.raises(BadInput, match="40 rows prepared, extract asks for 41"):
+        extract(in_workdir(root), 41)

@@ -22,9 +22,9 @@ from specops.progress import say
 from specops.steps import STEPS, Scope, Step, enabled, step
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Hosts, StepContext
+    from specops.pipeline.run import Figures, Hosts, Run, StepContext, StepReport
 
-StepFunction = Callable[["StepContext"], dict[str, Any]]
+StepFunction = Callable[["StepContext"], "StepReport"]
 
 
 def step_functions() -> dict[str, StepFunction]:
@@ -152,7 +152,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     return 0, summary
 
 
-def vllm_servers(run: Any, since: float) -> dict[str, Any]:
+def vllm_servers(run: Run, since: float) -> dict[str, Any]:
     """The server loads this pipeline made (from the job records); its server stopped unless kept."""
     from specops.pipeline import vllm
 
@@ -163,10 +163,10 @@ def vllm_servers(run: Any, since: float) -> dict[str, Any]:
     return servers
 
 
-def figures(context: StepContext) -> dict[str, Any]:
+def figures(context: StepContext) -> Figures:
     """What the summary shows: each step's declared figures from its report (None where this host did not
     run it), beside what the run's folders hold."""
-    shown: dict[str, Any] = {name: None for entry in STEPS for name in entry.figures}
+    shown: Figures = {name: None for entry in STEPS for name in entry.figures}
     for entry in STEPS:
         declared = (context.reports.get(entry.name) or {}).get("figures") or {}
         unknown = sorted(set(declared) - set(entry.figures))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from specops.errors import CheckFailed
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import StepContext
+    from specops.pipeline.run import StepContext, StepReport
 
 
 def apply_and_verify() -> dict[str, Any]:
@@ -32,7 +32,7 @@ def apply_and_verify() -> dict[str, Any]:
     return {"status": "ok", "sets": sets, "checks": len(verified.get("checks", []))}
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     hosts = context.hosts
     report: dict[str, Any] = {}
     for turn in range(hosts.count):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import EffectiveSettings, Run, StepContext
+    from specops.pipeline.run import EffectiveSettings, Run, StepContext, StepReport
 
 
 def train_hooks(run: Run, settings: EffectiveSettings | None = None) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def train_hooks(run: Run, settings: EffectiveSettings | None = None) -> dict[str
             "planned": planned_placement(run)}
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's train; its figures: the losses, the epochs' rows, the plot, where it resumed and saved."""
     from specops.pipeline.training import train_pipeline_step
 

@@ -67,11 +67,13 @@ def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline import run_reads
     from specops.pipeline.extraction import check_endpoint, extract_through
 
     run = open_run(args.run)
     endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
-    report = extract_through(run, endpoint, args.samples, host_gpus=args.gpus, part=args.part,
+    context = run_reads("extract", args.run, args.samples)  # the steps extract reads, as `step extract` runs them
+    report = extract_through(context.run, endpoint, context.samples, host_gpus=args.gpus, part=args.part,
                              require_whole=args.require_whole)
     document = {"ok": True, "run": args.run, **report}
     if args.validate:

@@ -25,7 +25,15 @@ from specops.errors import BadInput
 from specops.pipeline.data import heldout
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
 from specops.pipeline.data.regenerated import regenerated_rows
-from specops.pipeline.run import Manifest, Run, StepContext, config_hash, file_digest, tokenizer_digest
+from specops.pipeline.run import (
+    Manifest,
+    Run,
+    StepContext,
+    StepReport,
+    config_hash,
+    file_digest,
+    tokenizer_digest,
+)
 
 
 class UnstableTemplate(ValueError):
@@ -226,7 +234,7 @@ def load_tokenizer(run: Run) -> Any:
     return tokenizer
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     report = prepare(context.run, context.samples, False)
     counts = report.get("counts", {})
     return {**report, "figures": {"tokens": counts.get("tokens"), "loss_tokens": counts.get("loss_tokens")}}

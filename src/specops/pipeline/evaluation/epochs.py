@@ -17,14 +17,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from specops.pipeline.run import config_hash
+from specops.pipeline.run import Run, config_hash
 from specops.progress import speaker
 
 say = speaker("evaluate")  # progress lines for people (specops.progress)
 
 
 class EpochScorer:
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
         settings = run.config.evaluate
         self.prompts_wanted = settings.epoch_prompts
@@ -69,7 +69,7 @@ class EpochScorer:
         return {**figures(counts, len(self.prompts), str(epoch), "hf"), "key": self.settings_key()}
 
 
-def epoch_scorer(run: Any) -> EpochScorer | None:
+def epoch_scorer(run: Run) -> EpochScorer | None:
     """The per-epoch scorer of a run, or None where it has no held-out prompts or turned it off."""
     from specops.pipeline.data import heldout
 
@@ -81,7 +81,7 @@ def epoch_scorer(run: Any) -> EpochScorer | None:
     return EpochScorer(run)
 
 
-def choose_best(run: Any, folders: list[Path]) -> tuple[Path, dict[str, Any]]:
+def choose_best(run: Run, folders: list[Path]) -> tuple[Path, dict[str, Any]]:
     """The finished epoch with the highest recorded acceptance, and why (scores unrecorded epochs first)."""
     from specops.pipeline.training import epochs as training_epochs
 

@@ -4,12 +4,15 @@ tokenizer, so a re-run decides to skip quickly). Shared by the evaluate step and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput
 
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
-def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
+
+def heldout_token_ids(run: Run, limit: int | None) -> list[list[int]]:
     from specops.pipeline.data import heldout, load_tokenizer, render_ids
 
     rows = heldout.read_prompts(run.paths.heldout)
@@ -25,7 +28,7 @@ def heldout_token_ids(run: Any, limit: int | None) -> list[list[int]]:
 RENDER_SOURCE = Path(__file__).resolve().parents[1] / "data" / "preparation.py"
 
 
-def prompt_source(run: Any, limit: int | None) -> dict[str, Any]:
+def prompt_source(run: Run, limit: int | None) -> dict[str, Any]:
     """What the held-out prompts' token ids are a function of, read without loading a tokenizer:
     the prompts file, the tokenizer's files (and a remote-code tokenizer's code), the limit, our
     rendering code and the installed versions. Equal sources give equal token ids."""

@@ -26,7 +26,10 @@ drafted tokens, accepted tokens, accepted per position.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 ANSWER_BATCH = 32  # held-out prompts answered by the target, then drafted, together
 
@@ -233,7 +236,7 @@ class Replay:
             counts.add_tally(self.k, tally.tolist())
 
 
-def replay(run: Any, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
+def replay(run: Run, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
            target: Any = None, answers: dict[int, list[int]] | None = None,
            states: dict[Any, Any] | None = None) -> dict[str, Any]:
     """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids).

@@ -18,7 +18,7 @@ from typing import Any
 
 from specops import atomic
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
-from specops.pipeline.run import StepContext, config_hash
+from specops.pipeline.run import EffectiveSettings, Run, StepContext, StepReport, config_hash
 
 __all__ = ["RENDER_SOURCE", "evaluate", "evaluate_inputs", "heldout_token_ids", "prompt_source"]
 
@@ -37,7 +37,7 @@ def say(message: str) -> None:
     print(f"evaluate: {message}", file=sys.stderr, flush=True)
 
 
-def _progress(run: Any, **fields: Any) -> None:
+def _progress(run: Run, **fields: Any) -> None:
     atomic.write_json(run.paths.evaluation / PROGRESS_FILE, {"step": "evaluate", "updated_at": time.time(), **fields})
 
 
@@ -50,7 +50,7 @@ def _digest(folder: Path) -> str:
 class Scorer:
     """Scores drafts with one backend, keeping what can be shared (the target, the base speed)."""
 
-    def __init__(self, run: Any, backend: str, prompts: list[list[int]]) -> None:
+    def __init__(self, run: Run, backend: str, prompts: list[list[int]]) -> None:
         self.run = run
         self.backend = backend
         self.prompts = prompts
@@ -124,7 +124,7 @@ class Scorer:
         return {"tokens_per_s": rate, "how": f"a server of its own (job {base['job']}, evaluate.baseline_server)"}
 
 
-def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -> dict[str, Any]:
+def evaluate_inputs(run: Run, folders: list[Path], prompts: Any, backend: str) -> dict[str, Any]:
     """The step's inputs; `prompts`: the prompts' token ids (or, for the quick check, their source)."""
     from specops.pipeline.run import Manifest
 
@@ -139,7 +139,7 @@ def evaluate_inputs(run: Any, folders: list[Path], prompts: Any, backend: str) -
             "train": Manifest(run.paths.run_dir).inputs_hash("train")}
 
 
-def chosen_checkpoint(run: Any, which: str) -> tuple[Path, dict[str, Any] | None]:
+def chosen_checkpoint(run: Run, which: str) -> tuple[Path, dict[str, Any] | None]:
     """The checkpoint folder that best | last | N names, and with best why it is the best: by the
     acceptance recorded after each epoch (scored now where missing)."""
     from specops.pipeline.evaluation.drafts import choose_checkpoint, epoch_folders
@@ -156,14 +156,14 @@ def chosen_checkpoint(run: Any, which: str) -> tuple[Path, dict[str, Any] | None
     return chosen, best
 
 
-def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-             backend: str | None = None, run_settings: Any = None) -> dict[str, Any]:
+def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
+             backend: str | None = None, run_settings: EffectiveSettings | None = None) -> StepReport:
     """`run_settings`: the run's effective settings (the pipeline's); without them, resolved here with
     `backend` as this command's --backend."""
     from specops.pipeline.evaluation.drafts import UNTRAINED, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
-    from specops.pipeline.run import Manifest, package_versions, resolve
+    from specops.pipeline.run import EvaluateCounts, Manifest, package_versions, resolve
 
     effective = run_settings or resolve(run, evaluate=backend)
     if run_settings is None:
@@ -194,71 +194,71 @@ def evaluate(run: Any, checkpoint: str | None = None, all_epochs: bool = False, 
     parity = [before_evaluation(run, folder, effective) for folder in dict.fromkeys([chosen, *folders])]
     history = manifest.document.get("evaluations") or []
     previous = history[-1] if history else None
-    started = manifest.begin("evaluate", inputs_hash, inputs)
-    untrained_folder = untrained_draft(chosen, run.model_path, run.paths.evaluation / UNTRAINED)
-    scorer = Scorer(run, backend, token_ids)
-    scorer.total = len(folders) + 1
-    say(f"{len(token_ids)} held-out prompts, {scorer.k} speculative tokens, {scorer.max_tokens} tokens each, "
-        f"backend {backend}")
-    epochs = []
-    trained = None
-    for folder in folders:
-        scored = scorer.score(folder, folder.name)
-        say(summary_line(f"epoch {folder.name}", scored))
-        epochs.append(scored)
-        if folder == chosen:
-            trained = scored
-    if trained is None:  # best is not among the finished epochs listed (cannot happen; be safe)
-        trained = scorer.score(chosen, chosen.name)
-    untrained_key = config_hash({"draft": _digest(untrained_folder), "prompts": inputs["prompts"], "k": scorer.k,
-                                 "max_tokens": scorer.max_tokens, "backend": backend,
-                                 "by": settings.untrained if backend == "vllm" else None,
-                                 "versions": package_versions(),
-                                 "serve": ([list(run.config.vllm.serve_args), scorer.servers[-1].get("vllm_version")]
-                                           if backend == "vllm" and scorer.servers else None)})
-    known = (manifest.document.get(UNTRAINED_SCORES) or {}).get(untrained_key)
-    if known is not None:  # the same untrained draft on the same prompts: greedy, so the same counts
-        untrained = {**known, "reused": True}
-        say(summary_line("untrained (scored before, same draft and prompts)", untrained))
-    else:  # with vllm, by the replay unless asked: a server load of its own for a floor is not worth it
-        by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
-        untrained = scorer.score(untrained_folder, UNTRAINED, by)
-        if by != backend:
-            untrained["scored_by"] = "the hf replay (evaluate.untrained: replay; no server load of its own)"
-        say(summary_line("untrained" + (" (the hf replay)" if by != backend else ""), untrained))
-    plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
-                           title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
-    document = {"report": trained, "untrained": untrained, "previous": previous,
-                "epochs": epochs if all_epochs else [], "plot": str(plot), "checkpoint_path": str(chosen),
-                "best": best, "parity": [{key: item[key] for key in ("draft", "ok", "vllm")} for item in parity],
-                "servers": [{key: s.get(key) for key in ("job", "reused", "port", "vllm_version", "ready_s")}
-                            for s in scorer.servers]}
-    atomic.write_json(report_path, document)
-    _progress(run, state="done", prompts=len(token_ids), backend=backend)
-    manifest = Manifest(run.paths.run_dir)
-    manifest.steps["evaluate"]["quick_hash"] = quick_hash
-    if known is None:
-        scores = {**(manifest.document.get(UNTRAINED_SCORES) or {}), untrained_key: untrained}
-        manifest.document[UNTRAINED_SCORES] = dict(list(scores.items())[-UNTRAINED_KEPT:])
-    entry = {key: trained[key] for key in ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance",
-                                           "num_drafts", "num_draft_tokens", "num_accepted_tokens", "prompts",
-                                           "checkpoint", "backend")}
-    entry.update(untrained_mean_acceptance_length=untrained["mean_acceptance_length"], at=time.time(),
-                 train=inputs["train"])
-    manifest.document["evaluations"] = [*history, entry][-HISTORY:]
-    manifest.finish("evaluate", started, {"mean_acceptance_length": trained["mean_acceptance_length"],
-                                          "untrained": untrained["mean_acceptance_length"],
-                                          "prompts": len(token_ids), "backend": backend})
+    with manifest.recorded("evaluate", inputs_hash, inputs) as outcome:
+        untrained_folder = untrained_draft(chosen, run.model_path, run.paths.evaluation / UNTRAINED)
+        scorer = Scorer(run, backend, token_ids)
+        scorer.total = len(folders) + 1
+        say(f"{len(token_ids)} held-out prompts, {scorer.k} speculative tokens, {scorer.max_tokens} tokens each, "
+            f"backend {backend}")
+        epochs = []
+        trained = None
+        for folder in folders:
+            scored = scorer.score(folder, folder.name)
+            say(summary_line(f"epoch {folder.name}", scored))
+            epochs.append(scored)
+            if folder == chosen:
+                trained = scored
+        if trained is None:  # best is not among the finished epochs listed (cannot happen; be safe)
+            trained = scorer.score(chosen, chosen.name)
+        untrained_key = config_hash({"draft": _digest(untrained_folder), "prompts": inputs["prompts"], "k": scorer.k,
+                                     "max_tokens": scorer.max_tokens, "backend": backend,
+                                     "by": settings.untrained if backend == "vllm" else None,
+                                     "versions": package_versions(),
+                                     "serve": ([list(run.config.vllm.serve_args),
+                                                scorer.servers[-1].get("vllm_version")]
+                                               if backend == "vllm" and scorer.servers else None)})
+        known = (manifest.document.get(UNTRAINED_SCORES) or {}).get(untrained_key)
+        if known is not None:  # the same untrained draft on the same prompts: greedy, so the same counts
+            untrained = {**known, "reused": True}
+            say(summary_line("untrained (scored before, same draft and prompts)", untrained))
+        else:  # with vllm, by the replay unless asked: a server load of its own for a floor is not worth it
+            by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
+            untrained = scorer.score(untrained_folder, UNTRAINED, by)
+            if by != backend:
+                untrained["scored_by"] = "the hf replay (evaluate.untrained: replay; no server load of its own)"
+            say(summary_line("untrained" + (" (the hf replay)" if by != backend else ""), untrained))
+        plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
+                               title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
+        document = {"report": trained, "untrained": untrained, "previous": previous,
+                    "epochs": epochs if all_epochs else [], "plot": str(plot), "checkpoint_path": str(chosen),
+                    "best": best, "parity": [{key: item[key] for key in ("draft", "ok", "vllm")} for item in parity],
+                    "servers": [{key: s.get(key) for key in ("job", "reused", "port", "vllm_version", "ready_s")}
+                                for s in scorer.servers]}
+        atomic.write_json(report_path, document)
+        _progress(run, state="done", prompts=len(token_ids), backend=backend)
+        manifest.steps["evaluate"]["quick_hash"] = quick_hash  # kept by the finish: it updates this record
+        if known is None:
+            scores = {**(manifest.document.get(UNTRAINED_SCORES) or {}), untrained_key: untrained}
+            manifest.document[UNTRAINED_SCORES] = dict(list(scores.items())[-UNTRAINED_KEPT:])
+        entry = {key: trained[key] for key in ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance",
+                                               "num_drafts", "num_draft_tokens", "num_accepted_tokens", "prompts",
+                                               "checkpoint", "backend")}
+        entry.update(untrained_mean_acceptance_length=untrained["mean_acceptance_length"], at=time.time(),
+                     train=inputs["train"])
+        manifest.document["evaluations"] = [*history, entry][-HISTORY:]
+        outcome.counts = EvaluateCounts(mean_acceptance_length=trained["mean_acceptance_length"],
+                                        untrained=untrained["mean_acceptance_length"], prompts=len(token_ids),
+                                        backend=backend)
     return {**document, "step": "evaluate", "status": "done", "inputs_hash": inputs_hash}
 
 
-def _skipped(report_path: Path) -> dict[str, Any]:
+def _skipped(report_path: Path) -> StepReport:
     import json
 
     return {**json.loads(report_path.read_text()), "step": "evaluate", "status": "skipped: unchanged"}
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's evaluate: the run's checkpoint with the run's evaluate backend (its settings')."""
     report = evaluate(context.run, run_settings=context.settings)
     shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best")}

@@ -19,10 +19,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import BadInput
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 SWEEP_FILE = "sweep.json"
 SWEEP_PLOT = "sweep.png"
@@ -60,7 +63,7 @@ def _cell(k: int, concurrency: int, counts: dict[str, Any], prompts: int, checkp
             **figures(counts, prompts, checkpoint, backend)}
 
 
-def sweep(run: Any, tokens: list[int], concurrency: list[int] | None = None, checkpoint: str | None = None,
+def sweep(run: Run, tokens: list[int], concurrency: list[int] | None = None, checkpoint: str | None = None,
           prompts: int | None = None, backend: str | None = None) -> dict[str, Any]:
     from specops.pipeline.evaluation.prompts import heldout_token_ids
     from specops.pipeline.evaluation.step import chosen_checkpoint
@@ -101,7 +104,7 @@ def sweep(run: Any, tokens: list[int], concurrency: list[int] | None = None, che
     return document
 
 
-def _sweep_hf(run: Any, folder: Path, token_ids: list[list[int]], tokens: list[int],
+def _sweep_hf(run: Run, folder: Path, token_ids: list[list[int]], tokens: list[int],
               max_tokens: int) -> list[dict[str, Any]]:
     from specops.pipeline.evaluation.replay import replay
     from specops.pipeline.evaluation.report import summary_line
@@ -119,7 +122,7 @@ def _sweep_hf(run: Any, folder: Path, token_ids: list[list[int]], tokens: list[i
     return cells
 
 
-def _sweep_vllm(run: Any, folder: Path, token_ids: list[list[int]], tokens: list[int], concurrency: list[int],
+def _sweep_vllm(run: Run, folder: Path, token_ids: list[list[int]], tokens: list[int], concurrency: list[int],
                 max_tokens: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     from specops.pipeline.evaluation.report import summary_line, with_speed
     from specops.pipeline.evaluation.served import run_prompts

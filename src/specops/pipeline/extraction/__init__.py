@@ -25,7 +25,7 @@ from specops.pipeline.extraction.hidden_states import (
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run, StepContext
+    from specops.pipeline.run import Run, StepContext, StepReport
 
 BACKENDS = ("hf", "vllm")
 
@@ -45,7 +45,7 @@ class Options:
 class Backend(Protocol):
     name: str
 
-    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+    def extract(self, run: Run, samples: int | None, options: Options) -> StepReport:
         """Run (or resume, or skip) the extract step for rows 0..N-1; the step's report."""
         ...
 
@@ -53,7 +53,7 @@ class Backend(Protocol):
 class HfBackend:
     name = "hf"
 
-    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+    def extract(self, run: Run, samples: int | None, options: Options) -> StepReport:
         if options.stop_server or options.port:
             raise BadInput(f"--stop-server/--port: only for the vllm backend (run {run.paths.name} extracts with hf)")
         from specops.pipeline.extraction.hf import extract
@@ -65,7 +65,7 @@ class HfBackend:
 class VllmBackend:
     name = "vllm"
 
-    def extract(self, run: Run, samples: int | None, options: Options) -> dict[str, Any]:
+    def extract(self, run: Run, samples: int | None, options: Options) -> StepReport:
         if options.processes:
             raise BadInput(f"--processes: only for the hf backend (run {run.paths.name} extracts with vllm, "
                            "whose data_parallel replicas share the work)")
@@ -103,7 +103,7 @@ def check_endpoint(endpoint: str) -> str:
 
 
 def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None,
-                    part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
+                    part: tuple[int, int] | None = None, require_whole: bool = False) -> StepReport:
     """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else); `part`
     and `require_whole` as for the extract step (one host's share; the check after a gather)."""
     from specops.pipeline.extraction.vllm import run_generate_offline
@@ -112,7 +112,7 @@ def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int
 
 
 def extract(run: Run, samples: int | None, backend: str | None = None,
-            options: Options = Options()) -> dict[str, Any]:
+            options: Options = Options()) -> StepReport:
     """Step 2 with the chosen backend; the report names the backend. Online mode extracts nothing:
     the trainer asks the run's server for every row (hybrid writes the rows the disk budget holds)."""
     chosen = backend_for(run, backend)
@@ -121,7 +121,7 @@ def extract(run: Run, samples: int | None, backend: str | None = None,
     return {"backend": chosen.name, **chosen.extract(run, samples, options)}
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's extract: rows 0..N-1 with the run's backend; across hosts, a share each (across.py)."""
     if context.hosts.count > 1:
         from specops.pipeline.extraction.across import across_hosts

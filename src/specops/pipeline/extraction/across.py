@@ -5,15 +5,15 @@ vllm shares are speculators' own `--rank I --world-size K`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specops.pipeline.hosts import shares_fit
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import StepContext
+    from specops.pipeline.run import StepContext, StepReport
 
 
-def across_hosts(context: StepContext) -> dict[str, Any]:
+def across_hosts(context: StepContext) -> StepReport:
     from specops.pipeline.extraction import Options, extract
 
     run, hosts = context.run, context.hosts

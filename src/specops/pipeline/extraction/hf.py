@@ -30,7 +30,7 @@ from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, row
 from specops.pipeline.target import choose_device, decoder_parts, load_target
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
-    from specops.pipeline.run import Run
+    from specops.pipeline.run import Run, StepReport
 
 WINDOW_ROWS = 256  # rows sorted by length together; bounds the work done for a small --samples
 GPU_BATCH_TOKENS = 16384
@@ -226,7 +226,7 @@ def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_t
 
 
 def extract(run: Run, samples: int | None, batch_tokens: int | None = None, processes: int | None = None, *,
-            part: tuple[int, int] | None = None, require_whole: bool = False) -> dict[str, Any]:
+            part: tuple[int, int] | None = None, require_whole: bool = False) -> StepReport:
     """Run (or resume, or skip) the extract step for the first `samples` prepared rows.
 
     processes: how many processes share the work, one per GPU (default: every GPU on a GPU host,
@@ -236,6 +236,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     recorded as a part, not done, until a `require_whole` run finds all N files whole.
     require_whole: write nothing; exit 1 naming the first file of rows 0..N-1 that is not whole."""
     from specops.pipeline.extraction.hf_shards import host_share
+    from specops.pipeline.run import ExtractCounts
 
     prepare_hash, lengths = prepared_rows(run, samples)
     device, dtype = choose_device(run.config.dtype)
@@ -251,36 +252,37 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
     if plan.unchanged:
         return {**plan.skipped(), "output": str(plan.folder), **({"part": share} if share else {})}
 
-    started, rows = plan.begin()
-    todo, folder = set(rows), plan.folder
-    if share:
-        todo &= share_rows
-    batches = [batch for batch in batches if todo.intersection(batch)]
-    progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
-    processes = min(processes or _gpu_processes(device), max(len(batches), 1))
-    if todo and processes > 1:
-        from specops.pipeline.extraction.hf_shards import run_shards
+    with plan.recorded() as (outcome, rows):
+        todo, folder = set(rows), plan.folder
+        if share:
+            todo &= share_rows
+        batches = [batch for batch in batches if todo.intersection(batch)]
+        progress = Progress(run.paths.progress, len(todo), sum(lengths[i] for i in todo))
+        processes = min(processes or _gpu_processes(device), max(len(batches), 1))
+        if todo and processes > 1:
+            from specops.pipeline.extraction.hf_shards import run_shards
 
-        run_shards(run, batches, todo, plan.layer_ids, plan.hidden, processes, device.type == "cuda", progress,
-                   batch_tokens)
-        atomic.fsync_dir(folder)
-    elif todo:
-        import datasets  # only to extract: a skip reads the rows' lengths with pyarrow (data.saved)
+            run_shards(run, batches, todo, plan.layer_ids, plan.hidden, processes, device.type == "cuda", progress,
+                       batch_tokens)
+            atomic.fsync_dir(folder)
+        elif todo:
+            import datasets  # only to extract: a skip reads the rows' lengths with pyarrow (data.saved)
 
-        dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
-        run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress,
-                    batch_tokens)
-    else:
-        progress.start()
-    progress.report(force=True, state="done")
-    # "samples": rows 0 .. count-1 are now whole on disk (a part: this host's share of them)
-    counts = {"samples": share["rows"] if share else count, "written": len(todo),
-              "regenerated": len(plan.regenerated), "tokens_written": progress.done_tokens,
-              "bytes_written": progress.written_bytes}
-    status = f"part {share['index']} of {share['count']}" if share else "done"
-    record = plan.manifest.finish("extract", started, counts, status=status)
+            dataset = datasets.load_from_disk(str(run.paths.prepared)).with_format(None)
+            run_batches(run, dataset, batches, todo, folder, device, dtype, plan.layer_ids, plan.hidden, progress,
+                        batch_tokens)
+        else:
+            progress.start()
+        progress.report(force=True, state="done")
+        # "samples": rows 0 .. count-1 are now whole on disk (a part: this host's share of them)
+        counts = ExtractCounts(samples=share["rows"] if share else count, written=len(todo),
+                               regenerated=len(plan.regenerated), tokens_written=progress.done_tokens,
+                               bytes_written=progress.written_bytes)
+        status = f"part {share['index']} of {share['count']}" if share else "done"
+        outcome.counts, outcome.status = counts, status
     return {"step": "extract", "status": status, "inputs_hash": plan.inputs_hash, "counts": counts,
-            "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype, "seconds": record["seconds"],
+            "layer_ids": plan.layer_ids, "device": device.type, "dtype": plan.dtype,
+            "seconds": outcome.record["seconds"],
             "progress": progress.document("done"), "output": str(folder), "processes": processes,
             **({"part": share} if share else {})}
 

@@ -8,30 +8,45 @@ any model is loaded or any server is needed.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import CheckFailed
+from specops.errors import BadInput, CheckFailed
 from specops.pipeline.extraction.hidden_states import file_for, remove_temporaries, verify_header
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Manifest, Run
+    from specops.pipeline.run import Manifest, Outcome, Run, StepReport
 
 
 def prepared_rows(run: Run, samples: int | None) -> tuple[str, list[int]]:
-    """(the prepare step's inputs hash, token counts of the prepared rows); runs the prepare step
-    first for N = `samples` (else the run's `samples`) when its outputs are missing, stale or of
-    another N, so the rows extracted are exactly the rows prepared."""
-    from specops.pipeline.data import prepare, saved
+    """(the prepare step's inputs hash, token counts of prepared rows 0..N-1), N = `samples`, else the run's
+    `samples`, else every row. Read from prepare's output, never made here: the step table runs prepare
+    before extract (`step extract` and the pipeline alike); missing, or made for fewer rows, is one line
+    naming the step to run. Rows prepared for a larger N begin with the rows of a smaller one."""
+    from specops.pipeline.data import saved
+    from specops.pipeline.run import Manifest
 
-    prepared = prepare(run, samples, strict=False)
+    samples = run.samples_for(samples)
+    record = Manifest(run.paths.run_dir).record("prepare") or {}
+    if record.get("status") != "done" or not (run.paths.prepared / "dataset_info.json").exists():
+        raise BadInput(f"{run.paths.prepared}: no prepared rows recorded; run the prepare step first "
+                       "(`step extract` runs it)")
     lengths = saved.column(run.paths.prepared, "seq_len")
-    return prepared["inputs_hash"], lengths
+    if samples is not None and samples <= len(lengths):
+        return record["inputs_hash"], lengths[:samples]
+    asked = record.get("counts", {}).get("samples_asked")
+    if asked is None or len(lengths) < asked:  # prepare took every usable row: there are no more
+        return record["inputs_hash"], lengths
+    raise BadInput(f"{run.paths.prepared}: {len(lengths)} rows prepared, extract asks for "
+                   f"{samples if samples is not None else 'every row'}; run the prepare step with that "
+                   "--samples first (`step extract` runs it)")
 
 
 def row_count(lengths: list[int]) -> int:
-    """N: every prepared row (prepare made exactly the N rows asked for)."""
+    """N: every row `prepared_rows` read (rows 0..N-1 of prepare's output)."""
     return len(lengths)
 
 
@@ -93,25 +108,26 @@ class ExtractionPlan:
         return (self.current and not self.problems and self.manifest.is_current("extract", self.inputs_hash)
                 and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
 
-    def skipped(self) -> dict[str, Any]:
+    def skipped(self) -> StepReport:
         # more rows may be on disk (an earlier, larger N): this run's N is what it uses
         counts = {**self.manifest.record("extract")["counts"], "samples": self.count}
         return {"step": "extract", "status": "skipped: unchanged", "inputs_hash": self.inputs_hash,
                 "counts": counts}
 
-    def begin(self) -> tuple[float, list[int]]:
-        """Record the step as running (other inputs: old files are removed); (started, rows to write).
-
-        Files that are there but not whole are removed and reported: no writer trusts them."""
-        started = self.manifest.begin("extract", self.inputs_hash, self.inputs)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if not self.current:
-            self.problems = {index: "missing" for index in range(self.count)}
-        self.regenerated = {index: why for index, why in self.problems.items() if why != "missing"}
-        for index, why in self.regenerated.items():
-            print(f"extract: hs_{index}.safetensors is not whole ({why}); regenerating", file=sys.stderr)
-            file_for(self.folder, index).unlink(missing_ok=True)
-        return started, sorted(self.problems)
+    @contextmanager
+    def recorded(self) -> Iterator[tuple[Outcome, list[int]]]:
+        """The step recorded around the block (Manifest.recorded; other inputs: old files are removed first);
+        yields (the outcome to fill in, the rows to write). Files there but not whole are removed and
+        reported: no writer trusts them."""
+        with self.manifest.recorded("extract", self.inputs_hash, self.inputs) as outcome:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if not self.current:
+                self.problems = {index: "missing" for index in range(self.count)}
+            self.regenerated = {index: why for index, why in self.problems.items() if why != "missing"}
+            for index, why in self.regenerated.items():
+                print(f"extract: hs_{index}.safetensors is not whole ({why}); regenerating", file=sys.stderr)
+                file_for(self.folder, index).unlink(missing_ok=True)
+            yield outcome, sorted(self.problems)
 
     def check_written(self, rows: set[int] | None = None) -> dict[int, str]:
         """Files not whole after writing: of rows 0..count-1, or of `rows` only (one host's share)."""

@@ -4,8 +4,8 @@
 has the vllm room find or launch the run's server job and wait until it is ready, then the client
 here sends it the prepared rows and keeps the run's books:
 
-1. step 1 (prepare) runs first when its outputs are missing or stale: the prepared folder is the
-   speculators 0.9 `prepare-data` format, which `generate-offline-data` reads as it is;
+1. prepare's rows are read (the step table ran prepare first; missing is one line naming it): the
+   prepared folder is the speculators 0.9 `prepare-data` format, which `generate-offline-data` reads as it is;
 2. files of rows 0..N-1 already on disk are kept when the manifest says they come from the same
    inputs and their headers are whole; any other file is removed, so speculators regenerates it
    (speculators itself only regenerates files that safetensors cannot open);
@@ -37,7 +37,7 @@ from specops.parallel import row_ranges
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, rows_to_extract
-from specops.pipeline.run import Run, model_digest
+from specops.pipeline.run import ExtractCounts, Run, StepReport, model_digest
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_REQUEST_TIMEOUT_S = 600
@@ -65,7 +65,7 @@ def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: i
 
 
 def plan_for(run: Run, samples: int | None, host_gpus: int) -> ExtractionPlan:
-    """Prepare if needed, then compare the run's extraction inputs and files with what is there."""
+    """Prepare's rows (prepared_rows: read, never made here) against the run's extraction inputs and files."""
     prepare_hash, lengths = prepared_rows(run, samples)
     inputs = extract_inputs(run, prepare_hash, vllm.serve_dtype(run, host_gpus))
     return plan_extraction(run, lengths, rows_to_extract(run, lengths, inputs["dtype"], host_gpus), inputs)
@@ -81,10 +81,11 @@ def vllm_share(plan: ExtractionPlan, part: tuple[int, int]) -> tuple[dict[str, A
 def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *, host_gpus: int | None = None,
                          concurrency: int = DEFAULT_CONCURRENCY,
                          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, part: tuple[int, int] | None = None,
-                         require_whole: bool = False, plan: ExtractionPlan | None = None) -> dict[str, Any]:
+                         require_whole: bool = False, plan: ExtractionPlan | None = None) -> StepReport:
     """Extract hidden states of prepared rows 0..N-1 through a ready extraction server.
 
-    run        the loaded run; step 1 (prepare) runs first if its outputs are missing or stale
+    run        the loaded run; prepare's rows are read (the steps before extract ran: `step extract`,
+               `vllm extract` and the pipeline run them)
     endpoint   the server's OpenAI base URL, e.g. "http://127.0.0.1:8000/v1"; the server must be
                the run's (model and layer ids; see vllm.build_serve_command) and ready
                (vllm.wait_ready)
@@ -109,48 +110,47 @@ def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *,
     share, share_rows = vllm_share(plan, part) if part else (None, None)
     if plan.unchanged:
         return {**plan.skipped(), "backend": "vllm", **({"part": share} if share else {})}
-    manifest, inputs_hash, count, folder = plan.manifest, plan.inputs_hash, plan.count, plan.folder
-    started, todo = plan.begin()
-    if share_rows is not None:
-        todo = [row for row in todo if row in share_rows]
-    tokens = sum(plan.lengths[i] for i in todo)
-    if todo and endpoint is None:
-        raise CheckFailed(f"extract: {len(todo)} files to write and no server to write them")
+    inputs_hash, count, folder = plan.inputs_hash, plan.count, plan.folder
+    with plan.recorded() as (outcome, todo):
+        outcome.counts = ExtractCounts(samples=0)  # what a failure below is recorded with
+        if share_rows is not None:
+            todo = [row for row in todo if row in share_rows]
+        tokens = sum(plan.lengths[i] for i in todo)
+        if todo and endpoint is None:
+            raise CheckFailed(f"extract: {len(todo)} files to write and no server to write them")
 
-    argv = generate_offline_argv(run, endpoint or "", count, concurrency=concurrency,
-                                 request_timeout_s=request_timeout_s, part=part)
-    print(f"extract: {len(todo)} of {count} samples through {endpoint or 'no server (all whole)'}",
-          file=sys.stderr, flush=True)
-    clock = time.monotonic()
-    timing: dict[str, float] = {}
-    if todo:
-        code, timing = _run_speculators(argv)
-        if code != 0:
-            manifest.finish("extract", started, {"samples": 0}, status="failed")
-            raise CheckFailed(f"speculators generate-offline-data exited {code} "
-                              f"(endpoint {endpoint}); see its output above")
-    elapsed = max(time.monotonic() - clock, 1e-9)
-    problems = plan.check_written(share_rows)
-    if problems:
-        manifest.finish("extract", started, {"samples": 0}, status="failed")
-        listed = ", ".join(f"hs_{i}: {why}" for i, why in list(problems.items())[:5])
-        raise CheckFailed(f"{len(problems)} of {count} hidden-state files are not as expected: {listed}")
-    atomic.fsync_dir(folder)
-    written = sum(file_for(folder, i).stat().st_size for i in todo)
-    rates = {"samples_per_s": round(len(todo) / elapsed, 3), "tokens_per_s": round(tokens / elapsed, 1),
-             "write_mb_per_s": round(written / elapsed / 1e6, 2)}
-    atomic.write_json(run.paths.progress, {"state": "done", "done": len(todo), "total": len(todo),
-                                           "tokens_done": tokens, "tokens_total": tokens, "eta_s": 0,
-                                           "elapsed_s": round(elapsed, 2), "updated_at": time.time(), **rates})
-    # "samples": rows 0..count-1 are now whole on disk (a part: this host's share of them)
-    counts = {"samples": share["rows"] if share else count, "written": len(todo),
-              "regenerated": len(plan.regenerated), "tokens_written": tokens, "bytes_written": written}
-    status = f"part {share['index']} of {share['count']}" if share else "done"
-    record = manifest.finish("extract", started, counts, status=status)
+        argv = generate_offline_argv(run, endpoint or "", count, concurrency=concurrency,
+                                     request_timeout_s=request_timeout_s, part=part)
+        print(f"extract: {len(todo)} of {count} samples through {endpoint or 'no server (all whole)'}",
+              file=sys.stderr, flush=True)
+        clock = time.monotonic()
+        timing: dict[str, float] = {}
+        if todo:
+            code, timing = _run_speculators(argv)
+            if code != 0:
+                raise CheckFailed(f"speculators generate-offline-data exited {code} "
+                                  f"(endpoint {endpoint}); see its output above")
+        elapsed = max(time.monotonic() - clock, 1e-9)
+        problems = plan.check_written(share_rows)
+        if problems:
+            listed = ", ".join(f"hs_{i}: {why}" for i, why in list(problems.items())[:5])
+            raise CheckFailed(f"{len(problems)} of {count} hidden-state files are not as expected: {listed}")
+        atomic.fsync_dir(folder)
+        written = sum(file_for(folder, i).stat().st_size for i in todo)
+        rates = {"samples_per_s": round(len(todo) / elapsed, 3), "tokens_per_s": round(tokens / elapsed, 1),
+                 "write_mb_per_s": round(written / elapsed / 1e6, 2)}
+        atomic.write_json(run.paths.progress, {"state": "done", "done": len(todo), "total": len(todo),
+                                               "tokens_done": tokens, "tokens_total": tokens, "eta_s": 0,
+                                               "elapsed_s": round(elapsed, 2), "updated_at": time.time(), **rates})
+        # "samples": rows 0..count-1 are now whole on disk (a part: this host's share of them)
+        counts = ExtractCounts(samples=share["rows"] if share else count, written=len(todo),
+                               regenerated=len(plan.regenerated), tokens_written=tokens, bytes_written=written)
+        status = f"part {share['index']} of {share['count']}" if share else "done"
+        outcome.counts, outcome.status = counts, status
     return {"step": "extract", "status": status, "backend": "vllm", "inputs_hash": inputs_hash, "counts": counts,
-            "layer_ids": plan.layer_ids, "dtype": plan.dtype, "endpoint": endpoint, "seconds": record["seconds"],
-            "extract_seconds": round(elapsed, 2), **rates, "speculators_timing": timing, "output": str(folder),
-            **({"part": share} if share else {})}
+            "layer_ids": plan.layer_ids, "dtype": plan.dtype, "endpoint": endpoint,
+            "seconds": outcome.record["seconds"], "extract_seconds": round(elapsed, 2), **rates,
+            "speculators_timing": timing, "output": str(folder), **({"part": share} if share else {})}
 
 
 def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
@@ -177,7 +177,7 @@ def _run_speculators(argv: list[str]) -> tuple[int, dict[str, float]]:
 def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = False,
                         serve_python: str | os.PathLike[str] | None = None, ready_timeout_s: float = 1800.0,
                         port: int | None = None, part: tuple[int, int] | None = None,
-                        require_whole: bool = False) -> dict[str, Any]:
+                        require_whole: bool = False) -> StepReport:
     """Extract rows 0..N-1 with the vllm backend through this run's `vllm-server` job (reused or launched).
 
     run              the loaded run (its embedded model, if any, already generated)

@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from specops import atomic
 from specops.pipeline.data import regenerated
+
+if TYPE_CHECKING:
+    from specops.pipeline.regenerate.source import SourceCounts
+    from specops.pipeline.run import RegenerateCounts
 
 # The file names and readers live with their reader, prepare.
 RESPONSES_FILE = regenerated.RESPONSES_FILE
@@ -50,7 +54,27 @@ def tidy(folder: Path, expected_turns: dict[str, int], max_tokens: int) -> dict[
     return {"cut_lines": broken, "partial_rows": dropped}
 
 
-def check(folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
+class Failure(TypedDict):
+    id: str
+    error: str | None
+
+
+class Checked(TypedDict):
+    """What `check` found in a backend's files; `problems` lists what makes them unusable."""
+
+    rows: int
+    conversations: int
+    failed: int
+    failed_list: list[Failure]
+    empty: int
+    missing: int
+    missing_list: list[str]  # the first 20
+    finish_reasons: dict[str, int]
+    completion_tokens: int
+    problems: list[str]
+
+
+def check(folder: Path, source: list[dict[str, Any]]) -> Checked:
     """Counts of what the backend wrote; `problems` lists what makes the output unusable."""
     rows, broken = read_jsonl(folder / RESPONSES_FILE)
     errors, broken_errors = read_jsonl(folder / ERRORS_FILE)
@@ -77,15 +101,17 @@ def check(folder: Path, source: list[dict[str, Any]]) -> dict[str, Any]:
                                           if str(e.get("id")) == key), None)} for key in sorted(failed_ids)]
     missing = sorted(known - answered - failed_ids)
     finish = Counter(str((row.get("metadata") or {}).get("finish_reason")) for row in rows)
-    return {"rows": len(rows), "conversations": len(answered), "failed": len(failed), "failed_list": failed,
-            "empty": empty, "missing": len(missing), "missing_list": missing[:20],
-            "finish_reasons": dict(sorted(finish.items())),
-            "completion_tokens": sum(sum(row.get("loss_mask") or []) for row in rows), "problems": problems}
+    return Checked(rows=len(rows), conversations=len(answered), failed=len(failed), failed_list=failed,
+                   empty=empty, missing=len(missing), missing_list=missing[:20],
+                   finish_reasons=dict(sorted(finish.items())),
+                   completion_tokens=sum(sum(row.get("loss_mask") or []) for row in rows), problems=problems)
 
 
-def counts_of(checked: dict[str, Any], source_counts: dict[str, Any]) -> dict[str, Any]:
+def counts_of(checked: Checked, source_counts: SourceCounts) -> RegenerateCounts:
     """The step's counts for the manifest: what `check` found and what building the source left out."""
-    counts = {key: checked[key] for key in ("rows", "conversations", "failed", "empty", "missing",
-                                            "completion_tokens", "finish_reasons")}
-    counts.update(held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))
-    return counts
+    from specops.pipeline.run import RegenerateCounts
+
+    return RegenerateCounts(rows=checked["rows"], conversations=checked["conversations"], failed=checked["failed"],
+                            empty=checked["empty"], missing=checked["missing"],
+                            completion_tokens=checked["completion_tokens"], finish_reasons=checked["finish_reasons"],
+                            held_out=source_counts["held_out"], source_malformed=len(source_counts["malformed"]))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specops import atomic
 from specops.errors import CheckFailed
@@ -27,7 +27,7 @@ from specops.pipeline.hosts import shares_fit
 
 if TYPE_CHECKING:
     from specops.pipeline.regenerate.backends import Backend
-    from specops.pipeline.run import Run, StepContext
+    from specops.pipeline.run import Run, StepContext, StepReport
 
 PARTS = "parts"
 
@@ -56,7 +56,7 @@ def _slice_whole(folder: Path, share: Path, ids: set[str]) -> None:
         atomic.write_text(share / name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept))
 
 
-def regenerate_share(run: Run, backend: Backend, part: tuple[int, int]) -> dict[str, Any]:
+def regenerate_share(run: Run, backend: Backend, part: tuple[int, int]) -> StepReport:
     """Answer share `part` = (index, count) of the run's conversations into its own folder; the share's
     report. The step is recorded with the inputs one host records (regenerate.inputs)."""
     from specops.pipeline.regenerate.inputs import regenerate_inputs
@@ -101,7 +101,7 @@ def regenerate_share(run: Run, backend: Backend, part: tuple[int, int]) -> dict[
             "output": str(folder / RESPONSES_FILE), "errors_output": str(folder / ERRORS_FILE)}
 
 
-def require_whole(run: Run, backend: str) -> dict[str, Any]:
+def require_whole(run: Run, backend: str) -> StepReport:
     """Check the merged answers cover every conversation (exit 1 naming what is missing), then record
     regenerate done with its one-host inputs hash (`backend`: its name, one of the inputs); writes no answers."""
     from specops.pipeline.regenerate.inputs import regenerate_inputs
@@ -155,7 +155,7 @@ def join_shares(folder: Path, count: int) -> dict[str, int]:
     return lines
 
 
-def across_hosts(context: StepContext, backend: Backend) -> dict[str, Any]:
+def across_hosts(context: StepContext, backend: Backend) -> StepReport:
     """Share `rank` of `count` answered here; every share onto every host (the engine's exchange);
     joined; checked whole and recorded done with the one-host inputs hash, so prepare finds it current."""
     from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE

@@ -10,7 +10,7 @@ same prompts in the same order.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from specops import atomic
 from specops.errors import BadInput
@@ -23,7 +23,22 @@ SOURCE_FILE = regenerated.SOURCE_FILE
 read_source = regenerated.read_source
 
 
-def build_source(run: Run) -> dict[str, Any]:
+class MalformedLine(TypedDict):
+    line: int
+    reason: str
+
+
+class SourceCounts(TypedDict):
+    """What building source.jsonl kept and left out (held-out prompts, duplicates, malformed lines)."""
+
+    conversations: int
+    held_out: int
+    duplicates: int
+    without_user_turn: int
+    malformed: list[MalformedLine]
+
+
+def build_source(run: Run) -> SourceCounts:
     """Write source.jsonl for the run; returns counts and the malformed lines."""
     data_path = run.paths.resolve(run.config.data)
     records = list(read_conversations(run.config.data, data_path))
@@ -47,8 +62,8 @@ def build_source(run: Run) -> dict[str, Any]:
         raise BadInput(f"{data_path}: no conversation with a user turn to regenerate")
     text = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows)
     atomic.write_text(run.paths.regenerated / SOURCE_FILE, text)
-    return {"conversations": len(rows), "held_out": len(held), "duplicates": duplicates,
-            "without_user_turn": no_user, "malformed": malformed}
+    return SourceCounts(conversations=len(rows), held_out=len(held), duplicates=duplicates,
+                        without_user_turn=no_user, malformed=malformed)
 
 
 def prompt_turns(messages: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -10,15 +10,14 @@ resumes: the hf backend from its finished batches, the vllm one with speculators
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from specops.errors import CheckFailed
 from specops.pipeline.regenerate.backends import Backend, backend_for
 from specops.pipeline.regenerate.inputs import regenerate_inputs
-from specops.pipeline.run import Run, StepContext, config_hash, dependents, shares_of
+from specops.pipeline.run import Run, StepContext, StepRecord, StepReport, config_hash, dependents, shares_of
 
 
-def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> bool:
+def enough_answers(run: Run, record: StepRecord, samples: int | None) -> bool:
     """The answers on disk serve `samples` rows (None: every conversation answered)."""
     from specops.pipeline.data import regenerated
 
@@ -27,7 +26,7 @@ def enough_answers(run: Run, record: dict[str, Any], samples: int | None) -> boo
     return samples is not None and regenerated.usable_rows(run.paths.regenerated, run.config.max_seq_len) >= samples
 
 
-def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> dict[str, Any]:
+def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> StepReport:
     """Run (or skip, or resume, or extend) the regenerate step on this host; the step's report.
 
     `samples` N: answer the conversations in source order only until prepare has N rows to take
@@ -76,7 +75,7 @@ def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> dic
             "output": str(folder / RESPONSES_FILE), **details}
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's regenerate: as many answers as prepare's N rows need, by the run's settings' backend;
     across hosts, each host answers its share and every host joins all of them (regenerate.shares)."""
     backend = backend_for(context.settings.regenerate_backend)

@@ -16,10 +16,21 @@ from specops.pipeline.run.config import (
 )
 from specops.pipeline.run.context import Hosts, OneHost, StepContext, Training, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
-from specops.pipeline.run.manifest import Manifest, dependents, package_versions
+from specops.pipeline.run.manifest import Manifest, Outcome, dependents, package_versions
+from specops.pipeline.run.reports import (
+    EvaluateCounts,
+    ExtractCounts,
+    Figures,
+    PrepareCounts,
+    RegenerateCounts,
+    StepRecord,
+    StepReport,
+    TrainCounts,
+)
 from specops.pipeline.run.settings import EffectiveSettings, resolve
 
-__all__ = ["EffectiveSettings", "Hosts", "Manifest", "OneHost", "Run", "RunConfig", "RunPaths", "StepContext",
-           "Training", "check_run_name", "config_hash", "default_backend", "dependents", "derive_layer_ids",
-           "file_digest", "file_sha256", "load_run_config", "model_digest", "package_versions", "read_model_config",
-           "resolve", "shares_of", "text_config", "tokenizer_digest"]
+__all__ = ["EffectiveSettings", "EvaluateCounts", "ExtractCounts", "Figures", "Hosts", "Manifest", "OneHost",
+           "Outcome", "PrepareCounts", "RegenerateCounts", "Run", "RunConfig", "RunPaths", "StepContext", "StepRecord",
+           "StepReport", "TrainCounts", "Training", "check_run_name", "config_hash", "default_backend", "dependents",
+           "derive_layer_ids", "file_digest", "file_sha256", "load_run_config", "model_digest", "package_versions",
+           "read_model_config", "resolve", "shares_of", "text_config", "tokenizer_digest"]

@@ -17,6 +17,7 @@ from specops.torchrun import TorchrunNode
 
 if TYPE_CHECKING:
     from specops.pipeline.run.config import Run
+    from specops.pipeline.run.reports import Figures, StepReport
     from specops.pipeline.run.settings import EffectiveSettings
 
 
@@ -77,7 +78,7 @@ class StepContext:
     samples: int | None        # --samples, else the run's `samples` (applied once, by the engine)
     settings: EffectiveSettings  # the run's effective settings on this host (run.settings.resolve, once)
     hosts: Hosts = field(default_factory=OneHost)
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier steps' reports, this pipeline
+    reports: dict[str, StepReport] = field(default_factory=dict)  # earlier steps' reports, this pipeline
 
     @property
     def backend(self) -> str:
@@ -90,7 +91,7 @@ class StepContext:
         return self.hosts.names[self.hosts.rank]
 
 
-def shares_of(report: dict[str, Any] | None) -> dict[str, Any] | None:
+def shares_of(report: StepReport | None) -> Figures | None:
     """A share-per-host step's share and exchange across hosts, as its summary figure (None on one host)."""
     if not report or "exchanged" not in report:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +21,7 @@ from typing import Any
 from specops import atomic, steps
 from specops.installed import version_of
 from specops.paths import workdir
+from specops.pipeline.run.reports import StepRecord
 
 # Which steps read the outputs of which, and each step's output folders (relative to the run folder):
 # from the step table, the one place that lists the steps.
@@ -66,9 +67,9 @@ def now() -> str:
 class Outcome:
     """What a recorded step's work fills in: its counts, and its status when not plainly done."""
 
-    counts: dict[str, Any] = field(default_factory=dict)
+    counts: Mapping[str, object] = field(default_factory=dict)  # the step's *Counts (run.reports)
     status: str = "done"
-    record: dict[str, Any] = field(default_factory=dict)  # the finished record, after the block
+    record: StepRecord = field(default_factory=lambda: StepRecord())  # the finished record, after the block
 
 
 class Manifest:
@@ -82,10 +83,10 @@ class Manifest:
         self.document.setdefault("steps", {})
 
     @property
-    def steps(self) -> dict[str, dict[str, Any]]:
+    def steps(self) -> dict[str, StepRecord]:
         return self.document["steps"]
 
-    def record(self, step: str) -> dict[str, Any] | None:
+    def record(self, step: str) -> StepRecord | None:
         return self.steps.get(step)
 
     def inputs_hash(self, step: str) -> str | None:
@@ -97,7 +98,7 @@ class Manifest:
         record = self.record(step)
         return bool(record and record.get("status") == "done" and record.get("inputs_hash") == inputs_hash)
 
-    def begin(self, step: str, inputs_hash: str, inputs: dict[str, Any], keep: tuple[str, ...] = ()) -> float:
+    def _begin(self, step: str, inputs_hash: str, inputs: dict[str, Any], keep: tuple[str, ...] = ()) -> float:
         """Mark step as running with these inputs; different earlier inputs invalidate it first.
 
         keep: dependents whose outputs stay valid through this re-run (per-row files when only the
@@ -111,31 +112,31 @@ class Manifest:
             if later not in keep:
                 self._drop(later)
         started = time.time()
-        self.steps[step] = {"status": "running", "inputs_hash": inputs_hash, "inputs": inputs,
-                            "versions": package_versions(), "revision": synced_revision(),
-                            "started_at": now()}
+        self.steps[step] = StepRecord(status="running", inputs_hash=inputs_hash, inputs=inputs,
+                                      versions=package_versions(), revision=synced_revision(), started_at=now())
         self.save()
         return started
 
-    def finish(self, step: str, started: float, counts: dict[str, Any], status: str = "done") -> dict[str, Any]:
+    def _finish(self, step: str, started: float, counts: Mapping[str, object], status: str = "done") -> StepRecord:
         record = self.steps[step]
-        record.update(status=status, counts=counts, finished_at=now(), seconds=round(time.time() - started, 3))
+        record.update(status=status, counts=dict(counts), finished_at=now(), seconds=round(time.time() - started, 3))
         self.save()
         return record
 
     @contextmanager
     def recorded(self, step: str, inputs_hash: str, inputs: dict[str, Any],
                  keep: tuple[str, ...] = ()) -> Iterator[Outcome]:
-        """A step's one manifest sequence: begin, the block's work, finish with what the block put in the
-        outcome; a block that raises records the step failed (with the counts it had) and the error goes on."""
-        started = self.begin(step, inputs_hash, inputs, keep)
+        """A step's one manifest sequence, the only place it is written: begin, the block's work, finish with
+        what the block put in the outcome; a block that raises records the step failed (with the counts it
+        had) and the error goes on. keep: as for _begin (regenerate answering more of the same prompts)."""
+        started = self._begin(step, inputs_hash, inputs, keep)
         outcome = Outcome()
         try:
             yield outcome
         except Exception:
-            self.finish(step, started, outcome.counts, status="failed")
+            self._finish(step, started, outcome.counts, status="failed")
             raise
-        outcome.record = self.finish(step, started, outcome.counts, status=outcome.status)
+        outcome.record = self._finish(step, started, outcome.counts, status=outcome.status)
 
     def invalidate(self, step: str) -> list[str]:
         """Forget step and everything downstream of it, outputs included."""

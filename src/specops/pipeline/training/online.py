@@ -22,11 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.errors import BadInput
 from specops.protocol import TRAINER_ONLINE
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 WATCH_PERIOD_S = 0.25
 SERVER_EVERY = 4  # samples between two looks at the server job (one a second)
@@ -205,7 +208,7 @@ def ended_how(code: int, pid: int | None) -> str:
     return f"{who} exited with status {code}"
 
 
-def placement_for(run: Any, host_gpus: int, planned: dict[str, Any] | None = None) -> Placement:
+def placement_for(run: Run, host_gpus: int, planned: dict[str, Any] | None = None) -> Placement:
     """The run's placement on this host: the run config's choices over the plan's (`planned`)."""
     settings = run.config.hidden_states
     return choose_placement(settings.placement, host_gpus, planned, server_gpus=settings.server_gpus,
@@ -252,7 +255,7 @@ class Serving:
         return f"{ended_how(code, pid)}; {resume} (log: {log})"
 
 
-def serve(run: Any, placement: Placement) -> Serving:
+def serve(run: Run, placement: Placement) -> Serving:
     """Find or launch the run's vllm-server job where the placement says, clear the staging folder of
     files no trainer will load (a killed trainer leaves its last ones), and check the budget holds
     what is on disk already with room for the files in flight."""

@@ -26,7 +26,7 @@ TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
 DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
-    from specops.pipeline.run import Manifest, Run, StepContext
+    from specops.pipeline.run import Hosts, Manifest, Run, StepContext, StepReport
 
 Gate = Callable[[train.TrainPlan, int], dict[str, Any]]
 
@@ -47,7 +47,7 @@ def draft_vocab_size(run: Run, target_vocab: int) -> int:
     return min(run.config.draft.vocab_size, target_vocab)
 
 
-def vocab_step(run: Run) -> dict[str, Any]:
+def vocab_step(run: Run) -> StepReport:
     paths = run.paths
     target_vocab = vocab.target_vocab_size(run.model_path)
     size = draft_vocab_size(run, target_vocab)
@@ -246,33 +246,36 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     if serving is not None:
         document["hidden_states"]["server"] = serving.describe()
     moved_aside = train.start_fresh(plan.save_path) if fresh else None
-    started = manifest.begin("train", inputs_hash, {**inputs, "command": command})
-    set_aside = train.set_aside_incomplete(plan.save_path)
-    state = train.checkpoint_state(plan.save_path)
-    note = state.resume_note() or "starting fresh"
-    print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
-    print(TRAINER_START + json.dumps({"epochs": plan.epochs, "first_epoch": first_epoch(state),
-                                      "steps_per_epoch": steps_per_epoch(plan)}), file=sys.stderr, flush=True)
-    chosen = scorer() if scorer is not None else None
-    if nodes is not None and stop_if is not None:
-        print("specops: train.stop_if applies to one-host training; across hosts every epoch runs", file=sys.stderr)
-    watch = epochs_room.EpochWatch(plan.save_path, chosen, stop_if if nodes is None else None) if chosen else None
-    env = {**os.environ, **collectives} if collectives else None
-    if serving is not None:
-        env = {**os.environ, **serving.trainer_env()}
-    try:
-        code = train.run_training(command, plan.save_path, env, watch=watch,
-                                  guard=serving.watch if serving is not None else None)
-    finally:
+    from specops.pipeline.run import TrainCounts
+
+    # a stopped or failed trainer is recorded so (the block ends before the CheckFailed below)
+    with manifest.recorded("train", inputs_hash, {**inputs, "command": command}) as outcome:
+        set_aside = train.set_aside_incomplete(plan.save_path)
+        state = train.checkpoint_state(plan.save_path)
+        note = state.resume_note() or "starting fresh"
+        print(f"specops: {note}; {' '.join(command)}", file=sys.stderr)
+        print(TRAINER_START + json.dumps({"epochs": plan.epochs, "first_epoch": first_epoch(state),
+                                          "steps_per_epoch": steps_per_epoch(plan)}), file=sys.stderr, flush=True)
+        chosen = scorer() if scorer is not None else None
+        if nodes is not None and stop_if is not None:
+            print("specops: train.stop_if applies to one-host training; across hosts every epoch runs", file=sys.stderr)
+        watch = epochs_room.EpochWatch(plan.save_path, chosen, stop_if if nodes is None else None) if chosen else None
+        env = {**os.environ, **collectives} if collectives else None
         if serving is not None:
-            serving.watch.stop()
-        print(TRAINER_END, file=sys.stderr, flush=True)
-    final = train.checkpoint_state(plan.save_path)
-    report = metrics_report(run)
-    finished_epochs = _finished_epochs(final)
-    stopped = watch.stopped if watch is not None else None
-    status = "stopped" if stopped else "done" if code == 0 else "failed"
-    manifest.finish("train", started, {"epochs": finished_epochs, "exit_code": code}, status=status)
+            env = {**os.environ, **serving.trainer_env()}
+        try:
+            code = train.run_training(command, plan.save_path, env, watch=watch,
+                                      guard=serving.watch if serving is not None else None)
+        finally:
+            if serving is not None:
+                serving.watch.stop()
+            print(TRAINER_END, file=sys.stderr, flush=True)
+        final = train.checkpoint_state(plan.save_path)
+        report = metrics_report(run)
+        finished_epochs = _finished_epochs(final)
+        stopped = watch.stopped if watch is not None else None
+        status = "stopped" if stopped else "done" if code == 0 else "failed"
+        outcome.counts, outcome.status = TrainCounts(epochs=finished_epochs, exit_code=code), status
     document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
                     else None, resume=note, checkpoints=final.as_dict(), moved_aside=str(moved_aside)
                     if moved_aside else None, incomplete_set_aside=set_aside, metrics=report["epochs"],
@@ -323,14 +326,14 @@ def metrics_report(run: Run, draw_plot: bool = True, *, log_path: Path | None = 
             "checkpoints": state.as_dict(), "plot": str(png) if png.is_file() else None, "plot_contents": drawn}
 
 
-def vocab_pipeline_step(context: StepContext) -> dict[str, Any]:
+def vocab_pipeline_step(context: StepContext) -> StepReport:
     report = vocab_step(context.run)
     return {**report, "figures": {"coverage": report.get("coverage")}}
 
 
 def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
                         scorer: Callable[[], epochs_room.Scorer | None] | None = None,
-                        planned: dict[str, Any] | None = None) -> dict[str, Any]:
+                        planned: dict[str, Any] | None = None) -> StepReport:
     """The pipeline's train. On a GPU host the run's extraction server holds most of each GPU's memory
     (vLLM's gpu_memory_utilization): an offline trainer needs it back; on CPU it is left for the next
     extract; online and hybrid training keep it up (`planned`: the plan's split or shared GPUs).
@@ -363,7 +366,7 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
             **({"stopped_server": stopped} if stopped else {}), **({"synced_before": copied} if copied else {})}
 
 
-def newest_checkpoint_everywhere(run: Run, hosts: Any) -> dict[str, Any] | None:
+def newest_checkpoint_everywhere(run: Run, hosts: Hosts) -> dict[str, Any] | None:
     """Every host resumes from the newest complete checkpoint any of them holds: c10d assigns ranks
     itself and only global rank 0 saves, so the saver of one launch may be another host the next time."""
     folder = run.paths.checkpoints

@@ -24,7 +24,7 @@ from specops import atomic
 from specops.errors import BadInput, CheckFailed
 from specops.pipeline import vllm
 from specops.pipeline.extraction import file_for, verify_header
-from specops.pipeline.run import Manifest, Run, StepContext, config_hash
+from specops.pipeline.run import Manifest, Run, StepContext, StepReport, config_hash
 
 FIDELITY_THRESHOLD = 0.98  # of the decidable positions; misaligned states agree at 10-40 %
 MIN_DECIDABLE = 32  # fewer decidable positions than this prove nothing either way
@@ -190,7 +190,7 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     return document
 
 
-def pipeline_step(context: StepContext) -> dict[str, Any]:
+def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's validate: files that passed with the same inputs are not checked again; a
     failing check stops the pipeline."""
     report = validate(context.run, 4, skip_unchanged=True)
