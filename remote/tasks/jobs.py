@@ -91,6 +91,8 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
                       f"{progress.get('prompts')} prompts, {progress.get('backend')})\n{detail}")
         elif progress and state in ACTIVE_STATES and progress.get("online"):
             detail = f"{online_line(progress)}\n{detail}"
+        elif progress and state in ACTIVE_STATES and progress.get("kept"):
+            detail = f"{kept_line(progress)}\n{detail}"
         elif progress and state in ACTIVE_STATES:
             detail = (f"{progress.get('done')}/{progress.get('total')} samples, "
                       f"{progress.get('tokens_per_s')} tokens/s, ETA {progress.get('eta_s')} s\n{detail}")
@@ -107,6 +109,23 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
 def load_line(progress: dict) -> str:
     """A vLLM server still loading: its latest milestone (from vLLM's own log) and the time so far."""
     return f"loading the model, {progress.get('elapsed_s', 0):.0f} s: {progress['load']}"
+
+
+def kept_line(progress: dict) -> str:
+    """A vLLM server kept after its run (vllm.keep_server): for whom, and how long it stays up unused."""
+    kept = progress["kept"]
+    owner = f"kept by run {kept.get('owner_run')}"
+    if kept.get("idle_s") is None:
+        return f"{owner}, until stopped (vllm.keep_server: true)"
+    if kept.get("idle_left_s") is None:
+        return f"{owner}, stops after {_duration(kept['idle_s'])} unused"
+    return f"{owner}, stops after {_duration(kept['idle_s'])} unused: {_duration(kept['idle_left_s'])} left"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def status_document(conn, host, all_jobs: bool) -> dict:
@@ -141,6 +160,7 @@ def jobs_summary(document: dict) -> str:
         progress = job.get("progress") or {}
         detail = (f" {online_line(progress)}" if progress.get("online")
                   else f" {load_line(progress)}" if progress.get("load")
+                  else f" {kept_line(progress)}" if progress.get("kept")
                   else f" {progress.get('done')}/{progress.get('total')}, ETA {progress.get('eta_s')} s"
                   if progress else "")
         parts.append(f"{job['id']} {job['state']}{detail}")

@@ -26,7 +26,7 @@ class JobState(StrEnum):
 # The variable a job's command finds its own job id in (set by the wrapper).
 JOB_ID_VARIABLE = "SPECOPS_JOB_ID"
 # Jobs that serve a run rather than step it: they take no hold on the run (a step of it uses them).
-RUN_SERVICES: frozenset[str] = frozenset({"vllm-server"})
+RUN_SERVICES: frozenset[str] = frozenset({"vllm-server", "vllm-keeper"})
 
 ACTIVE_STATES: frozenset[str] = frozenset({JobState.PENDING, JobState.RUNNING})
 TERMINAL_STATES: frozenset[str] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED,

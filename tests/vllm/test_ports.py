@@ -1,9 +1,11 @@
 """A port held by anything is found before a run starts, and named in one line (exit 2, nothing written).
 
 The session's shared server (another workdir's run `tiny`) holds its port; a second workdir whose run
-serves on that same port is refused by `run check` (what every task asks before it launches) and by
-`pipeline` itself before its first step: the line names the holder (its job and run), how to free it and
-which setting moves the port. A foreign process (a plain listening socket) is named by its pid.
+serves on that same port with other serve args (a server that does not fit it; one that fits is used as
+it is, test_reuse.py) is refused by `run check` (what every task asks before it launches) and by
+`pipeline` itself before its first step: the line names the holder (its job and run), what does not fit,
+how to free it and which setting moves the port. A foreign process (a plain listening socket) is named by
+its pid.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent import run_agent
+from tests.support.runs import edit_run
 from tests.support.vllm import ServerJob, tiny_workdir
 from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
@@ -34,9 +37,12 @@ def _written(workdir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def second(tmp_path_factory, shared_vllm) -> tuple[Path, ServerJob]:
-    """Another workdir whose run tiny serves on the port the session's server holds."""
+    """Another workdir whose run tiny serves on the port the session's server holds, with other serve args: the
+    server does not fit it (one that fits is used as it is: test_reuse.py)."""
     server = shared_vllm.server()
-    return tiny_workdir(tmp_path_factory.mktemp("second"), server.port), server
+    workdir = tiny_workdir(tmp_path_factory.mktemp("second"), server.port)
+    edit_run(workdir / "runs" / "tiny.yaml", vllm={"serve_args": ["--max-model-len", "384"]})
+    return workdir, server
 
 
 def test_run_check_names_the_other_runs_server_holding_the_port(second) -> None:
@@ -47,6 +53,7 @@ def test_run_check_names_the_other_runs_server_holding_the_port(second) -> None:
     assert "\n" not in line
     assert line.startswith("runs/tiny.yaml: vllm.port: ")
     assert f"port {server.port} is held by vLLM server job {server.job['id']} of run 'tiny'" in line
+    assert "which does not fit this run (its serve_args differ)" in line
     assert f"invoke stop --job {server.job['id']}" in line
     assert "set vllm.port in runs/tiny.yaml to a free port" in line
 

@@ -70,6 +70,9 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
     if record.get("name") == "vllm-server" and record["state"] in ACTIVE_STATES \
             and "ready_s" not in (record.get("meta") or {}):
         return server_load(record)
+    if record.get("name") == "vllm-server" and record["state"] in ACTIVE_STATES \
+            and (record.get("meta") or {}).get("keep"):
+        return kept_server(record["meta"]["keep"])
     if not record.get("run"):
         return None
     import json
@@ -107,6 +110,18 @@ def server_load(record: JobRecord) -> dict[str, Any]:
     elapsed = (datetime.now(UTC) - records.parse_iso(since)).total_seconds()
     return {"load": load_stage(Path(record["log"])) or "starting", "elapsed_s": round(elapsed, 1),
             "serves": (record.get("meta") or {}).get("serves")}
+
+
+def kept_server(keep: dict[str, Any]) -> dict[str, Any]:
+    """A server kept after its run (vllm.keep_server): its owner run and, with an idle timeout, the seconds
+    left before its watch stops it (from the last use the watch recorded, on this host's clock)."""
+    import time
+
+    idle_s, last_used = keep.get("idle_s"), keep.get("last_used")
+    left = (max(0.0, idle_s - (time.time() - last_used)) if isinstance(idle_s, int | float)
+            and isinstance(last_used, int | float) else None)
+    return {"kept": {"owner_run": keep.get("owner_run"), "idle_s": idle_s,
+                     "idle_left_s": round(left, 1) if left is not None else None}}
 
 
 _TRAIN_LOG_TAIL_BYTES = 16384

@@ -125,6 +125,8 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                                            "seconds": round(time.perf_counter() - started, 2)}
                     say(f"{entry.name} failed: {exc}")
                     raise
+                finally:  # a server used by this step is free for another run's step (vllm/sharing.py)
+                    vllm.release_servers()
                 results[entry.name] = {"status": report.get("status", "done"),
                                        "seconds": round(time.perf_counter() - started, 2)}
             hosts.barrier(entry.name)

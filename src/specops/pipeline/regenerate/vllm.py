@@ -75,7 +75,9 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     lines = (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     answered = len(source) if samples is None else min(len(source), max(samples, 1, _asked_before(folder)))
     stopped = None
-    with vllm.Discarded(vllm.staging_dir(run)) as discarded:
+    # the server's own staging and served name: another run's server that fits (vllm/sharing.py) has its owner's
+    staging, model = server.staging or vllm.staging_dir(run), server.served_model or str(run.model_path)
+    with vllm.Discarded(staging) as discarded:
         try:
             while True:
                 dataset = None
@@ -83,7 +85,7 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
                     dataset = folder / PREFIX_FILE
                     atomic.write_text(dataset, "".join(lines[:answered]))
                 # The model name the server knows is its path; the client loads the tokenizer from it too.
-                argv = regenerate_argv(run, endpoint, str(run.model_path), folder, dataset=dataset)
+                argv = regenerate_argv(run, endpoint, model, folder, dataset=dataset)
                 code = run_client(argv, run.config.trust_remote_code)
                 if code != 0 or answered == len(source) or samples is None:
                     break

@@ -66,12 +66,39 @@ class VllmSettings(_Strict):
     serve_args: list[str] = Field(default_factory=list)
     port: int = Field(8000, gt=0, lt=65536)
     # the run's server outlives its pipeline only when asked (a next run on the same target reuses it);
-    # else it is stopped with the run's last step: it holds the GPUs' memory and the port
-    keep_server: bool = False
+    # else it is stopped with the run's last step: it holds the GPUs' memory and the port. true: until
+    # stopped by hand; an idle timeout (seconds, or "30m", "2h", "90s"): it stops itself once unused that long
+    keep_server: bool | int = False
     # vLLM's own parallelism (--tensor-parallel-size / --data-parallel-size); left out, they are derived
     # from the host's GPUs and the model's size (specops.parallel.default_sizes)
     tensor_parallel: int | None = Field(None, gt=0)
     data_parallel: int | None = Field(None, gt=0)
+
+    @field_validator("keep_server", mode="before")
+    @classmethod
+    def _keep_for(cls, value: Any) -> bool | int:
+        return keep_seconds(value)
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def keep_seconds(value: Any) -> bool | int:
+    """vllm.keep_server as the run means it: False, True (until stopped by hand) or an idle timeout in seconds."""
+    import re
+
+    if isinstance(value, bool):
+        return value
+    seconds: float | None = None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (found := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value.lower())):
+        seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if seconds is None:
+        raise ValueError(f"{value!r} is not true, false or an idle timeout (seconds, or e.g. 90s, 30m, 2h)")
+    if seconds < 1:
+        raise ValueError(f"an idle timeout of {value!r} is under a second (false: stopped with the run's last step)")
+    return round(seconds)
 
 
 class RegenerateSettings(_Strict):

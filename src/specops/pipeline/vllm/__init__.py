@@ -36,6 +36,7 @@ from specops.pipeline.vllm.readiness import (
     stop_server,
     wait_ready,
 )
+from specops.pipeline.vllm.sharing import release_all as release_servers
 
 __all__ = [
     "CPU_KVCACHE_GIB",
@@ -57,6 +58,7 @@ __all__ = [
     "port_holder",
     "port_owner",
     "refuse_held_port",
+    "release_servers",
     "request_counters",
     "serve_dtype",
     "serve_env",

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specops.errors import BadInput
 from specops.parallel import ParallelSizes
 from specops.pipeline.run import Run
 from specops.pipeline.target import dtype_name
@@ -28,6 +29,19 @@ from specops.pipeline.target import dtype_name
 # vLLM releases from which the render endpoint (/v1/chat/completions/render, used by
 # `speculators prepare-data --render-endpoint`) is only served with --enable-scale-out.
 SCALE_OUT_FROM = (0, 30)
+
+
+SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
+
+
+def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
+    chosen = serve_python or os.environ.get(SERVE_PYTHON_ENV) or sys.executable
+    # abspath, not resolve(): a venv's python is a symlink whose target knows nothing of the venv
+    path = Path(os.path.abspath(chosen))
+    if not path.is_file():
+        origin = "serve_python" if serve_python else SERVE_PYTHON_ENV if os.environ.get(SERVE_PYTHON_ENV) else "python"
+        raise BadInput(f"{origin}: the serve env's interpreter {path} is not a file (inventory envs.serve)")
+    return path
 
 
 def staging_dir(run: Run) -> Path:

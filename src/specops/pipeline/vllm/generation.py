@@ -103,13 +103,13 @@ def generation_signature(run: Run, argv: list[str], speculative: dict[str, Any] 
     """What decides whether a running generating server can be reused: what vLLM serves, not where it was read
     from. A draft is its weights and config (a copy elsewhere serves the same), so its path is left out
     (CONTRIBUTING: which server-config keys matter)."""
-    from specops.pipeline.run import model_digest
+    from specops.pipeline.run import model_digest, tokenizer_digest
 
     draft = _draft_digest(Path(speculative["model"])) if speculative else None
     shown = json.dumps(speculative, separators=(",", ":")) if speculative else None
     unplaced = {**speculative, "model": draft} if speculative else None
     return {"purpose": "generate", "model": str(run.model_path), "model_digest": model_digest(run.model_path),
-            "speculative": unplaced, "draft_digest": draft,
+            "tokenizer_digest": tokenizer_digest(run.model_path), "speculative": unplaced, "draft_digest": draft,
             "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": run.config.trust_remote_code,
             "vllm_version": version, "port": port, "tensor_parallel": max(gpus, 1), "vllm_program": argv[0],
             "argv": [json.dumps(unplaced, separators=(",", ":")) if arg == shown else arg for arg in argv]}

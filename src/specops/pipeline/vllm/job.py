@@ -35,16 +35,23 @@ from specops.errors import BadInput, CheckFailed
 from specops.jobs import launching, liveness, processes, records, stopping
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
-from specops.pipeline.run import Run, model_digest
-from specops.pipeline.vllm.command import build_serve_command, serve_dtype, serve_env_version, staging_dir
-from specops.pipeline.vllm.ports import refuse_held_port
+from specops.pipeline.run import Run, model_digest, tokenizer_digest
+from specops.pipeline.vllm import sharing
+from specops.pipeline.vllm.command import (
+    SERVE_PYTHON_ENV,
+    build_serve_command,
+    choose_serve_python,
+    serve_dtype,
+    serve_env_version,
+    staging_dir,
+)
+from specops.pipeline.vllm.ports import port_holder, refuse_held_port
 from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
 from specops.progress import speaker
 from specops.protocol import ACTIVE_STATES
 from specops.protocol import JobRecord as Record
 
 SERVER_JOB = "vllm-server"
-SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
 STOP_GRACE_S = 20.0
 # A CPU host serves the demo model: vLLM's CPU default sizes the KV cache from total memory (tens of
 # GB); extraction requests (max_tokens=1) need a few MB. An explicit setting in the environment wins.
@@ -56,20 +63,11 @@ _POLL_S = 0.1
 say = speaker("extract")  # progress lines for people (specops.progress)
 
 
-def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
-    chosen = serve_python or os.environ.get(SERVE_PYTHON_ENV) or sys.executable
-    # abspath, not resolve(): a venv's python is a symlink whose target knows nothing of the venv
-    path = Path(os.path.abspath(chosen))
-    if not path.is_file():
-        origin = "serve_python" if serve_python else SERVE_PYTHON_ENV if os.environ.get(SERVE_PYTHON_ENV) else "python"
-        raise BadInput(f"{origin}: the serve env's interpreter {path} is not a file (inventory envs.serve)")
-    return path
-
-
 def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, version: str | None) -> dict[str, Any]:
     """What decides whether a running server can serve this run's extraction: equal or not reused."""
     return {"model": str(run.model_path), "model_digest": model_digest(run.model_path),
-            "layer_ids": run.layer_ids(), "dtype": serve_dtype(run, host_gpus),
+            "tokenizer_digest": tokenizer_digest(run.model_path), "layer_ids": run.layer_ids(),
+            "dtype": serve_dtype(run, host_gpus),
             "trust_remote_code": bool(run.config.trust_remote_code), "serve_args": list(run.config.vllm.serve_args),
             "vllm_version": version, "port": port,
             "tensor_parallel": _flag_value(argv, "--tensor-parallel-size"),
@@ -109,9 +107,31 @@ def _ended_record(job_id: str, server: TmuxServer) -> Record:
 
 
 def stop_job(record: Record, server: TmuxServer, why: str) -> str | None:
-    say(f"stopping vLLM server job {record['id']}: {why}")
-    outcome = stopping.stop(record, STOP_GRACE_S, server)
+    """Stop a server job of this workdir once nobody else uses it (its lease: another run may be mid-step)."""
+    sharing.hold(workdir(), record["id"], f"stopping it: {why}")
+    try:
+        say(f"stopping vLLM server job {record['id']}: {why}")
+        outcome = stopping.stop(record, STOP_GRACE_S, server)
+    finally:
+        sharing.release(workdir(), record["id"])
     return outcome.signal
+
+
+def borrowable(run: Run, signature: dict[str, Any]) -> sharing.Borrowed | None:
+    """Another run's server on the wanted port that fits this run (vllm/sharing.py), taken for this
+    process (its lease) and still alive; None when the port holds none (a misfit is refused later)."""
+    holder = port_holder(signature["port"])
+    if holder is None or holder.is_server_of(run.paths.name, str(workdir())):
+        return None
+    borrowed, _ = sharing.borrow(holder, signature, run.paths.run_dir)
+    if borrowed is None:
+        return None
+    sharing.hold(borrowed.workdir, borrowed.record["id"], f"run {run.paths.name} ({workdir()})")
+    record = sharing.job_record(borrowed.workdir, borrowed.record["id"])  # after the wait: still there?
+    if record.get("state") in ACTIVE_STATES and liveness.processes_alive(record):
+        return sharing.Borrowed(record, borrowed.workdir, borrowed.run)
+    sharing.release(borrowed.workdir, borrowed.record["id"])
+    return None
 
 
 def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: dict[str, str],
@@ -129,8 +149,8 @@ def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: di
             why = (f"its {', '.join(differences)} differ from run {run.paths.name}'s" if differences
                    else "its processes are gone")
             stop_job(current, server, why)
-        # anything else on the port (another run's server, a foreign process): one line, before a load
-        refuse_held_port(run, signature["port"], workdir())
+        # anything else on the port (another run's server that does not fit, a foreign process): one line
+        refuse_held_port(run, signature["port"], workdir(), wanted=signature)
         try:
             record = launching.launch(name=SERVER_JOB, run=run.paths.name, argv=argv, env=env, revision=None,
                                       meta={"server": signature})
@@ -165,18 +185,33 @@ class ServerJob:
     version: str
     ready: dict[str, Any]
     tmux: TmuxServer
+    borrowed: sharing.Borrowed | None = None  # another run's server (another workdir's job), used as it is
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def staging(self) -> Path | None:
+        """Where this server writes its captures (its own signature's: a borrowed server's is its owner's)."""
+        staging = ((self.record.get("meta") or {}).get("server") or {}).get("staging")
+        return Path(staging) if staging else None
+
+    @property
+    def served_model(self) -> str | None:
+        """The model name clients send: the server's own (a borrowed server's path is its owner's)."""
+        models = self.ready.get("models") or []
+        return models[0] if models else None
+
     def stop(self, why: str) -> str:
+        if self.borrowed is not None:
+            return f"left running: it is run {self.borrowed.run}'s (workdir {self.borrowed.workdir})"
         return stop_job(records.load(self.record["id"]), self.tmux, why) or "already ended"
 
     def describe(self, stopped: str | None) -> dict[str, Any]:
         return {"job": self.record["id"], "reused": self.reused, "port": self.port, "vllm_version": self.version,
                 "ready_s": self.ready["seconds"], "pgid": self.record["pgid"], "log": self.record["log"],
-                "stopped": stopped}
+                "stopped": stopped, **({"owner": self.borrowed.describe()} if self.borrowed else {})}
 
 
 def start_server_job(run: Run, gpus: int, *, port: int | None = None,
@@ -242,6 +277,13 @@ def launch_ahead(run: Run, gpus: int) -> str | None:
     if (Manifest(run.paths.run_dir).record("extract") or {}).get("status") == "done":
         return None
     argv, env, signature, version = extraction_command(run, gpus)
+    holder = port_holder(signature["port"])
+    if holder is not None and not holder.is_server_of(run.paths.name, str(workdir())):
+        borrowed, _ = sharing.borrow(holder, signature, run.paths.run_dir)
+        if borrowed is not None:  # extract uses it as it is: nothing to load
+            say(f"vLLM server job {borrowed.record['id']} of run {borrowed.run} (workdir {borrowed.workdir}) fits "
+                "this run: extract will use it, nothing launched ahead")
+            return None
     record, reused = find_or_launch(run, signature, argv, env, TmuxServer(workdir()))
     if not reused:
         say(f"started vLLM server job {record['id']} ahead of extract (run {run.paths.name}, vLLM {version}): "
@@ -265,31 +307,45 @@ def start_job(run: Run, argv: list[str], env: dict[str, str], signature: dict[st
     returned once it is ready."""
     chosen_port = signature["port"]
     server = TmuxServer(workdir())
-    record, reused = find_or_launch(run, signature, argv, env, server)
-    if reused:
-        say(f"reusing vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}): "
-            f"{same}")
+    borrowed = None
+    if launching.running_job(SERVER_JOB, run.paths.name, server) is None:
+        borrowed = borrowable(run, signature)  # another run's server that fits: no load at all
+    if borrowed is not None:
+        record, reused = borrowed.record, True
+        say(f"reusing vLLM server job {record['id']} of run {borrowed.run} (workdir {borrowed.workdir}, port "
+            f"{chosen_port}, vLLM {version}): it fits run {run.paths.name} (the same weights, tokenizer and "
+            "serve settings); it stays up after this step")
     else:
-        say(f"started vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, vLLM {version}); "
-            f"log {record['log']}")
+        record, reused = find_or_launch(run, signature, argv, env, server)
+        sharing.hold(workdir(), record["id"], f"run {run.paths.name} ({workdir()})")
+        if reused:
+            say(f"reusing vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, "
+                f"vLLM {version}): {same}")
+        else:
+            say(f"started vLLM server job {record['id']} (run {run.paths.name}, port {chosen_port}, "
+                f"vLLM {version}); log {record['log']}")
     if not record.get("pgid"):
         ended = _ended_record(record["id"], server)
         raise CheckFailed(f"vLLM server job {record['id']} did not start: {ended.get('error') or ended['state']} "
                           f"(log {ended['log']})")
 
     ready = wait_ready(chosen_port, record["pgid"], log=Path(record["log"]), timeout_s=ready_timeout_s)
+    if not ready["ok"] and borrowed is not None:
+        raise CheckFailed(f"vLLM server job {record['id']} of run {borrowed.run} (workdir {borrowed.workdir}): "
+                          f"{ready['error']} (log {record['log']})")
     if not ready["ok"]:
         if processes.group_alive(record["pgid"]):  # not ready in time, or a foreign port holder: do not leave it
             stop_job(records.load(record["id"]), server, "it did not get ready")
         raise CheckFailed(_death_report(record, ready, server))
     say(f"vLLM server ready in {ready['seconds']} s (job {record['id']}, pids {ready['pids']})")
-    if "ready_s" not in (record.get("meta") or {}):  # what the summary counts as a load (lifetime.server_loads)
+    # what the summary counts as a load (lifetime.server_loads); a borrowed server is its owner's load
+    if borrowed is None and "ready_s" not in (record.get("meta") or {}):
         # from the job's start: a server launched ahead (launch_ahead) loaded before this wait began
         began = records.parse_iso(record.get("started") or record["created"]).timestamp()
         noted = {"serves": serves or same, "ready_s": round(max(time.time() - began, ready["seconds"]), 2)}
         # a new meta dict: records.update saves only a record that differs from its shallow copy
         records.update(record["id"], lambda current: current.update(meta={**current.get("meta", {}), **noted}))
-    return ServerJob(record, reused, chosen_port, version, ready, server)
+    return ServerJob(record, reused, chosen_port, version, ready, server, borrowed)
 
 
 def stop_running(run: Run, why: str) -> str | None:
@@ -308,11 +364,17 @@ def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
     /v1/models must answer.
     """
     record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
+    owner = workdir()
     if record is None:
-        return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
+        borrowed = _borrowed_extraction_server(run)
+        if borrowed is None:
+            return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
+        record, owner = borrowed.record, borrowed.workdir
     signature = (record.get("meta") or {}).get("server") or {}
     port = signature.get("port")
-    if signature.get("model") != str(run.model_path):
+    sharing.hold(owner, record["id"], f"run {run.paths.name} ({workdir()}), the fidelity check")
+    # another run's server (same weights, tokenizer and layers) names its owner's path
+    if owner == workdir() and signature.get("model") != str(run.model_path):
         return None, None, f"{SERVER_JOB} job {record['id']} serves {signature.get('model')!r}, not {run.model_path}"
     if not isinstance(port, int) or not record.get("pgid") or not liveness.processes_alive(record):
         return None, None, f"{SERVER_JOB} job {record['id']} has no live process group or no recorded port"
@@ -322,3 +384,22 @@ def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
         return None, None, f"{SERVER_JOB} job {record['id']}: port {port} does not answer /v1/models"
     return (f"http://127.0.0.1:{port}/v1", signature.get("staging"),
             f"{SERVER_JOB} job {record['id']} on port {port}")
+
+
+def _borrowed_extraction_server(run: Run) -> sharing.Borrowed | None:
+    """Another run's extraction server on this run's port that captured what this run's files hold: the same
+    weights, tokenizer and layer ids. Only for a run that extracts through vLLM (its own server would be one)."""
+    from specops.gpus import device_count
+
+    if run.backend(device_count()) != "vllm":
+        return None
+    holder = port_holder(run.config.vllm.port)
+    if holder is None or holder.job is None or holder.name != SERVER_JOB or holder.workdir is None:
+        return None
+    record = sharing.job_record(holder.workdir, holder.job)
+    recorded = (record.get("meta") or {}).get("server") or {}
+    wanted = {"model_digest": model_digest(run.model_path), "tokenizer_digest": tokenizer_digest(run.model_path),
+              "layer_ids": run.layer_ids()}
+    if any(recorded.get(key) != value for key, value in wanted.items()):
+        return None
+    return sharing.Borrowed(record, holder.workdir, str(record.get("run")))

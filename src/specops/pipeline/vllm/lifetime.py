@@ -3,9 +3,9 @@
 A load is counted from the job records (the truth about jobs on the host): every `vllm-server` job of
 the run created since the pipeline began is one load; its record's meta says what it served and how
 many seconds it took to get ready (start_job writes both). The run's last server is stopped with the
-run's last step unless the run config asks it to stay (`vllm.keep_server: true`, for a next run on the
-same target to reuse): a server left behind holds the GPUs' memory and the port, and the next run on
-the host fails on it.
+run's last step unless the run config asks it to stay (`vllm.keep_server`, for a next run on the same
+target to reuse, vllm/sharing.py): `true` until stopped by hand, an idle timeout (`30m`) until unused that
+long (vllm/keeper.py). A server left behind unasked holds the GPUs' memory and the port.
 """
 
 from __future__ import annotations
@@ -42,9 +42,44 @@ def server_loads(run: Run, since: float) -> dict[str, Any]:
 
 
 def end_of_run(run: Run, since: float) -> dict[str, Any]:
-    """After the run's last step: its server stopped (unless vllm.keep_server), and the loads it made."""
+    """After the run's last step: its server stopped (unless vllm.keep_server), and the loads it made. A
+    kept server is marked so (meta.keep: its owner run, its idle timeout) and, with an idle timeout, watched
+    by a `vllm-keeper` job that stops it once unused that long (vllm/keeper.py)."""
     from specops.pipeline.vllm.job import stop_running
 
-    kept = bool(run.config.vllm.keep_server)
+    keep = run.config.vllm.keep_server
+    kept = keep is not False
     stopped = None if kept else stop_running(run, "the run's last step is done (vllm.keep_server: false)")
-    return {**server_loads(run, since), "stopped": stopped, "kept": kept}
+    servers: dict[str, Any] = {**server_loads(run, since), "stopped": stopped, "kept": kept}
+    if kept:
+        servers["keeper"] = keep_server(run, None if keep is True else int(keep))
+    return servers
+
+
+def keep_server(run: Run, idle_s: int | None) -> dict[str, Any] | None:
+    """Mark the run's running server kept (and launch its watch when it has an idle timeout); None when the
+    run has no server running."""
+    import sys
+
+    from specops.jobs import launching
+    from specops.jobs.tmux import TmuxServer
+    from specops.paths import workdir
+    from specops.pipeline.vllm.keeper import KEEPER_JOB
+
+    server = TmuxServer(workdir())
+    current = launching.running_job(SERVER_JOB, run.paths.name, server)
+    if current is None:
+        return None
+    keep = {"owner_run": run.paths.name, "idle_s": idle_s, "since": records.now_iso()}
+    records.update(current["id"], lambda record: record.update(meta={**(record.get("meta") or {}), "keep": keep}))
+    if idle_s is None:
+        return {"server": current["id"], "idle_s": None, "job": None}
+    watching = launching.running_job(KEEPER_JOB, run.paths.name, server)
+    if watching is not None:  # an earlier pipeline's watch of another server: this one replaces it
+        from specops.jobs import stopping
+
+        stopping.stop(watching, 5.0, server)
+    record = launching.launch(name=KEEPER_JOB, run=run.paths.name, revision=None, env={},
+                              argv=[sys.executable, "-m", "specops.pipeline.vllm.keeper", current["id"], str(idle_s)],
+                              meta={"server": current["id"], "idle_s": idle_s})
+    return {"server": current["id"], "idle_s": idle_s, "job": record["id"]}

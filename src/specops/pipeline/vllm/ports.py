@@ -1,5 +1,6 @@
 """Who holds a port, asked before a server is launched: a port held by anything but this run's own server
-job is refused with one line (who holds it, how to free it, which setting moves the port), exit 2.
+job, or another run's server that fits this run (vllm/sharing.py: used as it is), is refused with one line
+(who holds it, what does not fit, how to free it, which setting moves the port), exit 2.
 
 Without this check the new server loads for tens of seconds (18 minutes for a large target) and then
 dies on `OSError: [Errno 98] Address already in use`. The holder is found from /proc: the socket
@@ -13,9 +14,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput
+from specops.pipeline.vllm import sharing
 from specops.pipeline.vllm.readiness import listening_inodes, socket_owners
 
 if TYPE_CHECKING:
@@ -98,15 +100,39 @@ def port_holder(port: int) -> Holder | None:
     return Holder(pid, _command(pid), job, workdir, record.get("run"), record.get("name"))
 
 
-def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, setting: str | None = None) -> None:
+def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, setting: str | None = None,
+                     wanted: dict[str, Any] | None = None) -> None:
     """BadInput (one line, exit 2) when `port` is held by anything but this run's own server job (which the
-    run reuses, or replaces, itself). `setting`: what moves the port (default: the run config's vllm.port)."""
+    run reuses, or replaces, itself) or another run's server that fits this run (vllm/sharing.py: it is
+    used as it is). `wanted`: the server signature the step asks for; without it (the launch boundary,
+    before any step) the keys every server of the run shares (sharing.RUN_WIDE). `setting`: what moves
+    the port (default: the run config's vllm.port)."""
     holder = port_holder(port)
     if holder is None or holder.is_server_of(run.paths.name, str(workdir)):
         return
+    differences: list[str] = []
+    if holder.job is not None and holder.name == SERVER_JOB:
+        if wanted is not None:
+            differences = sharing.borrow(holder, wanted, run.paths.run_dir)[1]
+        else:
+            recorded = (sharing.job_record(holder.workdir or "", holder.job).get("meta") or {}).get("server")
+            differences = sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE)
+        if not differences:
+            return
     moves = setting or f"set vllm.port in {run.label} to a free port"
-    raise BadInput(f"{run.label}: vllm.port: port {port} is held by {holder.describe()}; "
+    misfit = f", which does not fit this run (its {', '.join(differences)} differ)" if differences else ""
+    raise BadInput(f"{run.label}: vllm.port: port {port} is held by {holder.describe()}{misfit}; "
                    f"{holder.how_to_free()} or {moves}")
+
+
+def run_wide(run: Run) -> dict[str, Any]:
+    """What every server this run starts records alike (sharing.RUN_WIDE), read without a load or a write."""
+    from specops.pipeline.run import model_digest, tokenizer_digest
+    from specops.pipeline.vllm.command import choose_serve_python
+
+    return {"model_digest": model_digest(run.model_path), "tokenizer_digest": tokenizer_digest(run.model_path),
+            "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": bool(run.config.trust_remote_code),
+            "vllm_program": str(choose_serve_python(None).parent / "vllm")}
 
 
 def serves(run: Run, backend: str) -> bool:

@@ -1,0 +1,63 @@
+"""Between runs: a second run on the same target uses the server another run left up, when it fits.
+
+The session's shared server is run tiny's in its own workdir, left up after its extract (a server of a
+run whose pipeline keeps it). A second workdir's run tiny (the same tiny weights and tokenizer, the same
+serve settings) extracts through it: no server job of its own (0 loads in its job records), the step's
+report names the owner, the owner's server is still up afterwards, and the files are byte for byte the
+owner's for the same rows (sha256). The captures reached the second run through the owner's staging
+folder (one filesystem: a rename) and none is left there. test_ports.py holds the refusal of a server
+that does not fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent import run_agent
+from tests.support.vllm import FIRST_SAMPLES, tiny_workdir
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
+
+ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _server_jobs(workdir: Path) -> list[dict]:
+    jobs = workdir / "state" / "jobs"
+    found = [json.loads(path.read_text()) for path in jobs.glob("*.json") if not path.name.endswith(".environ.json")]
+    return [record for record in found if record.get("name") == "vllm-server"]
+
+
+def test_a_second_workdir_extracts_through_the_other_runs_server(tmp_path, shared_vllm) -> None:
+    server = shared_vllm.server()
+    owner_files = server.workdir / "runs" / "tiny" / "hidden_states"
+    workdir = tiny_workdir(tmp_path / "b", server.port)
+
+    code, report, stderr = run_agent(workdir, "step", "extract", "--run", "tiny", "--samples", str(FIRST_SAMPLES),
+                                     env=ENV, timeout=600)
+    assert code == 0, json.dumps(report)[:2000] + stderr[-4000:]
+    assert report["server"]["reused"] is True
+    assert report["server"]["job"] == server.job["id"]
+    assert report["server"]["owner"] == {"run": "tiny", "workdir": str(server.workdir), "job": server.job["id"]}
+    assert f"reusing vLLM server job {server.job['id']} of run tiny (workdir {server.workdir}" in stderr
+    assert _server_jobs(workdir) == []  # no load of its own
+
+    # the owner's server is still the one running
+    running = shared_vllm.running_job()
+    assert running is not None and running["id"] == server.job["id"]
+    # the captures passed through the owner's staging folder and are gone from it
+    staging = server.workdir / "runs" / "tiny" / "vllm_staging"
+    assert sorted(path.name for path in staging.glob("*.safetensors")) == []
+
+    mine = workdir / "runs" / "tiny" / "hidden_states"
+    for row in range(FIRST_SAMPLES):
+        name = f"hs_{row}.safetensors"
+        assert _digest(mine / name) == _digest(owner_files / name), name
