@@ -84,10 +84,7 @@ def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_
     return ids
 
 
-Nodes = TorchrunNode  # this host's place in a training over hosts (specops.torchrun: the one node type)
-
-
-def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
+def torchrun_launcher(gpus: int, nodes: TorchrunNode | None) -> list[str]:
     """torchrun's own arguments: one process per GPU (one on a CPU host), standalone or one of `nodes`."""
     per_node = f"--nproc_per_node={max(gpus, 1)}"
     if nodes is None:
@@ -99,7 +96,7 @@ def torchrun_launcher(gpus: int, nodes: Nodes | None) -> list[str]:
               if nodes.local_addr else [])]
 
 
-def collectives_environment(nodes: Nodes) -> dict[str, str]:
+def collectives_environment(nodes: TorchrunNode) -> dict[str, str]:
     """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for a node: its interface, named or found from its address.
 
     Empty without either (torch's own choice). An address no interface of this host holds, or an interface
@@ -118,7 +115,7 @@ def collectives_environment(nodes: Nodes) -> dict[str, str]:
     return {} if interface is None else {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 
-def build_train_command(plan: TrainPlan, gpus: int, nodes: Nodes | None = None) -> list[str]:
+def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None = None) -> list[str]:
     """argv of the training run: `speculators train ...`, or torchrun over `gpus` GPUs when gpus > 1,
     or torchrun as one node of several (`nodes`) whatever the GPU count (gloo on a CPU host)."""
     if plan.loss_implementation not in LOSS_IMPLEMENTATIONS:

@@ -27,6 +27,7 @@ DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
     from specops.pipeline.run import Hosts, Manifest, Run, StepContext, StepReport
+    from specops.torchrun import TorchrunNode
 
 Gate = Callable[[train.TrainPlan, int], dict[str, Any]]
 
@@ -118,7 +119,7 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     )
 
 
-def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: train.Nodes | None, *,
+def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: TorchrunNode | None, *,
                   relative: bool = True) -> dict[str, Any]:
     """What the training depends on. Paths inside the workdir count relative to it, so a workdir moved or
     copied elsewhere (a new disk, a colleague's copy) is still trained; `relative=False` gives the
@@ -180,7 +181,7 @@ def trained_rows(plan: train.TrainPlan) -> int:
 
 
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
-               nodes: train.Nodes | None = None, *, gate: Gate | None = None,
+               nodes: TorchrunNode | None = None, *, gate: Gate | None = None,
                scorer: Callable[[], epochs_room.Scorer | None] | None = None,
                planned: dict[str, Any] | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts.
@@ -348,9 +349,7 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
         stopped = stop_running(run, "the pipeline's training needs the GPUs")
     nodes, copied = None, None
     if hosts.count > 1 and hosts.training is not None:
-        training = hosts.training
-        nodes = train.Nodes(hosts.count, hosts.rank, training.endpoint, training.rdzv_id, training.local_addr,
-                            training.interface)
+        nodes = hosts.training  # this host's torchrun node, made where the engine's command line was read
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
         copied = newest_checkpoint_everywhere(run, hosts)
