@@ -48,6 +48,17 @@ def test_a_bad_keep_server_is_one_line_exit_2(tmp_path, value, says) -> None:
     assert document["error"].startswith(f"runs/tiny.yaml: vllm.keep_server: {says}"), document["error"]
 
 
+def test_status_says_who_kept_the_server_and_the_idle_time_left() -> None:
+    from remote.tasks.jobs import kept_line
+
+    assert kept_line({"kept": {"owner_run": "a", "idle_s": None, "idle_left_s": None}}) == \
+        "kept by run a, until stopped (vllm.keep_server: true)"
+    assert kept_line({"kept": {"owner_run": "a", "idle_s": 1800, "idle_left_s": 754.2}}) == \
+        "kept by run a, stops after 30m00s unused: 12m34s left"
+    assert kept_line({"kept": {"owner_run": "a", "idle_s": 7200, "idle_left_s": 7200}}) == \
+        "kept by run a, stops after 2h00m unused: 2h00m left"
+
+
 _KEEP = """
 import json, sys
 from specops.pipeline.run import Run
@@ -82,6 +93,9 @@ def test_a_kept_server_stops_itself_once_unused(shared_vllm) -> None:
     assert row["progress"]["kept"]["owner_run"] == "tiny"
     assert row["progress"]["kept"]["idle_s"] == IDLE_S
     assert 0 <= row["progress"]["kept"]["idle_left_s"] <= IDLE_S
+    from remote.tasks.jobs import kept_line
+
+    assert kept_line(row["progress"]).startswith(f"kept by run tiny, stops after {IDLE_S}s unused: ")
 
     # a run holding the lease (a borrower between its requests) is a use: the watch moves the last use on
     first = json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
