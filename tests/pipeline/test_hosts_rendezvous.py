@@ -14,6 +14,7 @@ from typing import Any
 
 from specops.errors import CheckFailed
 from specops.pipeline import hosts as rendezvous
+from specops.pipeline.shares import shares_fit
 from tests.support.sshd import free_port
 
 NAMES = ["gpu1", "gpu2"]
@@ -96,7 +97,7 @@ def test_hosts_that_planned_different_work_are_refused_naming_each_hosts_plan() 
     plans = [{"inputs_hash": "a" * 64, "samples": 200, "rows": 100},
              {"inputs_hash": "b" * 64, "samples": 200, "rows": 100}]
     try:
-        rendezvous.shares_fit("extract", plans, NAMES, "samples", "target, data, dtype or device")
+        shares_fit("extract", plans, NAMES, "samples", "target, data, dtype or device")
     except CheckFailed as failure:
         message = str(failure)
     else:
@@ -109,10 +110,10 @@ def test_hosts_that_planned_different_work_are_refused_naming_each_hosts_plan() 
 def test_hosts_that_planned_the_same_work_pass_whatever_their_own_share() -> None:
     plans = [{"inputs_hash": "a" * 64, "conversations": 180, "rows": 90},
              {"inputs_hash": "a" * 64, "conversations": 180, "rows": 89}]
-    rendezvous.shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
+    shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
     plans[1]["conversations"] = 181  # the same inputs, another count: the shares would overlap or leave a gap
     try:
-        rendezvous.shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
+        shares_fit("regenerate", plans, NAMES, "conversations", "target, data or sampling settings")
     except CheckFailed as failure:
         assert "gpu2: aaaaaaaaaaaa of 181 conversations" in str(failure)
     else:

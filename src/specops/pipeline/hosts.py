@@ -188,14 +188,3 @@ class Rendezvous:
         atomic.write_bytes(path, data)  # beside, then renamed in: a cut copy never has the final name
         self.store.add(self._key(tag, owner, index, "acks"), 1)
         return len(data)
-
-
-def shares_fit(step: str, plans: list[dict[str, Any]], names: list[str], amount: str, differ: str) -> None:
-    """Every host planned the same work for its share of `step` — the same inputs hash and the same
-    `amount` (a plan's key: rows, conversations) — else the shares would not fit together: CheckFailed
-    naming each host's plan and what may differ between them."""
-    if len({(plan["inputs_hash"], plan[amount]) for plan in plans}) > 1:
-        shown = ", ".join(f"{name}: {plan['inputs_hash'][:12]} of {plan[amount]} {amount}"
-                          for name, plan in zip(names, plans, strict=True))
-        raise CheckFailed(f"{step} across hosts: the hosts planned different work ({shown}); their {differ} "
-                          "differ, so their shares would not fit together")

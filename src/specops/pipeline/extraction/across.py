@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specops.pipeline.hosts import shares_fit
+from specops.pipeline.shares import shares_fit
 
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext, StepReport

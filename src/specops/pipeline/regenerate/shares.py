@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from specops import atomic
 from specops.errors import CheckFailed
-from specops.pipeline.hosts import shares_fit
+from specops.pipeline.shares import shares_fit
 
 if TYPE_CHECKING:
     from specops.pipeline.regenerate.backends import Backend
