@@ -14,7 +14,7 @@ from specops.pipeline.run.config import (
     read_model_config,
     text_config,
 )
-from specops.pipeline.run.context import Hosts, OneHost, StepContext, Training, shares_of
+from specops.pipeline.run.context import Hosts, OneHost, StepContext, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
 from specops.pipeline.run.manifest import Manifest, Outcome, dependents, package_versions
 from specops.pipeline.run.reports import (
@@ -31,6 +31,6 @@ from specops.pipeline.run.settings import EffectiveSettings, resolve
 
 __all__ = ["EffectiveSettings", "EvaluateCounts", "ExtractCounts", "Figures", "Hosts", "Manifest", "OneHost",
            "Outcome", "PrepareCounts", "RegenerateCounts", "Run", "RunConfig", "RunPaths", "StepContext", "StepRecord",
-           "StepReport", "TrainCounts", "Training", "check_run_name", "config_hash", "default_backend", "dependents",
+           "StepReport", "TrainCounts", "check_run_name", "config_hash", "default_backend", "dependents",
            "derive_layer_ids", "file_digest", "file_sha256", "load_run_config", "model_digest", "package_versions",
            "read_model_config", "resolve", "shares_of", "text_config", "tokenizer_digest"]

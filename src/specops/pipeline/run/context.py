@@ -21,16 +21,11 @@ if TYPE_CHECKING:
     from specops.pipeline.run.settings import EffectiveSettings
 
 
-# The torchrun node this host runs when training spans hosts (c10d rendezvous on the first host, at the
-# engine's rendezvous PORT+1): the one node type, specops.torchrun.
-Training = TorchrunNode
-
-
 class Hosts(Protocol):
     rank: int                  # this host's place (0: the first host, the rendezvous)
     count: int
     names: list[str]           # every host's name, by rank
-    training: TorchrunNode | None
+    training: TorchrunNode | None  # this host's torchrun node when training spans hosts (the rendezvous's PORT+1)
 
     def barrier(self, tag: str) -> None:
         """Wait for every host to reach `tag`; raises CheckFailed naming a host that failed or went silent."""
