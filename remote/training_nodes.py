@@ -66,14 +66,15 @@ def train_across(members: list[Host], inventory: Inventory, run: str, check: Che
     return document, failure
 
 
-def rendezvous_endpoint(host: Host, port: int) -> str:
-    """HOST0:PORT as the other hosts reach it: the first host's training address, else its inventory address."""
+def rendezvous_endpoint(host: Host, port: int) -> Endpoint:
+    """HOST0:PORT as the other hosts reach it: the first host's training address, else the address its
+    connection kind gives (the builders write it on the command line; the agent parses it back once)."""
     from remote.ssh import kind_of
 
-    return str(Endpoint(host.train_address or kind_of(host).peer_address(host), port))
+    return Endpoint(host.train_address or kind_of(host).peer_address(host), port)
 
 
-def node_step_args(run: str, rank: int, count: int, endpoint: str, rdzv_id: str, *, epochs: int | None,
+def node_step_args(run: str, rank: int, count: int, endpoint: Endpoint | str, rdzv_id: str, *, epochs: int | None,
                    fresh: bool, host: Host | None = None, dry_run: bool = False) -> list[str]:
     """One node's `step train` of the group; the host's training network (inventory) when it names one."""
     return commandline.step_train(run=run, nnodes=count, node_rank=rank, rdzv_endpoint=endpoint, rdzv_id=rdzv_id,

@@ -27,7 +27,7 @@ def test_a_local_host_is_this_machine(tmp_path: Path) -> None:
     with kind.open(local, None, accept_new_host_key=False, quick=True) as conn:
         assert isinstance(conn, LocalConnection) and conn.run(["echo", "hi"]).stdout == b"hi\n"
     assert kind.rsync_destination(local, None) == ([], f"{tmp_path / 'w'}/") and (tmp_path / "w").is_dir()
-    assert rendezvous_endpoint(local, 29400) == "127.0.0.1:29400" and kind.shown(local) == "-"
+    assert str(rendezvous_endpoint(local, 29400)) == "127.0.0.1:29400" and kind.shown(local) == "-"
     assert not kind.sftp
 
 

@@ -19,9 +19,9 @@ def host(**settings: object) -> Host:
 
 
 def test_the_rendezvous_is_at_the_first_hosts_training_address_when_it_has_one() -> None:
-    assert rendezvous_endpoint(host(), 29400) == "gpu1.example:29400"
-    assert rendezvous_endpoint(host(train_address="10.1.0.11"), 29400) == "10.1.0.11:29400"
-    assert rendezvous_endpoint(host(train_address="fd00::11"), 29400) == "[fd00::11]:29400"
+    assert str(rendezvous_endpoint(host(), 29400)) == "gpu1.example:29400"
+    assert str(rendezvous_endpoint(host(train_address="10.1.0.11"), 29400)) == "10.1.0.11:29400"
+    assert str(rendezvous_endpoint(host(train_address="fd00::11"), 29400)) == "[fd00::11]:29400"
 
 
 def test_each_node_binds_its_training_address_and_names_its_interface() -> None:
