@@ -11,7 +11,7 @@ servers). What the module holds to:
 - the hidden-state files equal, byte for byte, those of a server that served nothing before them;
 - regenerate's own captures are gone from the staging folder;
 - the job log shows the load's progress from vLLM's own log, with the seconds elapsed;
-- without regenerate, extract's server is launched before prepare and loads while prepare runs.
+- without regenerate, extract's server is launched before prepare and loads while prepare and vocab run.
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def test_without_regenerate_extracts_server_loads_while_prepare_runs(patched_vll
     code, summary, stderr = run_agent(root, "pipeline", "--run", RUN, env=ENV, timeout=PIPELINE_TIMEOUT_S)
     assert code == 0, json.dumps(summary)[:3000] + stderr[-6000:]
     assert stderr.index("== prepare") < stderr.index("ahead of extract") < stderr.index("prepare: done") \
+        < stderr.index("== extract")
+    # vocab reads only the prepared data: it runs while the server loads, before extract waits for the rest
+    assert stderr.index("prepare: done") < stderr.index("== vocab") < stderr.index("vocab: done") \
         < stderr.index("== extract")
     assert "extract: reusing vLLM server job" in stderr[stderr.index("== extract"):]
     assert summary["servers"]["starts"] == 1 and summary["servers"]["loads"][0]["ready_s"] > 0

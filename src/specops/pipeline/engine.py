@@ -102,7 +102,8 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
         # a draft the run asks vLLM to serve and this host's vLLM cannot: one line before any step loads a model
         parity.check_servable(run, settings, when="before any step")
-        for entry in STEPS:
+        order = list(STEPS)
+        for at, entry in enumerate(order):
             if entry.name in skip:
                 results[entry.name] = {"status": f"skipped: --skip-{entry.name}"}
                 continue
@@ -117,7 +118,9 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                 if entry.name == "prepare" and hosts.count == 1 and context.backend == "vllm":
                     from specops.gpus import device_count
 
-                    vllm.launch_ahead(run, device_count())  # extract's server loads while prepare runs
+                    if vllm.launch_ahead(run, device_count()):  # extract's server loads while prepare runs
+                        # and so does vocab; only steps after this one move (enumerate reads `order` as it goes)
+                        order[at + 1:] = while_loading(order[at + 1:], at_hand={e.name for e in order[:at + 1]})
                 try:
                     context.reports[entry.name] = report = functions[entry.name](context)
                 except (BadInput, CheckFailed) as exc:
@@ -152,6 +155,14 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     summary.update(ok=True, **shown, seconds=round(time.perf_counter() - started_all, 2),
                    servers=vllm_servers(run, since))
     return 0, summary
+
+
+def while_loading(rest: list[Step], at_hand: set[str]) -> list[Step]:
+    """The steps still to run, those that read only what is at hand by then (vocab: the prepared data) first:
+    they run while the server launched ahead loads, instead of after extract waited for it. Only the order
+    of steps that do not read each other changes (the table's `reads`), on one host (no barrier to meet)."""
+    server_free = [entry for entry in rest if set(entry.reads) <= at_hand and entry.name != "extract"]
+    return server_free + [entry for entry in rest if entry not in server_free]
 
 
 def vllm_servers(run: Run, since: float) -> dict[str, Any]:
