@@ -4,7 +4,7 @@
 run across hosts (`pipeline --hosts ... --rendezvous HOST0:PORT`, whose training meets at PORT+1) both
 become a `TorchrunNode`; its endpoint is an `Endpoint` (host, port), parsed once where the command line is
 read (specops.commandline) and written out again only on torchrun's own command line. Standard library
-only: the run room (its `Hosts.training`) and the training room both read it.
+only: the run room (`StepContext.training`) and the training room both read it.
 """
 
 from __future__ import annotations

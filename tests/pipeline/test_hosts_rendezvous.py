@@ -25,7 +25,7 @@ def both(work: Any) -> list[Any]:
     port, group = free_port(), f"test-{free_port()}"
 
     def one(rank: int) -> Any:
-        node = rendezvous.Rendezvous(NAMES, rank, "127.0.0.1", port, group, None)
+        node = rendezvous.Rendezvous(NAMES, rank, "127.0.0.1", port, group)
         try:
             return work(node)
         except Exception as exc:  # the test looks at it

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Hosts, Run, StepContext
+    from specops.torchrun import TorchrunNode
 
 
 def open_run(name: str) -> Run:
@@ -36,12 +37,12 @@ def open_run(name: str) -> Run:
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
-                 hosts: Hosts | None = None) -> tuple[int, dict[str, Any]]:
+                 hosts: Hosts | None = None, training: TorchrunNode | None = None) -> tuple[int, dict[str, Any]]:
     """Every step of a run, in the step table's order, each skipped when unchanged: (exit code, summary).
-    `hosts`: this host's node of a run across several (pipeline.hosts)."""
+    `hosts`: this host's node of a run across several (pipeline.hosts); `training`: its torchrun node."""
     from specops.pipeline.engine import run_pipeline as run_steps
 
-    return run_steps(run_name, samples, skip, backend, hosts)
+    return run_steps(run_name, samples, skip, backend, hosts, training)
 
 
 def run_reads(step: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:

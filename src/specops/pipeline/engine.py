@@ -23,6 +23,7 @@ from specops.steps import STEPS, Scope, Step, enabled, step
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Figures, Hosts, Run, StepContext, StepReport
+    from specops.torchrun import TorchrunNode
 
 StepFunction = Callable[["StepContext"], "StepReport"]
 
@@ -77,13 +78,13 @@ def run_reads(name: str, run_name: str, samples: int | None, backend: str | None
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
-                 hosts: Hosts | None = None) -> tuple[int, dict[str, Any]]:
+                 hosts: Hosts | None = None, training: TorchrunNode | None = None) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run
     from specops.pipeline.run import OneHost, StepContext, resolve
 
     run = open_run(run_name)
     settings = resolve(run, backend=backend)  # once: every step, the gate and the summary read it
-    context = StepContext(run, run.samples_for(samples), settings, hosts or OneHost())
+    context = StepContext(run, run.samples_for(samples), settings, hosts or OneHost(), training=training)
     hosts, functions = context.hosts, step_functions()
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "settings": settings.describe(),

@@ -22,7 +22,6 @@ from typing import Any
 from specops import atomic
 from specops.errors import CheckFailed
 from specops.protocol import stays_inside
-from specops.torchrun import TorchrunNode
 
 BEAT_S = 2.0
 SILENT_S = 60.0     # no beat for this long: the node's engine is gone (killed, its host down or cut off)
@@ -37,11 +36,10 @@ STORE_ERRORS = (RuntimeError,)
 class Rendezvous:
     """This node's view of the K hosts (specops.pipeline.run.context.Hosts)."""
 
-    def __init__(self, names: list[str], rank: int, address: str, port: int, group: str,
-                 training: TorchrunNode | None) -> None:
+    def __init__(self, names: list[str], rank: int, address: str, port: int, group: str) -> None:
         from torch.distributed import TCPStore
 
-        self.names, self.rank, self.count, self.training = names, rank, len(names), training
+        self.names, self.rank, self.count = names, rank, len(names)
         self.prefix = f"{group}/"
         try:
             self.store = TCPStore(address, port, self.count, rank == 0, timedelta(seconds=CONNECT_S),

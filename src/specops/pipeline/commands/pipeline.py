@@ -26,9 +26,9 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     endpoint = args.rendezvous
     training = TorchrunNode(len(args.hosts), args.node_rank, endpoint.next_port(), args.group, args.local_addr,
                             args.interface)
-    rendezvous = Rendezvous(args.hosts, args.node_rank, endpoint.host, endpoint.port, args.group, training)
+    rendezvous = Rendezvous(args.hosts, args.node_rank, endpoint.host, endpoint.port, args.group)
     try:
-        return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous)
+        return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous, training)
     finally:
         rendezvous.close()
 

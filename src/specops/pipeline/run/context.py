@@ -25,7 +25,6 @@ class Hosts(Protocol):
     rank: int                  # this host's place (0: the first host, the rendezvous)
     count: int
     names: list[str]           # every host's name, by rank
-    training: TorchrunNode | None  # this host's torchrun node when training spans hosts (the rendezvous's PORT+1)
 
     def barrier(self, tag: str) -> None:
         """Wait for every host to reach `tag`; raises CheckFailed naming a host that failed or went silent."""
@@ -49,7 +48,6 @@ class OneHost:
     rank: int = 0
     count: int = 1
     names: list[str] = field(default_factory=lambda: ["this host"])
-    training: TorchrunNode | None = None
 
     def barrier(self, tag: str) -> None:
         return None
@@ -74,6 +72,7 @@ class StepContext:
     settings: EffectiveSettings  # the run's effective settings on this host (run.settings.resolve, once)
     hosts: Hosts = field(default_factory=OneHost)
     reports: dict[str, StepReport] = field(default_factory=dict)  # earlier steps' reports, this pipeline
+    training: TorchrunNode | None = None  # this host's torchrun node when the training spans the hosts
 
     @property
     def backend(self) -> str:

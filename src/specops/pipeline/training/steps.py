@@ -348,8 +348,8 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
 
         stopped = stop_running(run, "the pipeline's training needs the GPUs")
     nodes, copied = None, None
-    if hosts.count > 1 and hosts.training is not None:
-        nodes = hosts.training  # this host's torchrun node, made where the engine's command line was read
+    if hosts.count > 1 and context.training is not None:
+        nodes = context.training  # this host's torchrun node, made where the engine's command line was read
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
         copied = newest_checkpoint_everywhere(run, hosts)
