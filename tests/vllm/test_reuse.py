@@ -7,6 +7,10 @@ report names the owner, the owner's server is still up afterwards, and the files
 owner's for the same rows (sha256). The captures reached the second run through the owner's staging
 folder (one filesystem: a rename) and none is left there. test_ports.py holds the refusal of a server
 that does not fit.
+
+A whole pipeline in a third workdir (backend vllm, no regenerate, no evaluate, other samples and epochs: run
+settings vLLM does not see) passes the launch boundary, launches nothing ahead, extracts and checks fidelity
+through the same server, and its summary counts 0 loads; the server is still up after it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agent import run_agent
+from tests.support.agent import REPO, run_agent
+from tests.support.runs import edit_run
 from tests.support.vllm import FIRST_SAMPLES, tiny_workdir
 from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
@@ -61,3 +66,25 @@ def test_a_second_workdir_extracts_through_the_other_runs_server(tmp_path, share
     for row in range(FIRST_SAMPLES):
         name = f"hs_{row}.safetensors"
         assert _digest(mine / name) == _digest(owner_files / name), name
+
+
+def test_a_second_workdirs_pipeline_loads_nothing(tmp_path, shared_vllm) -> None:
+    import os
+
+    server = shared_vllm.server()
+    workdir = tiny_workdir(tmp_path / "c", server.port)
+    os.symlink(REPO / "patches", workdir / "patches")
+    edit_run(workdir / "runs" / "tiny.yaml", samples=8, train={"epochs": 1}, parity={"serve": False})
+
+    code, summary, stderr = run_agent(workdir, "pipeline", "--run", "tiny", env=ENV, timeout=900)
+    assert code == 0, json.dumps(summary)[:2000] + stderr[-4000:]
+    assert summary["servers"]["starts"] == 0 and summary["servers"]["stopped"] is None, summary["servers"]
+    assert "extract will use it, nothing launched ahead" in stderr
+    assert f"reusing vLLM server job {server.job['id']} of run tiny" in stderr
+    # the fidelity check asked the same server (its owner's staging swept of its requests' captures)
+    report = json.loads((workdir / "runs" / "tiny" / "validate_report.json").read_text())
+    assert report["checks"]["fidelity"]["detail"]["reference"] == "vllm", report["checks"]["fidelity"]
+    assert summary["fidelity"] == 1.0
+    assert _server_jobs(workdir) == []
+    running = shared_vllm.running_job()
+    assert running is not None and running["id"] == server.job["id"]
