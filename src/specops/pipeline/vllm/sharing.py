@@ -137,20 +137,20 @@ def hold(workdir: str | os.PathLike[str], job: str, who: str, *, wait_s: float |
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    started = said = time.monotonic()
+    started, said = time.monotonic(), None
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             waited = time.monotonic() - started
-            if wait_s is not None and waited >= wait_s:
-                os.close(fd)
-                return False
-            if waited == 0 or time.monotonic() - said >= _WAIT_SAY_S:
+            if wait_s != 0 and (said is None or time.monotonic() - said >= _WAIT_SAY_S):  # at once, every 30 s
                 said = time.monotonic()
                 say(f"waiting for vLLM server job {job}: in use by {user_of(path) or 'another process'} "
                     f"({round(waited)} s so far)")
+            if wait_s is not None and waited >= wait_s:
+                os.close(fd)
+                return False
             time.sleep(_WAIT_POLL_S)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{who} (pid {os.getpid()})\n".encode(), 0)
