@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specops.errors import BadInput
+
+if TYPE_CHECKING:
+    import torch
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 
 UNTRAINED = "untrained"
 SEED = 0
@@ -51,7 +55,7 @@ def choose_checkpoint(checkpoints: Path, which: str) -> Path:
     raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {which!r}")
 
 
-def checkpoint_config(folder: Path, target: Path) -> Any:
+def checkpoint_config(folder: Path, target: Path) -> Eagle3SpeculatorConfig:
     """The checkpoint's speculators config, its verifier pointed at `target` (the run's own model)
     when the path it recorded is gone: a workdir copied or moved elsewhere keeps its checkpoints,
     whose config names the target where it was trained, and speculators loads the verifier's
@@ -65,19 +69,19 @@ def checkpoint_config(folder: Path, target: Path) -> Any:
     return config
 
 
-def load_checkpoint(folder: Path, target: Path) -> Any:
+def load_checkpoint(folder: Path, target: Path) -> Eagle3DraftModel:
     """speculators' Eagle3DraftModel from a checkpoint folder (see checkpoint_config)."""
     from speculators.models.eagle3 import Eagle3DraftModel
 
     return Eagle3DraftModel.from_pretrained(str(folder), config=checkpoint_config(folder, target))
 
 
-def load_draft(folder: Path, target: Path, dtype: Any) -> Any:
+def load_draft(folder: Path, target: Path, dtype: torch.dtype) -> Eagle3DraftModel:
     """The draft of a checkpoint folder for the run whose model is `target`, in `dtype`, eval mode."""
     return prepared(load_checkpoint(folder, target), dtype)
 
 
-def prepared(model: Any, dtype: Any) -> Any:
+def prepared(model: Eagle3DraftModel, dtype: torch.dtype) -> Eagle3DraftModel:
     # The replay runs the layers directly with a causal sdpa (no flex-attention block masks).
     model.config.transformer_layer_config._attn_implementation = "sdpa"
     for layer in model.layers:

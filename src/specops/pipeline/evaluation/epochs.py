@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from specops.pipeline.run import Run, config_hash
+from specops.pipeline.run import Acceptance, Run, config_hash
 from specops.progress import speaker
 
 say = speaker("evaluate")  # progress lines for people (specops.progress)
@@ -54,7 +54,7 @@ class EpochScorer:
                                     "max_tokens": self.max_tokens, "backend": "hf"})
         return self.key
 
-    def __call__(self, epoch: int, folder: Path) -> dict[str, Any]:
+    def __call__(self, epoch: int, folder: Path) -> Acceptance:
         from specops.pipeline.evaluation.replay import replay
         from specops.pipeline.evaluation.report import figures
         from specops.pipeline.target import choose_device, load_target

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.atomic import write_bytes
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Acceptance
 
 PLOT_FILE = "acceptance.png"
 
 
-def plot_acceptance(trained: dict[str, Any], untrained: dict[str, Any] | None, epochs: list[dict[str, Any]],
+def plot_acceptance(trained: Acceptance, untrained: Acceptance | None, epochs: list[Acceptance],
                     path: Path, title: str = "") -> Path:
     import matplotlib
 

@@ -29,7 +29,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
+    from pathlib import Path
+
+    import torch
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    from specops.pipeline.run import DraftCounts, Run
+
+# the target's auxiliary hidden states by (layer ids, token ids): one evaluation's drafts share them
+States = dict[tuple[tuple[int, ...], tuple[int, ...]], "torch.Tensor"]
 
 ANSWER_BATCH = 32  # held-out prompts answered by the target, then drafted, together
 
@@ -56,14 +64,14 @@ class Counts:
             for _ in range(drafts):
                 self.add(drafted, accepted)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> DraftCounts:
         return {"num_drafts": self.drafts, "num_draft_tokens": self.draft_tokens,
                 "num_accepted_tokens": self.accepted, "accepted_per_position": list(self.per_position),
                 "generated_tokens": self.generated}
 
 
-def greedy_answers(target: Any, prompts: list[list[int]], max_tokens: int, eos: int | None, pad: int | None,
-                   device: Any) -> list[list[int]]:
+def greedy_answers(target: torch.nn.Module, prompts: list[list[int]], max_tokens: int, eos: int | None, pad: int | None,
+                   device: torch.device) -> list[list[int]]:
     """The target's greedy answers (the end-of-turn token included when it stops), one batch.
 
     Left padding, as the regenerate step batches: every prompt ends at the same column and
@@ -114,8 +122,8 @@ class DraftCache:
 
 
 class Replay:
-    def __init__(self, target: Any, draft: Any, k: int, device: Any,
-                 states: dict[Any, Any] | None = None) -> None:
+    def __init__(self, target: torch.nn.Module, draft: Eagle3DraftModel, k: int, device: torch.device,
+                 states: States | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -129,7 +137,7 @@ class Replay:
         self.sliding_layers = set(getattr(draft, "sliding_window_indices", None) or [])
         self.states = {} if states is None else states  # the target's auxiliary states by sequence
 
-    def aux_states(self, tokens: list[int]) -> Any:
+    def aux_states(self, tokens: list[int]) -> torch.Tensor:
         """[len(tokens), n_aux * hidden]: the hidden states entering the draft's auxiliary layers."""
         torch = self.torch
         key = (tuple(self.aux_ids), tuple(tokens))
@@ -139,7 +147,7 @@ class Replay:
             self.states[key] = torch.cat([out.hidden_states[layer][0] for layer in self.aux_ids], dim=-1)
         return self.states[key].to(self.dtype)
 
-    def _fc(self, aux: Any) -> Any:
+    def _fc(self, aux: torch.Tensor) -> torch.Tensor:
         """The draft's reading of the target's auxiliary states, its optional norms included (vLLM
         applies them too)."""
         draft = self.draft
@@ -150,21 +158,22 @@ class Replay:
             aux = self.torch.cat([norm(chunk) for norm, chunk in zip(draft.fc_norm, chunks, strict=True)], dim=-1)
         return draft.fc(aux)
 
-    def _inputs(self, prompt: list[int], answer: list[int]) -> Any:
+    def _inputs(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
         """[len(sequence) - 1, 2 * hidden]: position i reads token i+1 and the target's state at i."""
         sequence = prompt + answer
         aux = self._fc(self.aux_states(sequence[:-1]))
         embeds = self.draft.embed_tokens(self.torch.tensor(sequence, device=self.device)).to(self.dtype)
         return self.torch.cat([embeds[1:], aux], dim=-1)
 
-    def _layers(self, states: Any, positions: Any, cache: Any, masks: tuple[Any, Any]) -> Any:
+    def _layers(self, states: torch.Tensor, positions: torch.Tensor, cache: DraftCache,
+                masks: tuple[torch.Tensor | None, torch.Tensor | None]) -> torch.Tensor:
         rotary = self.draft.rotary_emb(states, positions)
         for index, layer in enumerate(self.draft.layers):
             states = layer(states, attention_mask=masks[1] if index in self.sliding_layers else masks[0],
                            position_ids=positions, past_key_values=cache, position_embeddings=rotary)
         return states
 
-    def _head(self, out: Any) -> tuple[Any, Any]:
+    def _head(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the proposed target token ids, the state fed to the next position) from layer outputs."""
         draft = self.draft
         if draft.config.norm_output:
@@ -176,7 +185,7 @@ class Replay:
         tokens = draft_ids + draft.d2t[draft_ids] if draft.d2t is not None else draft_ids
         return tokens, out
 
-    def _window(self, allowed: Any, query: Any, keys: Any) -> Any:
+    def _window(self, allowed: torch.Tensor, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
         """`allowed` [rows, 1, queries, keys] narrowed to the sliding window (None without one)."""
         if not self.sliding_layers:
             return None
@@ -236,9 +245,9 @@ class Replay:
             counts.add_tally(self.k, tally.tolist())
 
 
-def replay(run: Run, draft_folder: Any, prompts: list[list[int]], k: int, max_tokens: int,
-           target: Any = None, answers: dict[int, list[int]] | None = None,
-           states: dict[Any, Any] | None = None) -> dict[str, Any]:
+def replay(run: Run, draft_folder: Path, prompts: list[list[int]], k: int, max_tokens: int,
+           target: torch.nn.Module | None = None, answers: dict[int, list[int]] | None = None,
+           states: States | None = None) -> DraftCounts:
     """Counts of greedy EAGLE-3 drafting of `draft_folder` on the prompts (token ids).
 
     target: the run's target model (loaded here when None: on the GPU in bf16 when there is one,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Acceptance, DraftCounts
 
 REPORT_KEYS = ("mean_acceptance_length", "acceptance_rate", "per_position_acceptance", "num_drafts",
                "num_draft_tokens", "num_accepted_tokens", "prompts", "checkpoint", "backend")
 
 
-def figures(counts: dict[str, Any], prompts: int, checkpoint: str, backend: str) -> dict[str, Any]:
+def figures(counts: DraftCounts, prompts: int, checkpoint: str, backend: str) -> Acceptance:
     """mean acceptance length = 1 + accepted / drafts; per position p: drafts accepting p+1 or more / drafts."""
     drafts = counts["num_drafts"]
     draft_tokens = counts["num_draft_tokens"]
@@ -23,14 +26,14 @@ def figures(counts: dict[str, Any], prompts: int, checkpoint: str, backend: str)
     }
 
 
-def with_speed(report: dict[str, Any], spec_tokens_per_s: float | None, base_tokens_per_s: float | None) -> dict:
+def with_speed(report: Acceptance, spec_tokens_per_s: float | None, base_tokens_per_s: float | None) -> Acceptance:
     speedup = (round(spec_tokens_per_s / base_tokens_per_s, 3)
                if spec_tokens_per_s and base_tokens_per_s else None)
     return {**report, "tokens_per_s_spec": spec_tokens_per_s, "tokens_per_s_base": base_tokens_per_s,
             "speedup": speedup}
 
 
-def summary_line(label: str, report: dict[str, Any]) -> str:
+def summary_line(label: str, report: Acceptance) -> str:
     positions = " / ".join(f"{value:.3f}" for value in report["per_position_acceptance"])
     speed = f", speedup {report['speedup']}" if report.get("speedup") else ""
     return (f"{label}: mean acceptance length {report['mean_acceptance_length']:.3f} "

@@ -18,7 +18,7 @@ from typing import Any
 
 from specops import atomic
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
-from specops.pipeline.run import EffectiveSettings, Run, StepContext, StepReport, config_hash
+from specops.pipeline.run import Acceptance, EffectiveSettings, Run, StepContext, StepReport, config_hash
 
 __all__ = ["RENDER_SOURCE", "evaluate", "evaluate_inputs", "heldout_token_ids", "prompt_source"]
 
@@ -65,7 +65,7 @@ class Scorer:
         self.total = 0
         self.done = 0
 
-    def score(self, folder: Path, label: str, backend: str | None = None) -> dict[str, Any]:
+    def score(self, folder: Path, label: str, backend: str | None = None) -> Acceptance:
         from specops.pipeline.evaluation.report import figures, with_speed
 
         backend = backend or self.backend

@@ -19,6 +19,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,9 @@ from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, row
 from specops.pipeline.target import choose_device, decoder_parts, load_target
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
+    import datasets
+    import torch
+
     from specops.pipeline.run import Run, StepReport
 
 WINDOW_ROWS = 256  # rows sorted by length together; bounds the work done for a small --samples
@@ -45,7 +49,7 @@ class LayerCapture:
     residual tensor in place cannot change what was captured, and no stacking pass is needed.
     """
 
-    def __init__(self, model: Any, layer_ids: list[int]) -> None:
+    def __init__(self, model: torch.nn.Module, layer_ids: list[int]) -> None:
         self.decoder, layers, norm = decoder_parts(model)
         count = len(layers)
         if max(layer_ids) > count:
@@ -57,7 +61,7 @@ class LayerCapture:
             self._handles.append(module.register_forward_pre_hook(self._hook(slot), with_kwargs=True))
 
     def _hook(self, slot: int):
-        def capture(_module: Any, args: tuple, kwargs: dict) -> None:
+        def capture(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             state = args[0] if args else kwargs["hidden_states"]
             self.buffer[:, :, slot].copy_(state)
         return capture
@@ -77,8 +81,8 @@ class Extractor:
 
     PINNED_BUFFERS = 3  # one being filled, one being written, one spare
 
-    def __init__(self, model: Any, layer_ids: list[int], hidden_size: int, device: Any, dtype: Any,
-                 writer: BackgroundWriter, batch_tokens: int | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, layer_ids: list[int], hidden_size: int, device: torch.device,
+                 dtype: torch.dtype, writer: BackgroundWriter, batch_tokens: int | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -90,7 +94,7 @@ class Extractor:
         if self.cuda and batch_tokens:
             self._allocate_pinned(batch_tokens * self.layers * self.hidden)
 
-    def forward(self, token_lists: list[list[int]]) -> Any:
+    def forward(self, token_lists: list[list[int]]) -> torch.Tensor:
         """Captured states [batch, longest, n_layers, hidden] on the device (right-padded)."""
         torch = self.torch
         rows, longest = len(token_lists), max(len(tokens) for tokens in token_lists)
@@ -114,7 +118,7 @@ class Extractor:
         for _ in range(self.PINNED_BUFFERS):  # pin_memory=True: no pageable copy made first
             self._pinned.put(self.torch.empty(numel, dtype=self.dtype, pin_memory=True))
 
-    def _host_copy(self, buffer: Any) -> tuple[Any, Any, Any]:
+    def _host_copy(self, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None, Callable[[], None]]:
         """(host tensor, event to wait on, release callback): pinned async copies on the GPU."""
         if not self.cuda:
             return buffer, None, lambda: None
@@ -131,7 +135,7 @@ class Extractor:
         return host, event, lambda: self._pinned.put(pinned)
 
     def extract(self, indices: list[int], token_lists: list[list[int]], wanted: set[int], folder: Path,
-                on_written: Any = None) -> None:
+                on_written: Callable[[int, int], None] | None = None) -> None:
         buffer = self.forward(token_lists)
         host, event, release = self._host_copy(buffer)
         torch = self.torch
@@ -217,7 +221,8 @@ class Progress:
               f"{document['tokens_per_s']} tokens/s, ETA {eta}", file=sys.stderr, flush=True)
 
 
-def extract_inputs(run: Run, prepare_hash: str, device: Any, dtype: Any, batch_tokens: int) -> dict[str, Any]:
+def extract_inputs(run: Run, prepare_hash: str, device: torch.device, dtype: torch.dtype,
+                   batch_tokens: int) -> dict[str, Any]:
     from specops.pipeline.run import model_digest
 
     return {"prepare": prepare_hash, "model": run.config.model, "model_digest": model_digest(run.model_path),
@@ -287,14 +292,14 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
             **({"part": share} if share else {})}
 
 
-def _gpu_count(device: Any) -> int:
+def _gpu_count(device: torch.device) -> int:
     """GPUs of the host as the trainer sees them (0 on a CPU host)."""
     from specops import gpus
 
     return gpus.device_count() if device.type == "cuda" else 0
 
 
-def _gpu_processes(device: Any) -> int:
+def _gpu_processes(device: torch.device) -> int:
     """One process per visible GPU on a GPU host, one on the CPU."""
     if device.type != "cuda":
         return 1
@@ -303,8 +308,9 @@ def _gpu_processes(device: Any) -> int:
     return max(torch.cuda.device_count(), 1)
 
 
-def run_batches(run: Run, dataset: Any, batches: list[list[int]], todo: set[int], folder: Path, device: Any,
-                dtype: Any, layer_ids: list[int], hidden: int, progress: Progress, batch_tokens: int) -> None:
+def run_batches(run: Run, dataset: datasets.Dataset, batches: list[list[int]], todo: set[int], folder: Path,
+                device: torch.device, dtype: torch.dtype, layer_ids: list[int], hidden: int, progress: Progress,
+                batch_tokens: int) -> None:
     """Run `batches` in this process, writing the files of the rows in `todo`."""
     model = load_target(run, device, dtype)
     writer = BackgroundWriter(threads=2 if device.type == "cuda" else 1, depth=2)

@@ -24,7 +24,7 @@ from specops import atomic
 from specops.pipeline.data import regenerated
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
+    from specops.pipeline.run import RegenerateSettings, Run
 
 CHUNKS = "chunks"
 ENDPOINT = "hf"
@@ -35,7 +35,7 @@ def chunk_paths(folder: Path, batch: int) -> tuple[Path, Path]:
     return base.with_suffix(".jsonl"), base.with_suffix(".errors.jsonl")
 
 
-def sampling_params(settings: Any) -> dict[str, Any]:
+def sampling_params(settings: RegenerateSettings) -> dict[str, Any]:
     if settings.temperature == 0:
         return {"temperature": 0.0}
     return {"temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed}

@@ -90,3 +90,31 @@ class EvaluateCounts(TypedDict):
     untrained: float  # the untrained draft's mean acceptance length
     prompts: int
     backend: str
+
+
+class DraftCounts(TypedDict):
+    """Drafting counts: of the hf replay (evaluation.replay), or a server's spec-decode counters."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_position: list[int]
+    generated_tokens: NotRequired[int]  # the replay's
+
+
+class Acceptance(TypedDict):
+    """A draft's acceptance (evaluation.report.figures): the evaluate report's, a sweep's cell, and each epoch's
+    score that training records and `train.stop_if` reads."""
+
+    mean_acceptance_length: float  # 1 + accepted / drafts
+    acceptance_rate: float
+    per_position_acceptance: list[float]
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    prompts: int
+    checkpoint: str
+    backend: str
+    tokens_per_s_spec: NotRequired[float | None]  # served: with the draft, and the target alone
+    tokens_per_s_base: NotRequired[float | None]
+    speedup: NotRequired[float | None]

@@ -23,16 +23,19 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.protocol import TRAINER_ACCEPTANCE
+
+if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
+    from specops.pipeline.run import Acceptance, StopIf
 
 ACCEPTANCE_FILE = "acceptance.json"
 POLL_S = 0.2
 _END_LINK = re.compile(r"epoch(\d+)_end")
 
-Scorer = Callable[[int, Path], dict[str, Any]]
+Scorer = Callable[[int, Path], "Acceptance"]
 
 
 def recorded(save_path: Path) -> dict[int, dict[str, Any]]:
@@ -58,7 +61,7 @@ def finished_epochs(save_path: Path) -> list[int]:
                   if (found := _END_LINK.fullmatch(entry.name)) and entry.is_symlink())
 
 
-def stop_line(stop_if: Any, epoch: int, figures: dict[str, Any]) -> str | None:
+def stop_line(stop_if: StopIf, epoch: int, figures: dict[str, Any]) -> str | None:
     """The one line that ends a draft that learns nothing, or None."""
     if stop_if is None or epoch != stop_if.epoch:
         return None
@@ -73,7 +76,7 @@ def stop_line(stop_if: Any, epoch: int, figures: dict[str, Any]) -> str | None:
 class EpochWatch:
     """Scores each finished epoch of a running trainer; pauses it on the epoch a stop verdict depends on."""
 
-    def __init__(self, save_path: Path, scorer: Scorer, stop_if: Any = None) -> None:
+    def __init__(self, save_path: Path, scorer: Scorer, stop_if: StopIf | None = None) -> None:
         self.save_path = save_path
         self.scorer = scorer
         self.stop_if = stop_if

@@ -20,6 +20,7 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,7 +144,7 @@ class Watch:
         # the server's liveness reads /proc for its group: once a second is bound enough
         return self.server_alive() if self.samples % SERVER_EVERY == 1 else None
 
-    def start(self, stop_trainer: Any) -> None:
+    def start(self, stop_trainer: Callable[[], None]) -> None:
         def loop() -> None:
             last_write = 0.0
             while not self._stop.is_set():
