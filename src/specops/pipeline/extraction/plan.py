@@ -22,27 +22,28 @@ if TYPE_CHECKING:
 
 
 def prepared_rows(run: Run, samples: int | None) -> tuple[str, list[int]]:
-    """(the prepare step's inputs hash, token counts of prepared rows 0..N-1), N = `samples`, else the run's
-    `samples`, else every row. Read from prepare's output, never made here: the step table runs prepare
-    before extract (`step extract` and the pipeline alike); missing, or made for fewer rows, is one line
-    naming the step to run. Rows prepared for a larger N begin with the rows of a smaller one."""
+    """(the prepare step's inputs hash, token counts of prepared rows 0..N-1), N = `samples` (the caller's, the
+    run's default already applied: Run.samples_for, once), None: every row prepare wrote. Read from prepare's
+    output, never made here: the step table runs prepare before extract (`step extract` and the pipeline
+    alike); missing, or made for fewer rows, is one line naming the step to run. Rows prepared for a larger N
+    begin with the rows of a smaller one."""
     from specops.pipeline.data import saved
     from specops.pipeline.run import Manifest
 
-    samples = run.samples_for(samples)
     record = Manifest(run.paths.run_dir).record("prepare") or {}
     if record.get("status") != "done" or not (run.paths.prepared / "dataset_info.json").exists():
         raise BadInput(f"{run.paths.prepared}: no prepared rows recorded; run the prepare step first "
                        "(`step extract` runs it)")
     lengths = saved.column(run.paths.prepared, "seq_len")
-    if samples is not None and samples <= len(lengths):
+    if samples is None:
+        return record["inputs_hash"], lengths
+    if samples <= len(lengths):
         return record["inputs_hash"], lengths[:samples]
     asked = record.get("counts", {}).get("samples_asked")
     if asked is None or len(lengths) < asked:  # prepare took every usable row: there are no more
         return record["inputs_hash"], lengths
-    raise BadInput(f"{run.paths.prepared}: {len(lengths)} rows prepared, extract asks for "
-                   f"{samples if samples is not None else 'every row'}; run the prepare step with that "
-                   "--samples first (`step extract` runs it)")
+    raise BadInput(f"{run.paths.prepared}: {len(lengths)} rows prepared, extract asks for {samples}; run the "
+                   "prepare step with that --samples first (`step extract` runs it)")
 
 
 def row_count(lengths: list[int]) -> int:

@@ -89,7 +89,7 @@ def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *,
     endpoint   the server's OpenAI base URL, e.g. "http://127.0.0.1:8000/v1"; the server must be
                the run's (model and layer ids; see vllm.build_serve_command) and ready
                (vllm.wait_ready)
-    samples    N; None: the run's `samples`, else every prepared row (capped at the rows prepared)
+    samples    N (the run's default applied by the caller); None: every row prepare wrote
     host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
                build_serve_command); default: the host's NVIDIA device nodes
     concurrency, request_timeout_s  passed to speculators (--concurrency, --request-timeout)
