@@ -279,6 +279,8 @@ def serve(run: Run, placement: Placement) -> Serving:
                                    memory_share=placement.server_memory_share)
     from specops.pipeline.vllm import request_counters
 
+    if server.staging is not None:  # where this server writes: another run's server that fits writes in its own
+        folders = (run.paths.hidden_states, server.staging)
     watch = Watch(folders, budget, lambda: None, run.paths.run_dir / STATE_FILE,
                   counters=lambda: request_counters(server.port), server_job=server.record["id"])
     serving = Serving(server, placement, watch)
