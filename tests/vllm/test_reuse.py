@@ -88,3 +88,22 @@ def test_a_second_workdirs_pipeline_loads_nothing(tmp_path, shared_vllm) -> None
     assert _server_jobs(workdir) == []
     running = shared_vllm.running_job()
     assert running is not None and running["id"] == server.job["id"]
+
+
+def test_a_server_that_does_not_fit_the_step_is_refused_in_one_line(tmp_path, shared_vllm) -> None:
+    """Other layer ids pass the launch boundary (only the keys every server of a run shares are compared there)
+    and are refused by the step, which compares the whole signature: one line naming the holder and what differs,
+    exit 2, no server launched."""
+    server = shared_vllm.server()
+    workdir = tiny_workdir(tmp_path / "d", server.port)
+    edit_run(workdir / "runs" / "tiny.yaml", layer_ids=[1, 2, 4])
+
+    code, document, stderr = run_agent(workdir, "step", "extract", "--run", "tiny", "--samples", "2", env=ENV,
+                                       timeout=600)
+    assert code == 2, json.dumps(document)[:2000] + stderr[-3000:]
+    line = document["error"]
+    assert "\n" not in line
+    assert line.startswith(f"runs/tiny.yaml: vllm.port: port {server.port} is held by vLLM server job "
+                           f"{server.job['id']} of run 'tiny'")
+    assert "which does not fit this run (its layer_ids differ)" in line
+    assert _server_jobs(workdir) == []
