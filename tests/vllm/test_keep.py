@@ -1,26 +1,16 @@
 """A kept server's stated lifetime: `vllm.keep_server` is false, true (until stopped by hand) or an idle
-timeout (`30m`, `2h`, `90s`, seconds); a bad value is one line naming the file and key (exit 2).
-
-With an idle timeout, the run's last server is watched by a `vllm-keeper` job (vllm/keeper.py): `job list`
-(what `invoke status` renders) shows the server kept with its owner run and the seconds left; a run
-holding the server's lease keeps it in use; once unused that long, the watch stops it and says why in its
-log. The real server is the session's shared one (stopped here; the next user starts it again).
+timeout (`30m`, `2h`, `90s`, seconds); a bad value is one line naming the file and key (exit 2); what
+`invoke status` says of a kept server. The watch on a real server: test_reuse.py (its last test).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.support.agent import REPO, agent_env, one_document, run_agent, wait_until
+from tests.support.agent import run_agent
 from tests.support.runs import edit_run
 from tests.support.vllm import tiny_workdir
-from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
-
-IDLE_S = 4
+from tests.vllm.conftest import free_port
 
 
 @pytest.mark.parametrize(("value", "seconds"), [(True, True), (False, False), ("30m", 1800), (90, 90), ("2h", 7200),
@@ -57,60 +47,3 @@ def test_status_says_who_kept_the_server_and_the_idle_time_left() -> None:
         "kept by run a, stops after 30m00s unused: 12m34s left"
     assert kept_line({"kept": {"owner_run": "a", "idle_s": 7200, "idle_left_s": 7200}}) == \
         "kept by run a, stops after 2h00m unused: 2h00m left"
-
-
-_KEEP = """
-import json, sys
-from specops.pipeline.run import Run
-from specops.pipeline.vllm.lifetime import keep_server
-print(json.dumps(keep_server(Run("tiny", sys.argv[1]), int(sys.argv[2]))))
-"""
-
-
-def _server_row(workdir: Path, job: str) -> dict:
-    code, document, stderr = run_agent(workdir, "job", "list", "--all")
-    assert code == 0, stderr[-2000:]
-    return next(row for row in document["jobs"] if row["id"] == job)
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-@needs_vllm
-@in_vllm_worker
-def test_a_kept_server_stops_itself_once_unused(shared_vllm) -> None:
-    from specops.pipeline.vllm import sharing
-
-    server = shared_vllm.server()
-    workdir, job = server.workdir, server.job["id"]
-    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", _KEEP, str(workdir), str(IDLE_S)],
-                          cwd=workdir, env=agent_env(workdir, extra={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}),
-                          capture_output=True, text=True, timeout=120)
-    kept = one_document(done.stdout, done.stderr)
-    assert done.returncode == 0 and kept["server"] == job and kept["idle_s"] == IDLE_S, done.stderr[-2000:]
-
-    row = wait_until(lambda: (found := _server_row(workdir, job))["progress"]["kept"]["idle_left_s"] is not None
-                     and found, timeout_s=60, what="the watch to note the server's last use")
-    assert row["progress"]["kept"]["owner_run"] == "tiny"
-    assert row["progress"]["kept"]["idle_s"] == IDLE_S
-    assert 0 <= row["progress"]["kept"]["idle_left_s"] <= IDLE_S
-    from remote.tasks.jobs import kept_line
-
-    assert kept_line(row["progress"]).startswith(f"kept by run tiny, stops after {IDLE_S}s unused: ")
-
-    # a run holding the lease (a borrower between its requests) is a use: the watch moves the last use on
-    first = json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
-    sharing.hold(workdir, job, "the test, as a borrower")
-    try:
-        def last_used() -> float:
-            return json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
-
-        wait_until(lambda: last_used() > first + IDLE_S, timeout_s=60, what="the watch to see the lease as a use")
-        assert shared_vllm.running_job() is not None
-    finally:
-        sharing.release(workdir, job)
-
-    wait_until(lambda: shared_vllm.running_job() is None, timeout_s=120, what="the idle server to be stopped")
-    keeper_log = Path(json.loads((workdir / "state" / "jobs" / f"{kept['job']}.json").read_text())["log"])
-    text = keeper_log.read_text()
-    assert f"stopping vLLM server job {job}: unused for" in text
-    assert f"(vllm.keep_server: {IDLE_S} s idle)" in text

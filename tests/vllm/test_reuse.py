@@ -11,17 +11,23 @@ that does not fit.
 A whole pipeline in a third workdir (backend vllm, no regenerate, no evaluate, other samples and epochs: run
 settings vLLM does not see) passes the launch boundary, launches nothing ahead, extracts and checks fidelity
 through the same server, and its summary counts 0 loads; the server is still up after it.
+
+Last (it stops the session's server; a later user would start it again): the server kept with an idle
+timeout is watched by a `vllm-keeper` job (vllm/keeper.py); `job list` (what `invoke status` renders) shows
+it kept with its owner run and the seconds left; a run holding the server's lease keeps it in use; once
+unused that long, the watch stops it and says why in its log.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.agent import REPO, run_agent
+from tests.support.agent import REPO, agent_env, one_document, run_agent, wait_until
 from tests.support.runs import edit_run
 from tests.support.vllm import FIRST_SAMPLES, tiny_workdir
 from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
@@ -29,6 +35,7 @@ from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
+IDLE_S = 4
 
 
 def _digest(path: Path) -> str:
@@ -107,3 +114,56 @@ def test_a_server_that_does_not_fit_the_step_is_refused_in_one_line(tmp_path, sh
                            f"{server.job['id']} of run 'tiny'")
     assert "which does not fit this run (its layer_ids differ)" in line
     assert _server_jobs(workdir) == []
+
+
+_KEEP = """
+import json, sys
+from specops.pipeline.run import Run
+from specops.pipeline.vllm.lifetime import keep_server
+print(json.dumps(keep_server(Run("tiny", sys.argv[1]), int(sys.argv[2]))))
+"""
+
+
+def _server_row(workdir: Path, job: str) -> dict:
+    code, document, stderr = run_agent(workdir, "job", "list", "--all")
+    assert code == 0, stderr[-2000:]
+    return next(row for row in document["jobs"] if row["id"] == job)
+
+
+def test_a_kept_server_stops_itself_once_unused(shared_vllm) -> None:
+    from specops.pipeline.vllm import sharing
+
+    server = shared_vllm.server()
+    workdir, job = server.workdir, server.job["id"]
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", _KEEP, str(workdir), str(IDLE_S)],
+                          cwd=workdir, env=agent_env(workdir, extra={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}),
+                          capture_output=True, text=True, timeout=120)
+    kept = one_document(done.stdout, done.stderr)
+    assert done.returncode == 0 and kept["server"] == job and kept["idle_s"] == IDLE_S, done.stderr[-2000:]
+
+    row = wait_until(lambda: (found := _server_row(workdir, job))["progress"]["kept"]["idle_left_s"] is not None
+                     and found, timeout_s=60, what="the watch to note the server's last use")
+    assert row["progress"]["kept"]["owner_run"] == "tiny"
+    assert row["progress"]["kept"]["idle_s"] == IDLE_S
+    assert 0 <= row["progress"]["kept"]["idle_left_s"] <= IDLE_S
+    from remote.tasks.jobs import kept_line
+
+    assert kept_line(row["progress"]).startswith(f"kept by run tiny, stops after {IDLE_S}s unused: ")
+
+    # a run holding the lease (a borrower between its requests) is a use: the watch moves the last use on
+    first = json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
+    sharing.hold(workdir, job, "the test, as a borrower")
+    try:
+        def last_used() -> float:
+            return json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
+
+        wait_until(lambda: last_used() > first + IDLE_S, timeout_s=60, what="the watch to see the lease as a use")
+        assert shared_vllm.running_job() is not None
+    finally:
+        sharing.release(workdir, job)
+
+    wait_until(lambda: shared_vllm.running_job() is None, timeout_s=120, what="the idle server to be stopped")
+    keeper_log = Path(json.loads((workdir / "state" / "jobs" / f"{kept['job']}.json").read_text())["log"])
+    text = keeper_log.read_text()
+    assert f"stopping vLLM server job {job}: unused for" in text
+    assert f"(vllm.keep_server: {IDLE_S} s idle)" in text
