@@ -116,6 +116,26 @@ def test_a_server_that_does_not_fit_the_step_is_refused_in_one_line(tmp_path, sh
     assert _server_jobs(workdir) == []
 
 
+def test_a_pipeline_finds_a_server_capturing_other_layers_before_its_first_step(tmp_path, shared_vllm) -> None:
+    """The pipeline's launch boundary compares the layer ids too when its first server captures hidden states (a
+    kept server of another run that answers with its draft records none): one line naming the holder and what
+    differs, exit 2, before the patches step and prepare, nothing written, no server launched."""
+    server = shared_vllm.server()
+    workdir = tiny_workdir(tmp_path / "p", server.port)
+    edit_run(workdir / "runs" / "tiny.yaml", layer_ids=[1, 2, 4])
+    run_dir = workdir / "runs" / "tiny"
+
+    code, document, stderr = run_agent(workdir, "pipeline", "--run", "tiny", env=ENV, timeout=300)
+    assert code == 2, json.dumps(document)[:2000] + stderr[-3000:]
+    line = document["error"]
+    assert "\n" not in line
+    assert f"is held by vLLM server job {server.job['id']} of run 'tiny'" in line
+    assert "which does not fit this run (its layer_ids differ)" in line
+    assert "== patches" not in stderr and "== prepare" not in stderr  # not one step began
+    assert not run_dir.exists() or not any(run_dir.iterdir())
+    assert _server_jobs(workdir) == []
+
+
 _KEEP = """
 import json, sys
 from specops.pipeline.run import Run

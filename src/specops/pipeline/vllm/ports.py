@@ -101,12 +101,14 @@ def port_holder(port: int) -> Holder | None:
 
 
 def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, setting: str | None = None,
-                     wanted: dict[str, Any] | None = None) -> None:
+                     wanted: dict[str, Any] | None = None, captures: bool = False) -> None:
     """BadInput (one line, exit 2) when `port` is held by anything but this run's own server job (which the
     run reuses, or replaces, itself) or another run's server that fits this run (vllm/sharing.py: it is
     used as it is). `wanted`: the server signature the step asks for; without it (the launch boundary,
-    before any step) the keys every server of the run shares (sharing.RUN_WIDE). `setting`: what moves
-    the port (default: the run config's vllm.port)."""
+    before any step) the keys every server of the run shares (sharing.RUN_WIDE), and with `captures` (the
+    run's first server captures hidden states) its layer ids: another run's kept server that answers with
+    its draft, or captures other layers, is found here rather than at the step. `setting`: what moves the
+    port (default: the run config's vllm.port)."""
     holder = port_holder(port)
     if holder is None or holder.is_server_of(run.paths.name, str(workdir)):
         return
@@ -116,7 +118,8 @@ def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, se
             differences = sharing.borrow(holder, wanted, run.paths.run_dir)[1]
         else:
             recorded = (sharing.job_record(holder.workdir or "", holder.job).get("meta") or {}).get("server")
-            differences = sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE)
+            keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
+            differences = sharing.misfit(recorded, run_wide(run, captures=captures), keys)
         if not differences:
             return
     moves = setting or f"set vllm.port in {run.label} to a free port"
@@ -125,14 +128,19 @@ def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, se
                    f"{holder.how_to_free()} or {moves}")
 
 
-def run_wide(run: Run) -> dict[str, Any]:
-    """What every server this run starts records alike (sharing.RUN_WIDE), read without a load or a write."""
+def run_wide(run: Run, *, captures: bool = False) -> dict[str, Any]:
+    """What every server this run starts records alike (sharing.RUN_WIDE), read without a load or a write;
+    with `captures`, the layer ids its capturing server records too (a generating server records none)."""
     from specops.pipeline.run import model_digest, tokenizer_digest
     from specops.pipeline.vllm.command import choose_serve_python
 
-    return {"model_digest": model_digest(run.model_path), "tokenizer_digest": tokenizer_digest(run.model_path),
-            "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": bool(run.config.trust_remote_code),
-            "vllm_program": str(choose_serve_python(None).parent / "vllm")}
+    values: dict[str, Any] = {
+        "model_digest": model_digest(run.model_path), "tokenizer_digest": tokenizer_digest(run.model_path),
+        "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": bool(run.config.trust_remote_code),
+        "vllm_program": str(choose_serve_python(None).parent / "vllm")}
+    if captures:
+        values["layer_ids"] = list(run.layer_ids())
+    return values
 
 
 def serves(run: Run, backend: str) -> bool:
@@ -149,4 +157,10 @@ def check_before_run(run: Run, backend: str, workdir: str | os.PathLike[str], *,
     finds its port held before anything is written or loaded (BadInput, one line). Node `rank` of a run
     across hosts serves on vllm.port + rank."""
     if serves(run, backend):
-        refuse_held_port(run, run.config.vllm.port + rank, workdir)
+        refuse_held_port(run, run.config.vllm.port + rank, workdir, captures=first_server_captures(run, backend))
+
+
+def first_server_captures(run: Run, backend: str) -> bool:
+    """Whether the first server this run starts captures hidden states (extraction through vLLM, or
+    training online; regenerate on vLLM shares that server), so that the layer ids matter at launch."""
+    return backend == "vllm" or run.config.hidden_states.mode != "offline"

@@ -37,7 +37,8 @@ SERVER_JOB = "vllm-server"
 # left out of the comparison between runs: see the module docstring
 NOT_COMPARED = ("model", "staging")
 # what every server a run starts shares, whatever its step asks (extraction or generation): the launch
-# boundary compares these before any step, the step compares the whole signature
+# boundary compares these before any step (and the layer ids when the run's first server captures: ports.py),
+# the step compares the whole signature
 RUN_WIDE = ("model_digest", "tokenizer_digest", "serve_args", "trust_remote_code", "vllm_program")
 _WAIT_POLL_S = 0.5
 _WAIT_SAY_S = 30.0
