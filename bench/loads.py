@@ -114,6 +114,16 @@ def dedicated_baseline(folder: Path) -> float:
     return max(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
 
 
+def patch_serve_env() -> None:
+    """The serve env (.venv-vllm) with the vLLM patch set applied, as the tests' session does (idempotent)."""
+    if not VLLM_PYTHON.exists():
+        raise SystemExit(f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh")
+    state = VLLM_PYTHON.parent.parent / "specops-workdir"
+    state.mkdir(exist_ok=True)
+    agent(state, REPO / "src", "patch", "apply", "--set", PATCH_SET, "--patches-dir", str(REPO / "patches"),
+          python=VLLM_PYTHON)
+
+
 def digests(folder: Path) -> dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.glob("hs_*"))}
 
@@ -139,12 +149,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--no-before", action="store_true", help="only this tree")
     args = parser.parse_args()
-    if not VLLM_PYTHON.exists():
-        raise SystemExit(f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh")
-    state = VLLM_PYTHON.parent.parent / "specops-workdir"
-    state.mkdir(exist_ok=True)
-    agent(state, REPO / "src", "patch", "apply", "--set", PATCH_SET, "--patches-dir", str(REPO / "patches"),
-          python=VLLM_PYTHON)
+    patch_serve_env()
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-loads-") as tmp:
         root = Path(tmp)

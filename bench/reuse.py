@@ -16,7 +16,6 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -27,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loads import REPO, VLLM_PYTHON, agent
+from loads import REPO, agent, digests, patch_serve_env
 
-from tests.support.vllm import PATCH_SET, free_port, tiny_workdir
+from tests.support.vllm import free_port, tiny_workdir
 
 SERVER = "vllm-server"
 
@@ -41,8 +40,7 @@ def starts(folder: Path) -> int:
 
 
 def files(folder: Path) -> dict[str, str]:
-    hidden = folder / "runs" / "tiny" / "hidden_states"
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(hidden.glob("hs_*"))}
+    return digests(folder / "runs" / "tiny" / "hidden_states")
 
 
 def extract(folder: Path, samples: int, *extra: str) -> dict:
@@ -123,12 +121,7 @@ def main() -> None:
     parser.add_argument("--no-overlap", action="store_true", help="only the runs sharing a server")
     parser.add_argument("--no-between", action="store_true", help="only the overlap")
     args = parser.parse_args()
-    if not VLLM_PYTHON.exists():
-        raise SystemExit(f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh")
-    state = VLLM_PYTHON.parent.parent / "specops-workdir"
-    state.mkdir(exist_ok=True)
-    agent(state, REPO / "src", "patch", "apply", "--set", PATCH_SET, "--patches-dir", str(REPO / "patches"),
-          python=VLLM_PYTHON)
+    patch_serve_env()
     with tempfile.TemporaryDirectory(prefix="bench-reuse-") as tmp:
         if not args.no_between:
             between_runs(Path(tmp) / "between", args.samples)
