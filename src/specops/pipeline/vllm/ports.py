@@ -74,15 +74,6 @@ def _command(pid: int) -> str:
         return "?"
 
 
-def _job_record(workdir: str, job: str) -> dict:
-    import json
-
-    try:
-        return json.loads((Path(workdir) / "state" / "jobs" / f"{job}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def port_holder(port: int) -> Holder | None:
     """Who listens on TCP `port` of this host (any address), None when nobody does."""
     inodes = listening_inodes(port)
@@ -96,7 +87,7 @@ def port_holder(port: int) -> Holder | None:
     pid = owners[0]
     environ = _environ(pid)
     job, workdir = environ.get("SPECOPS_JOB_ID"), environ.get("SPECOPS_WORKDIR")
-    record = _job_record(workdir, job) if job and workdir else {}
+    record = sharing.job_record(workdir, job) if job and workdir else {}
     return Holder(pid, _command(pid), job, workdir, record.get("run"), record.get("name"))
 
 
