@@ -238,12 +238,12 @@ class TrainingNodes:
             raise AgentError(f"group launch: {next(iter(failed.values()))}; the other hosts' jobs were stopped")
         return rdzv_id
 
-    def states(self) -> dict[str, Any]:
+    def records(self) -> dict[str, Any]:
+        """Every host's job record (its state, when it ended), or the SpecopsError asking it raised."""
         from remote.jobs import job_call
 
-        def show(session: HostSession) -> str:
-            shown = job_call(session.conn, session.host, commandline.job_show(job=self.jobs[session.host.name]))
-            return shown["job"]["state"]
+        def show(session: HostSession) -> dict[str, Any]:
+            return job_call(session.conn, session.host, commandline.job_show(job=self.jobs[session.host.name]))["job"]
 
         return self.each(show)
 
@@ -262,20 +262,37 @@ class TrainingNodes:
 
     def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None, what: str = "train") -> TrainingOutcome:
         """Until every job succeeded, or one host's job failed or the host went silent: then stop the rest."""
-        from specops.protocol import ACTIVE_STATES, JobState
+        from specops.protocol import JobState
 
         while True:
-            states = self.states()
+            records = self.records()
+            states = {name: (value if isinstance(value, Exception) else value["state"])
+                      for name, value in records.items()}
             if on_poll:
                 on_poll(states)
-            shown = {name: (None if isinstance(value, Exception) else value) for name, value in states.items()}
-            for name, value in states.items():
-                if isinstance(value, Exception) or (value not in ACTIVE_STATES and value != JobState.SUCCEEDED):
-                    seen = time.monotonic()
-                    why = str(value) if isinstance(value, Exception) else f"its {what} job {value}"
-                    stopped = self.stop_all(but=name)
-                    return TrainingOutcome(False, shown, self.jobs, name, why, stopped,
-                                        round(time.monotonic() - seen, 2))
+            cause = first_to_fail(records)
+            if cause is not None:
+                seen = time.monotonic()
+                value = records[cause]
+                why = str(value) if isinstance(value, Exception) else f"its {what} job {value['state']}"
+                stopped = self.stop_all(but=cause)
+                shown = {name: (None if isinstance(value, Exception) else value) for name, value in states.items()}
+                return TrainingOutcome(False, shown, self.jobs, cause, why, stopped,
+                                       round(time.monotonic() - seen, 2))
             if all(value == JobState.SUCCEEDED for value in states.values()):
-                return TrainingOutcome(True, shown, self.jobs)
+                return TrainingOutcome(True, dict(states), self.jobs)
             time.sleep(POLL_S)
+
+
+def first_to_fail(records: dict[str, Any]) -> str | None:
+    """The host that ended the group: one gone silent (its peers' failures follow from it), else the one
+    whose job ended first other than succeeded — a killed node's peers fail a moment later in their
+    collectives, and a poll may see them all ended at once. None while nothing failed."""
+    from specops.protocol import ACTIVE_STATES, JobState
+
+    silent = [name for name, value in records.items() if isinstance(value, Exception)]
+    if silent:
+        return silent[0]
+    failed = [(value.get("ended") or "", name) for name, value in records.items()
+              if value["state"] not in ACTIVE_STATES and value["state"] != JobState.SUCCEEDED]
+    return min(failed)[1] if failed else None

@@ -8,6 +8,7 @@ queues behind the holder and then runs. Reading the host (status, logs) is never
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -53,6 +54,17 @@ def _files(run_dir: Path) -> dict[str, str]:
             for path in sorted(run_dir.rglob("*")) if path.is_file() and path.name != "manifest.json"}
 
 
+def _hold_still(workdir: Path, pgid: int) -> None:
+    """SIGSTOP the step's group while this test holds the host's jobs lock: the step is then stopped in
+    its own work, never inside that lock (where it would stop every other launch on the host with it)."""
+    handle = os.open(workdir / "state" / "jobs" / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        os.killpg(pgid, signal.SIGSTOP)
+    finally:
+        os.close(handle)
+
+
 def _ended(workdir: Path, job_id: str) -> dict:
     return wait_until(lambda: (record := _record(workdir, job_id))["state"] in TERMINAL_STATES and record,
                       timeout_s=600, what=f"job {job_id} to end")
@@ -67,7 +79,7 @@ def test_a_second_step_of_a_running_run_is_refused_and_the_first_ends_as_if_alon
     assert launched.exit_code == 0, launched.stderr[-3000:]
     first = launched.json()["job"]["id"]
     pgid = wait_until(lambda: _record(workdir, first).get("pgid"), what="the first step's process")
-    os.killpg(pgid, signal.SIGSTOP)  # the first step, held mid-way: the second arrives while it runs
+    _hold_still(workdir, pgid)  # the first step, held mid-way: the second arrives while it runs
     try:
         assert _record(workdir, first)["state"] == "running"
         files, jobs = _files(run_dir), _job_ids(workdir)
@@ -100,7 +112,7 @@ def test_wait_queues_the_second_step_behind_the_first_then_runs_it(cli: Cli, tmp
     assert launched.exit_code == 0, launched.stderr[-3000:]
     first = launched.json()["job"]["id"]
     pgid = wait_until(lambda: _record(workdir, first).get("pgid"), what="the first step's process")
-    os.killpg(pgid, signal.SIGSTOP)
+    _hold_still(workdir, pgid)
     try:
         queued = cli("vocab", "--host", "local", "--wait", "--detach", "--json", timeout=300, **env)
         assert queued.exit_code == 0, queued.stderr[-3000:]
