@@ -119,6 +119,8 @@ def kept_line(progress: dict) -> str:
         return f"{owner}, until stopped (vllm.keep_server: true)"
     if kept.get("idle_left_s") is None:
         return f"{owner}, stops after {_duration(kept['idle_s'])} unused"
+    if kept.get("in_use"):
+        return f"{owner}, in use (stops after {_duration(kept['idle_s'])} unused)"
     return f"{owner}, stops after {_duration(kept['idle_s'])} unused: {_duration(kept['idle_left_s'])} left"
 
 

@@ -47,3 +47,17 @@ def test_status_says_who_kept_the_server_and_the_idle_time_left() -> None:
         "kept by run a, stops after 30m00s unused: 12m34s left"
     assert kept_line({"kept": {"owner_run": "a", "idle_s": 7200, "idle_left_s": 7200}}) == \
         "kept by run a, stops after 2h00m unused: 2h00m left"
+    assert kept_line({"kept": {"owner_run": "a", "idle_s": 1800, "in_use": True, "idle_left_s": 1800}}) == \
+        "kept by run a, in use (stops after 30m00s unused)"
+
+
+def test_the_time_left_counts_from_the_last_use_and_stands_still_while_in_use() -> None:
+    import time
+
+    from specops.jobs.liveness import kept_server
+
+    idle = kept_server({"owner_run": "a", "idle_s": 1800, "last_used": time.time() - 600, "in_use": False})["kept"]
+    assert 1195 <= idle["idle_left_s"] <= 1200 and idle["in_use"] is False
+    used = kept_server({"owner_run": "a", "idle_s": 1800, "last_used": time.time() - 600, "in_use": True})["kept"]
+    assert used["idle_left_s"] == 1800 and used["in_use"] is True
+    assert kept_server({"owner_run": "a", "idle_s": None})["kept"]["idle_left_s"] is None

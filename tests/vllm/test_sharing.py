@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from specops.errors import BadInput
 from specops.pipeline.vllm import sharing
 from tests.support.agent import REPO, wait_until
 
@@ -36,6 +39,7 @@ def test_another_path_and_staging_fit_and_what_vllm_sees_does_not() -> None:
 
 _HOLD = """
 import sys, time
+from specops.errors import BadInput
 from specops.pipeline.vllm import sharing
 sharing.hold(sys.argv[1], "vllm-server-1", "run other (/elsewhere)")
 print("held", flush=True)
@@ -61,3 +65,11 @@ def test_a_lease_held_elsewhere_is_waited_for_and_freed_by_its_holders_death(tmp
     assert sharing.hold(tmp_path, "vllm-server-1", "run mine", wait_s=0)  # this process holds it already
     assert "run mine" in sharing.user_of(sharing.lease_path(tmp_path, "vllm-server-1"))
     sharing.release_all()
+
+
+def test_a_job_id_read_from_another_process_never_becomes_a_path(tmp_path: Path) -> None:
+    (tmp_path / "state" / "jobs").mkdir(parents=True)
+    (tmp_path / "secret.json").write_text('{"meta": {"server": {}}}')
+    assert sharing.job_record(tmp_path, "../../secret") == {}  # read as no record: the server is not borrowed
+    with pytest.raises(BadInput, match=r"'\.\./vllm-server-1'"):
+        sharing.lease_path(tmp_path, "../vllm-server-1")

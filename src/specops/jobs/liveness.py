@@ -114,13 +114,14 @@ def server_load(record: JobRecord) -> dict[str, Any]:
 
 def kept_server(keep: dict[str, Any]) -> dict[str, Any]:
     """A server kept after its run (vllm.keep_server): its owner run and, with an idle timeout, the seconds
-    left before its watch stops it (from the last use the watch recorded, on this host's clock)."""
+    left before its watch stops it (from the last use the watch recorded, on this host's clock; the whole
+    timeout while it is in use)."""
     import time
 
-    idle_s, last_used = keep.get("idle_s"), keep.get("last_used")
-    left = (max(0.0, idle_s - (time.time() - last_used)) if isinstance(idle_s, int | float)
-            and isinstance(last_used, int | float) else None)
-    return {"kept": {"owner_run": keep.get("owner_run"), "idle_s": idle_s,
+    idle_s, last_used, in_use = keep.get("idle_s"), keep.get("last_used"), bool(keep.get("in_use"))
+    left = (None if not isinstance(idle_s, int | float) else float(idle_s) if in_use
+            else max(0.0, idle_s - (time.time() - last_used)) if isinstance(last_used, int | float) else None)
+    return {"kept": {"owner_run": keep.get("owner_run"), "idle_s": idle_s, "in_use": in_use,
                      "idle_left_s": round(left, 1) if left is not None else None}}
 
 

@@ -27,12 +27,13 @@ _lock_handle: int | None = None
 _lock_depth = 0
 
 
-def jobs_dir() -> Path:
-    return paths.state_dir("jobs")
+def jobs_dir(workdir: str | os.PathLike[str] | None = None) -> Path:
+    """This workdir's job records (created on demand), or those of `workdir` (another run's, on this host)."""
+    return paths.state_dir("jobs") if workdir is None else Path(workdir) / "state" / "jobs"
 
 
-def record_path(job_id: str) -> Path:
-    return jobs_dir() / f"{job_id}.json"
+def record_path(job_id: str, workdir: str | os.PathLike[str] | None = None) -> Path:
+    return jobs_dir(workdir) / f"{job_id}.json"
 
 
 def environ_path(job_id: str) -> Path:

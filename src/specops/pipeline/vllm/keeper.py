@@ -11,8 +11,9 @@ Used means: a request running or waiting, a request finished since the last look
 /metrics counters), or a run holding the server's lease (vllm/sharing.py: a borrower between its requests,
 a step that found it and is about to ask). At the deadline the watch takes the lease itself, without
 waiting (a user that took it meanwhile keeps the server up), and stops the server's process group. The
-time of the last use is written to the server job's record (meta.keep.last_used), so that `invoke
-status` shows the time left, computed on the host (jobs.liveness).
+record of the server job changes only when its use does (meta.keep.in_use, and meta.keep.last_used when
+a use ends), so that `invoke status` shows "in use" or the time left, computed on the host
+(jobs.liveness).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def watch(job: str, idle_s: float) -> str:
     server = TmuxServer(workdir())
     record = records.load(job)
     port = int(((record.get("meta") or {}).get("server") or {})["port"])
-    last_used = time.time()
-    _note(job, {"idle_s": idle_s, "last_used": last_used})
+    last_used, was_busy = time.time(), False
+    _note(job, {"idle_s": idle_s, "last_used": last_used, "in_use": False})
     counts = request_counters(port)
     while True:
         time.sleep(poll_seconds(idle_s))
@@ -69,8 +70,13 @@ def watch(job: str, idle_s: float) -> str:
         busy, counts = _used(job, port, counts)
         if busy:
             last_used = time.time()
-            _note(job, {"last_used": last_used})
+            if not was_busy:
+                _note(job, {"in_use": True})
+            was_busy = True
             continue
+        if was_busy:  # the use ended at the last busy look: the countdown starts from there
+            _note(job, {"in_use": False, "last_used": last_used})
+            was_busy = False
         if time.time() - last_used < idle_s:
             continue
         if not sharing.hold(workdir(), job, f"{KEEPER_JOB}: the idle timeout", wait_s=0):

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specops.errors import BadInput
+from specops.jobs import records
 from specops.progress import speaker
 
 SERVER_JOB = "vllm-server"
@@ -82,11 +84,14 @@ class Borrowed:
 
 
 def job_record(workdir: str | os.PathLike[str], job: str) -> dict[str, Any]:
-    """A job's record in another workdir ({} when it cannot be read)."""
+    """A job's record in another workdir ({} when it cannot be read). The id comes from another process's
+    environment: one that is no job id never becomes a path."""
     import json
 
+    if not records.is_job_id(job):
+        return {}
     try:
-        return json.loads((Path(workdir) / "state" / "jobs" / f"{job}.json").read_text())
+        return json.loads(records.record_path(job, workdir).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -118,7 +123,10 @@ def borrow(holder: Any, wanted: dict[str, Any], run_dir: Path) -> tuple[Borrowed
 
 
 def lease_path(workdir: str | os.PathLike[str], job: str) -> Path:
-    return Path(workdir) / "state" / "jobs" / f"{job}.use"
+    """Beside the server's job record: whoever sends it requests, stops or replaces it holds this."""
+    if not records.is_job_id(job):
+        raise BadInput(f"vLLM server job {job!r}: only letters, digits, '_' and '-' are allowed")
+    return records.jobs_dir(workdir) / f"{job}.use"
 
 
 def user_of(path: Path) -> str:
