@@ -106,11 +106,14 @@ def render(document: dict[str, Any]) -> None:
                       "; ".join(mode["problems"]))
     console.print(modes)
     loads = document.get("loads")
-    if loads and loads["count"]:
-        table = out.table(f"model loads: {loads['count']}, {duration(loads['total_seconds'])} in all",
+    if loads and loads["loads"]:
+        reused = f" (and {loads['reused']} a live server makes)" if loads.get("reused") else ""
+        table = out.table(f"model loads: {loads['count']}{reused}, {duration(loads['total_seconds'])} in all",
                           ["serves", "for", "time"])
         for load in loads["loads"]:
-            table.add_row(load["serves"], load["steps"], duration(load["seconds"]))
+            time_shown = (f"none: {load['uses']} serves it" if load.get("uses") else duration(load["seconds"])
+                          + (f"; stops {load['replaces']}" if load.get("replaces") else ""))
+            table.add_row(load["serves"], load["steps"], time_shown)
         console.print(table)
         console.print(f"a load: {duration(loads['seconds_each'])} ({loads['source']})")
     rates = document["rates"]

@@ -94,10 +94,14 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     if hosts.count > 1:
         summary.update(hosts=hosts.names, host=context.name, node_rank=hosts.rank)
     started_all, since = time.perf_counter(), time.time()
+    from specops.gpus import device_count
     from specops.paths import workdir
     from specops.pipeline import vllm
+    from specops.pipeline.plan import later_needs
 
-    vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank)  # held: one line, no step
+    # held: one line, no step
+    vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank,
+                          later=later_needs(run, device_count()))
     try:
         from specops.pipeline import parity
 

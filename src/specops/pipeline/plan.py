@@ -281,6 +281,16 @@ def run_loads(run: Run, gpus: int) -> list[planning.Load]:
     return loads
 
 
+def later_needs(run: Run, gpus: int) -> list[str]:
+    """What needs the run's vLLM port or the GPUs after its first server: the steps of its later loads, and an
+    offline training on GPUs (a served target holds most of each GPU's memory). The launch boundary refuses a
+    server another run still owns when this is not empty (vllm.check_before_run)."""
+    needs = [load.steps for load in run_loads(run, gpus)[1:]]
+    if gpus > 0 and run.config.hidden_states.mode == "offline":
+        needs.append("training (on the GPUs)")
+    return needs
+
+
 def measured_loads(run: Run) -> list[float]:
     """Seconds to ready of this run's earlier vLLM loads on this host (their job records)."""
     from specops.jobs import records
@@ -295,4 +305,7 @@ def planned_loads(run: Run, gpus: int, weight_bytes: int) -> dict[str, Any]:
     given = run.config.plan
     rate = planning.load_rate(weight_bytes, given_seconds=given.load_seconds, given_gb_per_s=given.load_gb_per_s,
                               measured_seconds=measured_loads(run))
-    return planning.plan_loads(run_loads(run, gpus), rate, weight_bytes)
+    from specops.pipeline.vllm import live_server
+
+    loads = run_loads(run, gpus)
+    return planning.plan_loads(loads, rate, weight_bytes, live_server(run, run.backend(gpus)) if loads else None)

@@ -43,10 +43,20 @@ def load_rate(weight_bytes: int, *, given_seconds: float | None = None, given_gb
                                 "(or plan.load_gb_per_s)")
 
 
-def plan_loads(loads: list[Load], rate: LoadRate, weight_bytes: int) -> dict[str, Any]:
-    """`plan --json`'s "loads": each load with its estimated seconds, the count and the total."""
+def plan_loads(loads: list[Load], rate: LoadRate, weight_bytes: int,
+               live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`plan --json`'s "loads": each load with its estimated seconds, the count and the total. `live`: the
+    server on the run's port now ({"job", "run", "fits", "kept"}): one that fits serves the first load (no
+    seconds, not counted); another run's kept server that does not is stopped before it."""
     listed = [{"serves": load.serves, "steps": load.steps, "seconds": rate.seconds} for load in loads]
-    return {"count": len(loads), "weight_bytes": weight_bytes,
+    if listed and live is not None:
+        server = f"vLLM server job {live['job']} of run {live['run']}"
+        if live["fits"]:
+            listed[0].update(seconds=0.0, uses=server)
+        elif live["kept"]:
+            listed[0]["replaces"] = f"{server} (kept for the next run: stopped first)"
+    made = [load for load in listed if "uses" not in load]
+    return {"count": len(made), "reused": len(listed) - len(made), "weight_bytes": weight_bytes,
             "read_gb_per_s": round(rate.bytes_per_s / GB, 3) if rate.bytes_per_s else None,
             "seconds_each": rate.seconds, "source": rate.source, "loads": listed,
-            "total_seconds": round(rate.seconds * len(loads), 1) if rate.seconds is not None else None}
+            "total_seconds": round(rate.seconds * len(made), 1) if rate.seconds is not None else None}

@@ -38,13 +38,14 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         document["busy"] = {"error": str(runlock.RunBusy(args.run, holder)), "job": runlock.running_job(holder)}
     if (run.model_path / "config.json").is_file():
         document["layer_ids"] = run.layer_ids()
-    from specops.pipeline.plan import refuse_unfit
+    from specops.pipeline.plan import later_needs, refuse_unfit
 
     document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
     from specops import gpus
     from specops.pipeline import vllm
 
-    vllm.check_before_run(run, run.backend(gpus.device_count()), workdir())  # its port held: exit 2 before any job
+    count = gpus.device_count()  # its port held: exit 2 before any job
+    vllm.check_before_run(run, run.backend(count), workdir(), later=later_needs(run, count))
     return 0, document
 
 

@@ -342,11 +342,13 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
     names the host whose trainer saved (c10d's global rank 0), where evaluate runs. `gate` and `scorer`:
     what runs around speculators' trainer (pipeline.training_hooks hands them in)."""
     run, hosts = context.run, context.hosts
-    stopped = None
+    stopped, took = None, None
     if gpus.device_count() > 0 and run.config.hidden_states.mode == "offline":
-        from specops.pipeline.vllm import stop_running
+        from specops.pipeline.vllm import stop_running, take_over
 
         stopped = stop_running(run, "the pipeline's training needs the GPUs")
+        # a server another run kept, which this run used: its GPU memory is the trainer's now
+        took = take_over(run, run.config.vllm.port + hosts.rank, "the pipeline's training needs the GPUs")
     nodes, copied = None, None
     if hosts.count > 1 and context.training is not None:
         nodes = context.training  # this host's torchrun node, made where the engine's command line was read
@@ -362,7 +364,8 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
             raise CheckFailed(f"train across {', '.join(hosts.names)}: no host holds a finished checkpoint")
         saver = links.index(max(links))
     return {**document, "saver": saver, **({"saved_on": hosts.names[saver]} if hosts.count > 1 else {}),
-            **({"stopped_server": stopped} if stopped else {}), **({"synced_before": copied} if copied else {})}
+            **({"stopped_server": stopped} if stopped else {}), **({"took_over_server": took} if took else {}),
+            **({"synced_before": copied} if copied else {})}
 
 
 def newest_checkpoint_everywhere(run: Run, hosts: Hosts) -> dict[str, Any] | None:

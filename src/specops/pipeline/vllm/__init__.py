@@ -13,6 +13,7 @@ from specops.pipeline.vllm.command import (
 )
 from specops.pipeline.vllm.counters import request_counters
 from specops.pipeline.vllm.generation import eagle3_config, generating_server, stop_generating_server
+from specops.pipeline.vllm.handover import take_over
 from specops.pipeline.vllm.job import (
     CPU_KVCACHE_GIB,
     SERVER_JOB,
@@ -26,7 +27,7 @@ from specops.pipeline.vllm.job import (
     stop_running,
 )
 from specops.pipeline.vllm.lifetime import end_of_run, server_loads
-from specops.pipeline.vllm.ports import check_before_run, port_holder, refuse_held_port, serves
+from specops.pipeline.vllm.ports import check_before_run, live_server, port_holder, refuse_held_port, serves
 from specops.pipeline.vllm.readiness import (
     group_pids,
     listening_inodes,
@@ -54,6 +55,7 @@ __all__ = [
     "group_pids",
     "launch_ahead",
     "listening_inodes",
+    "live_server",
     "needs_scale_out",
     "port_holder",
     "port_owner",
@@ -73,5 +75,6 @@ __all__ = [
     "stop_generating_server",
     "stop_running",
     "stop_server",
+    "take_over",
     "wait_ready",
 ]

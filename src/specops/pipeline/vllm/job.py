@@ -36,7 +36,7 @@ from specops.jobs import launching, liveness, processes, records, stopping
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.run import Run, model_digest, tokenizer_digest
-from specops.pipeline.vllm import sharing
+from specops.pipeline.vllm import handover, sharing
 from specops.pipeline.vllm.command import (
     SERVE_PYTHON_ENV,
     build_serve_command,
@@ -149,6 +149,9 @@ def find_or_launch(run: Run, signature: dict[str, Any], argv: list[str], env: di
             why = (f"its {', '.join(differences)} differ from run {run.paths.name}'s" if differences
                    else "its processes are gone")
             stop_job(current, server, why)
+        # another run's server kept for the next run on this target: this run's now, stopped to make room
+        handover.take_over(run, signature["port"], f"run {run.paths.name} needs port {signature['port']} for a "
+                                                   "server of its own")
         # anything else on the port (another run's server that does not fit, a foreign process): one line
         refuse_held_port(run, signature["port"], workdir(), wanted=signature)
         try:

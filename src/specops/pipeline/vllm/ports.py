@@ -12,6 +12,7 @@ workdir's server is named by its job and run, not only its pid).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,29 +93,40 @@ def port_holder(port: int) -> Holder | None:
 
 
 def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, setting: str | None = None,
-                     wanted: dict[str, Any] | None = None, captures: bool = False) -> None:
+                     wanted: dict[str, Any] | None = None, captures: bool = False, later: Sequence[str] = ()) -> None:
     """BadInput (one line, exit 2) when `port` is held by anything but this run's own server job (which the
     run reuses, or replaces, itself) or another run's server that fits this run (vllm/sharing.py: it is
     used as it is). `wanted`: the server signature the step asks for; without it (the launch boundary,
     before any step) the keys every server of the run shares (sharing.RUN_WIDE), and with `captures` (the
     run's first server captures hidden states) its layer ids: another run's kept server that answers with
-    its draft, or captures other layers, is found here rather than at the step. `setting`: what moves the
-    port (default: the run config's vllm.port)."""
+    its draft, or captures other layers, is found here rather than at the step. At the launch boundary a
+    server another run kept for the next run on this target passes whatever it serves (the run uses it or
+    stops it: vllm/handover.py), and one of a run that still owns it is refused when the run needs the
+    port or the GPUs after its first server (`later`: what does), not hours later at that step. `setting`:
+    what moves the port (default: the run config's vllm.port)."""
     holder = port_holder(port)
     if holder is None or holder.is_server_of(run.paths.name, str(workdir)):
         return
     differences: list[str] = []
+    still_owned = ""
     if holder.job is not None and holder.name == SERVER_JOB:
         if wanted is not None:
             differences = sharing.borrow(holder, wanted, run.paths.run_dir)[1]
         else:
-            recorded = (sharing.job_record(holder.workdir or "", holder.job).get("meta") or {}).get("server")
+            record = sharing.job_record(holder.workdir or "", holder.job)
+            recorded = (record.get("meta") or {}).get("server")
+            if sharing.is_kept(record) and not sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE):
+                return
             keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
             differences = sharing.misfit(recorded, run_wide(run, captures=captures), keys)
-        if not differences:
+            if not differences and later:
+                still_owned = (f", which this run would use, but its {', '.join(later)} need the port or the GPUs "
+                               f"while run {holder.run!r} still owns the server (a server kept with "
+                               "vllm.keep_server is the next run's to stop)")
+        if not differences and not still_owned:
             return
     moves = setting or f"set vllm.port in {run.label} to a free port"
-    misfit = f", which does not fit this run (its {', '.join(differences)} differ)" if differences else ""
+    misfit = f", which does not fit this run (its {', '.join(differences)} differ)" if differences else still_owned
     raise BadInput(f"{run.label}: vllm.port: port {port} is held by {holder.describe()}{misfit}; "
                    f"{holder.how_to_free()} or {moves}")
 
@@ -143,12 +155,32 @@ def serves(run: Run, backend: str) -> bool:
             or (config.evaluate.enabled and config.evaluate.backend == "vllm") or config.parity.serve is True)
 
 
-def check_before_run(run: Run, backend: str, workdir: str | os.PathLike[str], *, rank: int = 0) -> None:
+def check_before_run(run: Run, backend: str, workdir: str | os.PathLike[str], *, rank: int = 0,
+                     later: Sequence[str] = ()) -> None:
     """The launch boundary's check (run check, the pipeline before its first step): a run that will serve
     finds its port held before anything is written or loaded (BadInput, one line). Node `rank` of a run
-    across hosts serves on vllm.port + rank."""
+    across hosts serves on vllm.port + rank. `later`: what needs the port or the GPUs after the run's
+    first server (pipeline.plan.later_needs)."""
     if serves(run, backend):
-        refuse_held_port(run, run.config.vllm.port + rank, workdir, captures=first_server_captures(run, backend))
+        refuse_held_port(run, run.config.vllm.port + rank, workdir, captures=first_server_captures(run, backend),
+                         later=later)
+
+
+def live_server(run: Run, backend: str) -> dict[str, Any] | None:
+    """The specops vLLM server on the run's port, as the run's first server would find it: {"job", "run",
+    "workdir", "fits" (it serves the run's first load as it is), "kept" (left for the next run on this
+    target: the run stops it if it does not fit, vllm/handover.py)}; None when the port holds no specops
+    server. For `plan`: a load a live server saves is not counted."""
+    holder = port_holder(run.config.vllm.port)
+    if holder is None or holder.job is None or holder.name != SERVER_JOB or holder.workdir is None:
+        return None
+    record = sharing.job_record(holder.workdir, holder.job)
+    captures = first_server_captures(run, backend)
+    keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
+    recorded = (record.get("meta") or {}).get("server")
+    return {"job": holder.job, "run": holder.run, "workdir": holder.workdir,
+            "fits": not sharing.misfit(recorded, run_wide(run, captures=captures), keys),
+            "kept": sharing.is_kept(record) and not sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE)}
 
 
 def first_server_captures(run: Run, backend: str) -> bool:

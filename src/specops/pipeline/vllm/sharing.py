@@ -96,6 +96,13 @@ def job_record(workdir: str | os.PathLike[str], job: str) -> dict[str, Any]:
         return {}
 
 
+def is_kept(record: dict[str, Any]) -> bool:
+    """A server its run left up for the next run on the target (vllm.keep_server), not yet stopped: the next
+    run may use it and, when it needs the port or the GPUs, stop it (vllm/handover.py)."""
+    keep = (record.get("meta") or {}).get("keep")
+    return isinstance(keep, dict) and not keep.get("stopped")
+
+
 def same_filesystem(staging: str | None, run_dir: Path) -> bool:
     """Whether a capture staged there reaches the run's folder by a rename (one device)."""
     if not staging:

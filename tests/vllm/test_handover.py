@@ -1,0 +1,204 @@
+"""A server another run kept for the next run on the target (vllm.keep_server) is the next run's: it uses it
+when it fits, and stops it when it needs the port or the GPUs (vllm/handover.py); a server whose run still
+owns it is refused at launch when the run would need its port later, not hours later at that step.
+
+The server here is a real process on a real port, launched as a `vllm-server` job of run tiny in another
+workdir with the signature a vLLM server of that run records (plus meta.keep when kept): what is under test
+is who may use, stop or refuse it, which reads the job records, the port's owner and the lease, not what the
+server answers. No vLLM is needed (test_reuse.py does the same with the real server).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent import Agent, run_agent, wait_until
+from tests.support.runs import edit_run
+from tests.support.sshd import free_port
+from tests.support.vllm import tiny_workdir
+
+pytestmark = [pytest.mark.slow]
+
+ENV = {"SPECOPS_SERVE_PYTHON": sys.executable}  # the serve env's path is part of a server's signature
+
+
+@dataclass
+class Held:
+    port: int
+    owner: Path   # the workdir whose run tiny left the server up
+    next: Path    # another workdir with the same tiny target on the same port
+    job: str
+
+
+def _signature(workdir: Path, *, layer_ids: list[int] | None = None) -> dict:
+    """What a capturing vLLM server of run tiny in `workdir` records (ports.run_wide, with its layer ids)."""
+    import os
+
+    from specops.pipeline.run import Run
+    from specops.pipeline.vllm.ports import run_wide
+
+    before = os.environ.get("SPECOPS_SERVE_PYTHON")
+    os.environ["SPECOPS_SERVE_PYTHON"] = ENV["SPECOPS_SERVE_PYTHON"]
+    try:
+        values = run_wide(Run("tiny", workdir), captures=True)
+    finally:
+        if before is None:
+            os.environ.pop("SPECOPS_SERVE_PYTHON")
+        else:
+            os.environ["SPECOPS_SERVE_PYTHON"] = before
+    return {**values, "layer_ids": layer_ids if layer_ids is not None else values["layer_ids"]}
+
+
+@pytest.fixture(scope="module")
+def workdirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
+    port = free_port()
+    root = tmp_path_factory.mktemp("handover")
+    return port, tiny_workdir(root / "owner", port), tiny_workdir(root / "next", port)
+
+
+def _serve(workdirs: tuple[int, Path, Path], *, kept: bool, layer_ids: list[int] | None = None) -> Iterator[Held]:
+    port, owner, following = workdirs
+    meta = {"server": {**_signature(owner, layer_ids=layer_ids), "port": port}}
+    if kept:
+        meta["keep"] = {"owner_run": "tiny", "idle_s": None, "since": "2026-12-04T10:00:00.000+00:00"}
+    code, document, stderr = run_agent(owner, "job", "launch", "--name", "vllm-server", "--run", "tiny", "--meta",
+                                       json.dumps(meta), "--", sys.executable, "-m", "http.server", str(port),
+                                       "--bind", "127.0.0.1", env=ENV)
+    assert code == 0, stderr[-2000:]
+    job = document["job"]["id"]
+    from specops.pipeline.vllm.ports import port_holder
+
+    wait_until(lambda: (holder := port_holder(port)) is not None and holder.job == job, timeout_s=60,
+               what="the server job to hold its port")
+    try:
+        yield Held(port, owner, following, job)
+    finally:
+        run_agent(owner, "job", "stop", job, "--grace", "2", env=ENV)
+        Agent(owner).clean_up()
+        Agent(following).clean_up()
+
+
+@pytest.fixture
+def kept_other_layers(workdirs) -> Iterator[Held]:
+    """Kept by its run, capturing other layers than the next run's: it cannot serve the next run's extraction."""
+    yield from _serve(workdirs, kept=True, layer_ids=[1, 2, 4])
+
+
+@pytest.fixture
+def kept_fitting(workdirs) -> Iterator[Held]:
+    yield from _serve(workdirs, kept=True)
+
+
+@pytest.fixture
+def owned_fitting(workdirs) -> Iterator[Held]:
+    """Fits the next run, but its run did not keep it (a server `invoke extract` left up for that run)."""
+    yield from _serve(workdirs, kept=False)
+
+
+_TAKE_OVER = """
+import json
+from specops.pipeline.run import Run
+from specops.pipeline.vllm import take_over
+print(json.dumps(take_over(Run("tiny"), {port}, "the test's own server needs the port")))
+"""
+
+
+def test_a_kept_server_the_next_run_cannot_use_passes_its_launch_and_is_stopped_when_it_needs_the_port(
+        kept_other_layers: Held) -> None:
+    held = kept_other_layers
+    code, document, stderr = run_agent(held.next, "run", "check", "--run", "tiny", env=ENV)
+    assert code == 0, document  # not refused: the run stops it before its own server
+    code, document, stderr = run_agent(held.next, "plan", "--run", "tiny", env=ENV, timeout=600)
+    assert document["loads"]["loads"][0]["replaces"] == \
+        f"vLLM server job {held.job} of run tiny (kept for the next run: stopped first)", stderr[-2000:]
+    assert document["loads"]["reused"] == 0
+
+    code, document, stderr = _python(held.next, _TAKE_OVER.format(port=held.port))
+    assert code == 0, stderr[-2000:]
+    assert document == {"job": held.job, "owner": {"run": "tiny", "workdir": str(held.owner)},
+                        "why": "the test's own server needs the port"}
+    assert f"stopping vLLM server job {held.job}, kept by run tiny (workdir {held.owner})" in stderr
+    record = json.loads((held.owner / "state" / "jobs" / f"{held.job}.json").read_text())
+    assert record["state"] == "stopped"  # the owner's records say so: the stop was the owner's `job stop`
+    from specops.pipeline.vllm.ports import port_holder
+
+    assert wait_until(lambda: port_holder(held.port) is None, timeout_s=30, what="the port to be free")
+
+
+_LAUNCH_OWN = """
+import json, sys
+from specops.jobs.tmux import TmuxServer
+from specops.paths import workdir
+from specops.pipeline.run import Run
+from specops.pipeline.vllm.job import find_or_launch
+port = {port}
+argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+record, reused = find_or_launch(Run("tiny"), {{"port": port, "purpose": "generate"}}, argv, {{}}, TmuxServer(workdir()))
+print(json.dumps({{"id": record["id"], "reused": reused}}))
+"""
+
+
+def test_a_run_launching_a_server_of_its_own_stops_the_kept_one_on_its_port_first(kept_other_layers: Held) -> None:
+    held = kept_other_layers
+    code, document, stderr = _python(held.next, _LAUNCH_OWN.format(port=held.port))
+    assert code == 0, stderr[-2000:]
+    assert document["reused"] is False
+    assert json.loads((held.owner / "state" / "jobs" / f"{held.job}.json").read_text())["state"] == "stopped"
+    from specops.pipeline.vllm.ports import port_holder
+
+    try:
+        wait_until(lambda: (holder := port_holder(held.port)) is not None and holder.job == document["id"],
+                   timeout_s=60, what="the next run's own server to hold the port")
+    finally:
+        run_agent(held.next, "job", "stop", document["id"], "--grace", "2", env=ENV)
+
+
+def test_a_server_its_run_still_owns_is_refused_at_launch_when_the_run_would_need_its_port_later(
+        owned_fitting: Held) -> None:
+    held = owned_fitting
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", env=ENV)
+    assert code == 2, document
+    line = document["error"]
+    assert "\n" not in line
+    assert f"is held by vLLM server job {held.job} of run 'tiny'" in line
+    assert "which this run would use, but its the parity gate's served request need the port" in line
+    assert f"invoke stop --job {held.job}" in line
+
+    # a server it never needs a port of its own after (no served check, no vLLM evaluation): used as it is
+    edit_run(held.next / "runs" / "tiny.yaml", parity={"serve": False})
+    try:
+        code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", env=ENV)
+        assert code == 0, document
+    finally:
+        edit_run(held.next / "runs" / "tiny.yaml", parity={"serve": None})
+    # nor is the other run's server touched
+    assert json.loads((held.owner / "state" / "jobs" / f"{held.job}.json").read_text())["state"] == "running"
+
+
+def test_the_plan_counts_no_load_for_a_live_server_that_fits_and_names_one_it_stops(
+        kept_fitting: Held) -> None:
+    held = kept_fitting
+    code, document, stderr = run_agent(held.next, "plan", "--run", "tiny", env=ENV, timeout=600)
+    assert code in (0, 1), stderr[-2000:]
+    loads = document["loads"]
+    assert loads["loads"][0]["serves"] == "the target, capturing hidden states"
+    assert loads["loads"][0]["uses"] == f"vLLM server job {held.job} of run tiny"
+    assert loads["loads"][0]["seconds"] == 0.0
+    assert (loads["count"], loads["reused"]) == (len(loads["loads"]) - 1, 1)
+
+
+def _python(workdir: Path, code: str) -> tuple[int, dict, str]:
+    import subprocess
+
+    from tests.support.agent import agent_env
+
+    done = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=300,
+                          env=agent_env(workdir, extra=ENV))
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
