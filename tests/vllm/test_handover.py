@@ -163,17 +163,23 @@ def test_a_server_its_run_still_owns_is_refused_at_launch_when_the_run_would_nee
         owned_fitting: Held) -> None:
     held = owned_fitting
     code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", env=ENV)
+    assert code == 0, document  # a step alone (`invoke extract`) uses it as it is
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", env=ENV)
     assert code == 2, document
     line = document["error"]
     assert "\n" not in line
     assert f"is held by vLLM server job {held.job} of run 'tiny'" in line
     assert "which this run would use, but its the parity gate's served request need the port" in line
     assert f"invoke stop --job {held.job}" in line
+    # the pipeline itself, before its first step: nothing of the run written
+    code, document, stderr = run_agent(held.next, "pipeline", "--run", "tiny", env=ENV)
+    assert code == 2 and "still owns the server" in document["error"], document
+    assert "== patches" not in stderr and not (held.next / "runs" / "tiny" / "prepared").exists()
 
     # a server it never needs a port of its own after (no served check, no vLLM evaluation): used as it is
     edit_run(held.next / "runs" / "tiny.yaml", parity={"serve": False})
     try:
-        code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", env=ENV)
+        code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", env=ENV)
         assert code == 0, document
     finally:
         edit_run(held.next / "runs" / "tiny.yaml", parity={"serve": None})
