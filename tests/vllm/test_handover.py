@@ -64,7 +64,8 @@ def workdirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]
 
 def _serve(workdirs: tuple[int, Path, Path], *, kept: bool, layer_ids: list[int] | None = None) -> Iterator[Held]:
     port, owner, following = workdirs
-    meta = {"server": {**_signature(owner, layer_ids=layer_ids), "port": port}}
+    staging = owner / "runs" / "tiny" / "vllm_staging"
+    meta = {"server": {**_signature(owner, layer_ids=layer_ids), "port": port, "staging": str(staging)}}
     if kept:
         meta["keep"] = {"owner_run": "tiny", "idle_s": None, "since": "2026-12-04T10:00:00.000+00:00"}
     code, document, stderr = run_agent(owner, "job", "launch", "--name", "vllm-server", "--run", "tiny", "--meta",
@@ -119,6 +120,10 @@ def test_a_kept_server_the_next_run_cannot_use_passes_its_launch_and_is_stopped_
         f"vLLM server job {held.job} of run tiny (kept for the next run: stopped first)", stderr[-2000:]
     assert document["loads"]["reused"] == 0
 
+    staging = held.owner / "runs" / "tiny" / "vllm_staging"  # a capture its client never moved (killed, say)
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "chatcmpl-left.safetensors").write_bytes(b"\0" * 4096)
+
     code, document, stderr = _python(held.next, _TAKE_OVER.format(port=held.port))
     assert code == 0, stderr[-2000:]
     assert document == {"job": held.job, "owner": {"run": "tiny", "workdir": str(held.owner)},
@@ -126,6 +131,7 @@ def test_a_kept_server_the_next_run_cannot_use_passes_its_launch_and_is_stopped_
     assert f"stopping vLLM server job {held.job}, kept by run tiny (workdir {held.owner})" in stderr
     record = json.loads((held.owner / "state" / "jobs" / f"{held.job}.json").read_text())
     assert record["state"] == "stopped"  # the owner's records say so: the stop was the owner's `job stop`
+    assert list(staging.iterdir()) == [] and "removed 1 capture(s) (4,096 bytes) that no client moved" in stderr
     from specops.pipeline.vllm.ports import port_holder
 
     assert wait_until(lambda: port_holder(held.port) is None, timeout_s=30, what="the port to be free")

@@ -9,6 +9,7 @@ the requests in flight (`regenerate.concurrency` of them) instead of one file pe
 Kimi's 57 KB a token, 10k prompts of 500 tokens would be 290 GB); when the client has ended, every
 capture left is awaited (its lock) and removed. Extraction's own files never meet these: the steps of a
 run are exclusive on a host, and speculators moves each of its captures out of staging as it comes.
+Whatever is still there when the server job is stopped is nobody's: the stop sweeps it (`sweep_stopped`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ def sweep(staging: Path, *, wait: bool = False) -> tuple[int, int]:
                     removed += 1
                 lock.unlink(missing_ok=True)
     return removed, size
+
+
+def sweep_stopped(record: dict) -> str | None:
+    """A stopped server job's staging folder swept: a capture left there now is one no client will move (its
+    request died with the server, or its client was killed before it moved it); at Kimi's size each is
+    megabytes. What was removed, in words (None: nothing)."""
+    staging = ((record.get("meta") or {}).get("server") or {}).get("staging")
+    removed, size = sweep(Path(staging)) if staging else (0, 0)
+    return (f"removed {removed} capture(s) ({size:,} bytes) that no client moved from the stopped server's "
+            f"staging folder {staging}") if removed else None
 
 
 class Discarded:

@@ -25,6 +25,7 @@ from specops import commandline
 from specops.errors import CheckFailed
 from specops.paths import workdir
 from specops.pipeline.vllm import sharing
+from specops.pipeline.vllm.captures import sweep_stopped
 from specops.pipeline.vllm.ports import SERVER_JOB, port_holder, run_wide
 from specops.progress import speaker
 
@@ -65,6 +66,8 @@ def take_over(run: Run, port: int, why: str) -> dict[str, Any] | None:
         env.pop("SPECOPS_JOB_ID", None)  # the stop is the owner's, not a step of this run's job
         done = subprocess.run([sys.executable, "-m", "specops", *commandline.job_stop(job=job, grace=STOP_GRACE_S)],
                               cwd=owner_workdir, env=env, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 and (swept := sweep_stopped(record)):
+            say(swept)
     finally:
         sharing.release(owner_workdir, job)
     if done.returncode != 0:

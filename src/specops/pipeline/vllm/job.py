@@ -37,6 +37,7 @@ from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.run import Run, model_digest, tokenizer_digest
 from specops.pipeline.vllm import handover, sharing
+from specops.pipeline.vllm.captures import sweep_stopped
 from specops.pipeline.vllm.command import (
     SERVE_PYTHON_ENV,
     build_serve_command,
@@ -112,6 +113,8 @@ def stop_job(record: Record, server: TmuxServer, why: str) -> str | None:
     try:
         say(f"stopping vLLM server job {record['id']}: {why}")
         outcome = stopping.stop(record, STOP_GRACE_S, server)
+        if swept := sweep_stopped(record):
+            say(swept)
     finally:
         sharing.release(workdir(), record["id"])
     return outcome.signal

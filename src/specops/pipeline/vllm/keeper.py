@@ -26,6 +26,7 @@ from specops.jobs import liveness, records, stopping
 from specops.jobs.tmux import TmuxServer
 from specops.paths import workdir
 from specops.pipeline.vllm import sharing
+from specops.pipeline.vllm.captures import sweep_stopped
 from specops.pipeline.vllm.counters import request_counters
 from specops.protocol import ACTIVE_STATES
 
@@ -84,6 +85,8 @@ def watch(job: str, idle_s: float) -> str:
         why = f"unused for {round(time.time() - last_used)} s (vllm.keep_server: {idle_s:g} s idle)"
         print(f"specops: stopping vLLM server job {job}: {why}", file=sys.stderr, flush=True)
         outcome = stopping.stop(record, STOP_GRACE_S, server)
+        if swept := sweep_stopped(record):
+            print(f"specops: {swept}", file=sys.stderr, flush=True)
         _note(job, {"stopped": records.now_iso(), "why": why})
         sharing.release(workdir(), job)
         return f"stopped vLLM server job {job} ({outcome.signal or 'already ended'}): {why}"
