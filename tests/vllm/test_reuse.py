@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -173,17 +174,23 @@ def test_a_kept_server_stops_itself_once_unused(shared_vllm) -> None:
 
     assert kept_line(row["progress"]).startswith(f"kept by run tiny, stops after {IDLE_S}s unused: ")
 
-    # a run holding the lease (a borrower between its requests) is a use: the watch moves the last use on
-    first = json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
+    # a run holding the lease (a borrower between its requests) is a use: the server is in use while it holds it
+    # (its record written once, when the use began), and the countdown starts again when the use ends
+    def keep() -> dict:
+        return json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]
+
+    first = keep()["last_used"]
     sharing.hold(workdir, job, "the test, as a borrower")
     try:
-        def last_used() -> float:
-            return json.loads((workdir / "state" / "jobs" / f"{job}.json").read_text())["meta"]["keep"]["last_used"]
-
-        wait_until(lambda: last_used() > first + IDLE_S, timeout_s=60, what="the watch to see the lease as a use")
+        wait_until(lambda: keep()["in_use"] is True, timeout_s=60, what="the watch to see the lease as a use")
+        time.sleep(IDLE_S + 1)  # longer than the timeout: held, it is still up
         assert shared_vllm.running_job() is not None
+        assert kept_line(_server_row(workdir, job)["progress"]) == \
+            f"kept by run tiny, in use (stops after {IDLE_S}s unused)"
     finally:
         sharing.release(workdir, job)
+    wait_until(lambda: keep()["in_use"] is False and keep()["last_used"] > first + IDLE_S, timeout_s=60,
+               what="the watch to note the end of the use")
 
     wait_until(lambda: shared_vllm.running_job() is None, timeout_s=120, what="the idle server to be stopped")
     keeper_log = Path(json.loads((workdir / "state" / "jobs" / f"{kept['job']}.json").read_text())["log"])
