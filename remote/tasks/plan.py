@@ -71,6 +71,19 @@ def summary(document: dict[str, Any]) -> str:
             f"recommends {document['recommended'].get('mode')}")
 
 
+def loads_title(loads: dict[str, Any]) -> str:
+    """The loads table's title: the loads the run makes, those a live server saves, their time in all."""
+    saved = f" ({loads['reused']} more served by a live server)" if loads.get("reused") else ""
+    return f"model loads: {loads['count']}{saved}, {duration(loads['total_seconds'])} in all"
+
+
+def load_time(load: dict[str, Any]) -> str:
+    """One load's time: none when a live server serves it; a kept server it stops first is named."""
+    if load.get("uses"):
+        return f"none: {load['uses']} serves it"
+    return duration(load["seconds"]) + (f"; first stops {load['replaces']}" if load.get("replaces") else "")
+
+
 def render(document: dict[str, Any]) -> None:
     from remote import render as out
 
@@ -107,13 +120,9 @@ def render(document: dict[str, Any]) -> None:
     console.print(modes)
     loads = document.get("loads")
     if loads and loads["loads"]:
-        reused = f" (and {loads['reused']} a live server makes)" if loads.get("reused") else ""
-        table = out.table(f"model loads: {loads['count']}{reused}, {duration(loads['total_seconds'])} in all",
-                          ["serves", "for", "time"])
+        table = out.table(loads_title(loads), ["serves", "for", "time"])
         for load in loads["loads"]:
-            time_shown = (f"none: {load['uses']} serves it" if load.get("uses") else duration(load["seconds"])
-                          + (f"; stops {load['replaces']}" if load.get("replaces") else ""))
-            table.add_row(load["serves"], load["steps"], time_shown)
+            table.add_row(load["serves"], load["steps"], load_time(load))
         console.print(table)
         console.print(f"a load: {duration(loads['seconds_each'])} ({loads['source']})")
     rates = document["rates"]

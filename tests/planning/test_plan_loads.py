@@ -34,3 +34,15 @@ def test_plan_lists_the_vllm_runs_loads_with_their_times_and_the_hf_run_none(cli
     replayed = cli("plan", "--host", "local", "--run", "replayed", "--json", timeout=600, **env)
     assert replayed.exit_code == 0, replayed.stderr[-3000:]
     assert replayed.json()["loads"]["count"] == 0  # hf on a CPU host: no server at all
+
+
+def test_the_text_view_counts_a_load_a_live_server_saves_apart_and_names_a_kept_server_it_stops() -> None:
+    from remote.tasks.plan import load_time, loads_title
+
+    assert loads_title({"count": 3, "reused": 0, "total_seconds": 3240}) == "model loads: 3, 54 min 00 s in all"
+    assert loads_title({"count": 1, "reused": 1, "total_seconds": 1080}) == \
+        "model loads: 1 (1 more served by a live server), 18 min 00 s in all"
+    assert load_time({"seconds": 0.0, "uses": "vLLM server job j of run a"}) == \
+        "none: vLLM server job j of run a serves it"
+    assert load_time({"seconds": 1080, "replaces": "vLLM server job k of run b (kept for the next run)"}) == \
+        "18 min 00 s; first stops vLLM server job k of run b (kept for the next run)"

@@ -117,7 +117,7 @@ def test_a_kept_server_the_next_run_cannot_use_passes_its_launch_and_is_stopped_
     assert code == 0, document  # not refused: the run stops it before its own server
     code, document, stderr = run_agent(held.next, "plan", "--run", "tiny", env=ENV, timeout=600)
     assert document["loads"]["loads"][0]["replaces"] == \
-        f"vLLM server job {held.job} of run tiny (kept for the next run: stopped first)", stderr[-2000:]
+        f"vLLM server job {held.job} of run tiny (kept for the next run)", stderr[-2000:]
     assert document["loads"]["reused"] == 0
 
     staging = held.owner / "runs" / "tiny" / "vllm_staging"  # a capture its client never moved (killed, say)

@@ -54,7 +54,7 @@ def plan_loads(loads: list[Load], rate: LoadRate, weight_bytes: int,
         if live["fits"]:
             listed[0].update(seconds=0.0, uses=server)
         elif live["kept"]:
-            listed[0]["replaces"] = f"{server} (kept for the next run: stopped first)"
+            listed[0]["replaces"] = f"{server} (kept for the next run)"
     made = [load for load in listed if "uses" not in load]
     return {"count": len(made), "reused": len(listed) - len(made), "weight_bytes": weight_bytes,
             "read_gb_per_s": round(rate.bytes_per_s / GB, 3) if rate.bytes_per_s else None,
