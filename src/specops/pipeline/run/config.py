@@ -154,6 +154,10 @@ class HiddenStatesSettings(_Strict):
     request_timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(1, ge=0)
     max_consecutive_failures: int = Field(3, gt=0)
+    # vllm: extraction requests in flight (speculators' --concurrency). The server batches what is in flight
+    # as it arrives, and a prompt's states can differ in their last bits with the batch it was in; 1: each
+    # prompt alone, its file's bytes a function of the prompt only (slower on a GPU)
+    concurrency: int = Field(8, gt=0)
 
     @property
     def extracts(self) -> bool:
