@@ -175,7 +175,7 @@ def test_a_server_its_run_still_owns_is_refused_at_launch_when_the_run_would_nee
     line = document["error"]
     assert "\n" not in line
     assert f"is held by vLLM server job {held.job} of run 'tiny'" in line
-    assert "which this run would use, but its the parity gate's served request need the port" in line
+    assert "which this run would use, but its later steps (the parity gate's served request) need the port" in line
     assert f"invoke stop --job {held.job}" in line
     # the pipeline itself, before its first step: nothing of the run written
     code, document, stderr = run_agent(held.next, "pipeline", "--run", "tiny", env=ENV)

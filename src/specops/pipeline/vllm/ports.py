@@ -120,9 +120,9 @@ def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, se
             keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
             differences = sharing.misfit(recorded, run_wide(run, captures=captures), keys)
             if not differences and later:
-                still_owned = (f", which this run would use, but its {', '.join(later)} need the port or the GPUs "
-                               f"while run {holder.run!r} still owns the server (a server kept with "
-                               "vllm.keep_server is the next run's to stop)")
+                still_owned = (f", which this run would use, but its later steps ({'; '.join(later)}) need the "
+                               f"port or the GPUs while run {holder.run!r} still owns the server (a server kept "
+                               "with vllm.keep_server is the next run's to stop)")
         if not differences and not still_owned:
             return
     moves = setting or f"set vllm.port in {run.label} to a free port"
