@@ -26,7 +26,7 @@ from specops.errors import CheckFailed
 from specops.paths import workdir
 from specops.pipeline.vllm import sharing
 from specops.pipeline.vllm.captures import sweep_stopped
-from specops.pipeline.vllm.ports import SERVER_JOB, port_holder, run_wide
+from specops.pipeline.vllm.ports import kept_for, port_holder
 from specops.progress import speaker
 
 if TYPE_CHECKING:
@@ -40,15 +40,11 @@ def kept_by_another(run: Run, port: int) -> tuple[str, str, dict[str, Any]] | No
     """(job, its workdir, its record): another run's kept server of this run's target and serve settings on
     `port`; None when the port holds anything else (that is refused or borrowed as before)."""
     holder = port_holder(port)
-    if (holder is None or holder.job is None or holder.name != SERVER_JOB or holder.workdir is None
-            or holder.is_server_of(run.paths.name, str(workdir()))):
+    if holder is None or not holder.is_specops_server() or holder.is_server_of(run.paths.name, str(workdir())):
         return None
+    assert holder.job is not None and holder.workdir is not None  # is_specops_server
     record = sharing.job_record(holder.workdir, holder.job)
-    if not sharing.is_kept(record):
-        return None
-    if sharing.misfit((record.get("meta") or {}).get("server"), run_wide(run), sharing.RUN_WIDE):
-        return None
-    return holder.job, holder.workdir, record
+    return (holder.job, holder.workdir, record) if kept_for(run, record) else None
 
 
 def take_over(run: Run, port: int, why: str) -> dict[str, Any] | None:

@@ -38,6 +38,10 @@ class Holder:
     run: str | None       # the job's run, from the job's record in that workdir
     name: str | None      # the job's name (vllm-server, ...)
 
+    def is_specops_server(self) -> bool:
+        """A specops `vllm-server` job whose record can be read (its workdir known)."""
+        return self.job is not None and self.name == SERVER_JOB and self.workdir is not None
+
     def is_server_of(self, run: str, workdir: str) -> bool:
         return (self.job is not None and self.name == SERVER_JOB and self.run == run
                 and self.workdir is not None and os.path.realpath(self.workdir) == os.path.realpath(workdir))
@@ -115,7 +119,7 @@ def refuse_held_port(run: Run, port: int, workdir: str | os.PathLike[str], *, se
         else:
             record = sharing.job_record(holder.workdir or "", holder.job)
             recorded = (record.get("meta") or {}).get("server")
-            if sharing.is_kept(record) and not sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE):
+            if kept_for(run, record):
                 return
             keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
             differences = sharing.misfit(recorded, run_wide(run, captures=captures), keys)
@@ -166,21 +170,28 @@ def check_before_run(run: Run, backend: str, workdir: str | os.PathLike[str], *,
                          later=later)
 
 
+def kept_for(run: Run, record: dict[str, Any]) -> bool:
+    """A server job (its record) that another run kept for the next run on this run's target and serve
+    settings (sharing.RUN_WIDE): this run may use it, and stop it when it needs the port or the GPUs."""
+    return sharing.is_kept(record) and not sharing.misfit((record.get("meta") or {}).get("server"), run_wide(run),
+                                                          sharing.RUN_WIDE)
+
+
 def live_server(run: Run, backend: str) -> dict[str, Any] | None:
     """The specops vLLM server on the run's port, as the run's first server would find it: {"job", "run",
     "workdir", "fits" (it serves the run's first load as it is), "kept" (left for the next run on this
     target: the run stops it if it does not fit, vllm/handover.py)}; None when the port holds no specops
     server. For `plan`: a load a live server saves is not counted."""
     holder = port_holder(run.config.vllm.port)
-    if holder is None or holder.job is None or holder.name != SERVER_JOB or holder.workdir is None:
+    if holder is None or not holder.is_specops_server():
         return None
-    record = sharing.job_record(holder.workdir, holder.job)
+    record = sharing.job_record(holder.workdir or "", holder.job or "")
     captures = first_server_captures(run, backend)
     keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
     recorded = (record.get("meta") or {}).get("server")
     return {"job": holder.job, "run": holder.run, "workdir": holder.workdir,
             "fits": not sharing.misfit(recorded, run_wide(run, captures=captures), keys),
-            "kept": sharing.is_kept(record) and not sharing.misfit(recorded, run_wide(run), sharing.RUN_WIDE)}
+            "kept": kept_for(run, record)}
 
 
 def first_server_captures(run: Run, backend: str) -> bool:

@@ -35,7 +35,6 @@ from specops.errors import BadInput
 from specops.jobs import records
 from specops.progress import speaker
 
-SERVER_JOB = "vllm-server"
 # left out of the comparison between runs: see the module docstring
 NOT_COMPARED = ("model", "staging")
 # what every server a run starts shares, whatever its step asks (extraction or generation): the launch
@@ -117,7 +116,7 @@ def same_filesystem(staging: str | None, run_dir: Path) -> bool:
 def borrow(holder: Any, wanted: dict[str, Any], run_dir: Path) -> tuple[Borrowed | None, list[str]]:
     """(the holder's server job when it fits `wanted`, else None; what does not fit). `holder` is
     ports.Holder: the process on the port and the specops job it belongs to, if any."""
-    if holder is None or holder.job is None or holder.name != SERVER_JOB or holder.workdir is None:
+    if holder is None or not holder.is_specops_server():
         return None, ["not a specops vLLM server"]
     record = job_record(holder.workdir, holder.job)
     if not record:
