@@ -275,7 +275,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     rendezvous_port = positive(port, "--port") or RDZV_PORT
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
-        checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True)
+        checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None,
                                                   as_patched=not skip_patches)}
 

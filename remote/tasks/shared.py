@@ -52,14 +52,16 @@ def doctor_call(conn: Connection, host: Host, run: str | None,
 
 
 def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = False,
-              pipeline: bool = False) -> dict[str, Any]:
+              pipeline: bool = False, backend: str | None = None) -> dict[str, Any]:
     """The run config checked on the host BEFORE anything is launched (keys and values, and layer_ids
     against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written.
     `refuse_busy`: also exit 2 when another job or step of the run runs there (before the doctor; the
-    launch decides for good). `pipeline`: the check before a whole pipeline (what its later steps need)."""
+    launch decides for good). `pipeline`: the check before a whole pipeline (what its later steps need);
+    `backend`: the pipeline's --backend (else the run's own)."""
     from remote.agent import agent_call
 
-    result = agent_call(conn, host, commandline.run_check(run=run, pipeline=pipeline), timeout=RUN_CHECK_TIMEOUT_S)
+    argv = commandline.run_check(run=run, pipeline=pipeline, backend=backend)
+    result = agent_call(conn, host, argv, timeout=RUN_CHECK_TIMEOUT_S)
     if result.exit_code == 2:
         raise BadInput(local_config_name(str(result.document.get("error")), run))
     if result.exit_code != 0:

@@ -156,7 +156,8 @@ PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time
                "fits, before any model load", (RUN, SAMPLES))
 RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)",
                     (RUN, Flag("pipeline", help="before a whole pipeline: also refuse a vLLM server on the run's "
-                               "port that its run still owns when a later step needs the port or the GPUs")))
+                               "port that its run still owns when a later step needs the port or the GPUs"),
+                     Flag("backend", BACKEND, help="the pipeline's --backend (default: the run's own)")))
 FETCH_LIST = Command(("fetch-list",), "files `invoke fetch` brings home, with sha256",
                      (RUN, Flag("with_training_state", help="include optimizer/scheduler state"),
                       Flag("drop", NAME, metavar="SNAPSHOT", help="remove a snapshot the workstation brought home")))

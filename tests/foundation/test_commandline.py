@@ -69,7 +69,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
                {"run": RUN, "as_patched": True},
                {"run_json": '{"target": "m"}', "site": ["/opt/site-a", "/opt/site-b"], "checks": "api,flags",
                 "no_import": True}],
-    "run_check": [{"run": RUN}, {"run": RUN, "pipeline": True}],
+    "run_check": [{"run": RUN}, {"run": RUN, "pipeline": True}, {"run": RUN, "pipeline": True, "backend": "vllm"}],
     "plan": [{"run": RUN}, {"run": RUN, "samples": 10}],
     "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],
     "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True},

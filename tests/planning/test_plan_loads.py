@@ -46,3 +46,16 @@ def test_the_text_view_counts_a_load_a_live_server_saves_apart_and_names_a_kept_
         "none: vLLM server job j of run a serves it"
     assert load_time({"seconds": 1080, "replaces": "vLLM server job k of run b (kept for the next run)"}) == \
         "18 min 00 s; first stops vLLM server job k of run b (kept for the next run)"
+
+
+def test_what_needs_the_port_later_follows_the_pipelines_backend_not_only_the_run_configs(tmp_path: Path) -> None:
+    """`invoke pipeline --backend vllm` on a run whose config says hf: its later loads (the gate's served
+    check, evaluate) need the port, so a server its run still owns is refused before the first step."""
+    from specops.pipeline.plan import later_needs
+    from specops.pipeline.run import Run
+    from tests.support.mla import mla_workdir
+
+    run = Run("mla", mla_workdir(tmp_path, backend="hf", parity={"serve": None}, evaluate={"backend": None}))
+    assert later_needs(run, 0) == []  # hf on a CPU host: no server at all
+    assert later_needs(run, 0, "vllm") == ["the parity gate's served request", "evaluate"]
+    assert later_needs(run, 0, "hf") == []

@@ -101,7 +101,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
     # held: one line, no step
     vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank,
-                          later=later_needs(run, device_count()))
+                          later=later_needs(run, device_count(), context.backend))
     try:
         from specops.pipeline import parity
 

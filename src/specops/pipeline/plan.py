@@ -256,14 +256,15 @@ def planned_placement(run: Run) -> dict[str, Any] | None:
     return plan.modes[plan.run.mode]["placement"]
 
 
-def run_loads(run: Run, gpus: int) -> list[planning.Load]:
+def run_loads(run: Run, gpus: int, backend: str | None = None) -> list[planning.Load]:
     """The vLLM loads the run's pipeline makes on this host (at most: a step that finds its outputs skips,
     and a live server that fits is reused). One server captures hidden states and answers regenerate and the
-    target-alone baseline; the parity gate's served check and the trained draft's evaluation are one each."""
+    target-alone baseline; the parity gate's served check and the trained draft's evaluation are one each.
+    `backend`: the pipeline's --backend when given (else the run's own)."""
     from specops.pipeline.vllm import serves
 
     config = run.config
-    backend = run.backend(gpus)
+    backend = backend or run.backend(gpus)
     loads: list[planning.Load] = []
     capturing = [name for name, on in (
         ("regenerate", config.regenerate.enabled and (config.regenerate.backend or backend) == "vllm"),
@@ -281,11 +282,11 @@ def run_loads(run: Run, gpus: int) -> list[planning.Load]:
     return loads
 
 
-def later_needs(run: Run, gpus: int) -> list[str]:
+def later_needs(run: Run, gpus: int, backend: str | None = None) -> list[str]:
     """What needs the run's vLLM port or the GPUs after its first server: the steps of its later loads, and an
     offline training on GPUs (a served target holds most of each GPU's memory). The launch boundary refuses a
     server another run still owns when this is not empty (vllm.check_before_run)."""
-    needs = [load.steps for load in run_loads(run, gpus)[1:]]
+    needs = [load.steps for load in run_loads(run, gpus, backend)[1:]]
     if gpus > 0 and run.config.hidden_states.mode == "offline":
         needs.append("training (on the GPUs)")
     return needs

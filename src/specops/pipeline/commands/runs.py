@@ -45,7 +45,8 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import vllm
 
     count = gpus.device_count()  # its port held: exit 2 before any job
-    vllm.check_before_run(run, run.backend(count), workdir(), later=later_needs(run, count) if args.pipeline else ())
+    backend = args.backend or run.backend(count)
+    vllm.check_before_run(run, backend, workdir(), later=later_needs(run, count, backend) if args.pipeline else ())
     return 0, document
 
 
