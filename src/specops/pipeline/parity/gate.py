@@ -23,13 +23,17 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops import atomic
 from specops.doctor import EVALUATE_ANYWAY
 from specops.errors import CheckFailed
 from specops.pipeline.parity import checks, draft
 from specops.pipeline.parity.vllm_reading import VllmReading, read_vllm
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import EffectiveSettings, Run
+    from specops.pipeline.training import TrainPlan
 
 PARITY_DIR = "parity"
 REPORT_FILE = "report.json"
@@ -44,11 +48,11 @@ def say(message: str) -> None:
     print(f"parity: {message}", file=sys.stderr, flush=True)
 
 
-def parity_dir(run: Any) -> Path:
+def parity_dir(run: Run) -> Path:
     return run.paths.run_dir / PARITY_DIR
 
 
-def trained_with(run: Any, d2t: Path | None) -> checks.Trained:
+def trained_with(run: Run, d2t: Path | None) -> checks.Trained:
     """What training uses: the layers extraction captured (the manifest's record), the target, the d2t file."""
     from specops.pipeline.run import Manifest, read_model_config, text_config
 
@@ -71,7 +75,7 @@ def trained_with(run: Any, d2t: Path | None) -> checks.Trained:
                           final_layer=bool(ids) and ids[-1] == layers)
 
 
-def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmReading | None) -> dict[str, Any]:
+def check_folder(run: Run, folder: Path, trained: checks.Trained, reading: VllmReading | None) -> dict[str, Any]:
     """The parity rows of one draft folder; CheckFailed naming the first mismatch."""
     from specops.doctor import eagle3_support
 
@@ -91,7 +95,7 @@ def check_folder(run: Any, folder: Path, trained: checks.Trained, reading: VllmR
             "mismatch": checks.mismatch_line(bad[0]) if bad else None}
 
 
-def _record(run: Any, document: dict[str, Any]) -> None:
+def _record(run: Run, document: dict[str, Any]) -> None:
     """report.json: the last gate; before-training.json: the last gate before training (evaluations do not
     overwrite what the gate found before training: its served request among it)."""
     stamped = {**document, "at": time.time()}
@@ -100,7 +104,7 @@ def _record(run: Any, document: dict[str, Any]) -> None:
         atomic.write_json(parity_dir(run) / TRAINING_REPORT_FILE, stamped)
 
 
-def _refuse(run: Any, document: dict[str, Any], when: str) -> None:
+def _refuse(run: Run, document: dict[str, Any], when: str) -> None:
     _record(run, document)
     for row in document["rows"]:
         if not row["ok"]:
@@ -116,7 +120,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def dry_run_draft(run: Any, plan: Any) -> Path:
+def dry_run_draft(run: Run, plan: TrainPlan) -> Path:
     """speculators' `train --dry-run` with the training's own arguments into <run>/parity/untrained/: the
     config (and initial weights) training will write. Kept while the command and the versions are the same."""
     from specops.pipeline.run import package_versions
@@ -148,7 +152,8 @@ def dry_run_draft(run: Any, plan: Any) -> Path:
     return out
 
 
-def check_servable(run: Any, settings: Any, *, asked: bool = False, when: str = "before training") -> None:
+def check_servable(run: Run, settings: EffectiveSettings, *, asked: bool = False,
+                   when: str = "before training") -> None:
     """The served check where it costs nothing: a run that asks vLLM to serve its draft (evaluate.backend: vllm,
     parity.serve: true; `asked`: step parity --serve) on a host whose vLLM cannot serve it beside the target
     (the settings' reading of its attention backends) is refused, one line naming the setting that evaluates
@@ -163,7 +168,8 @@ def check_servable(run: Any, settings: Any, *, asked: bool = False, when: str = 
         raise CheckFailed(f"parity ({when}, served): {document['mismatch']}")
 
 
-def before_training(run: Any, plan: Any, settings: Any, *, serve: bool | None = None) -> dict[str, Any]:
+def before_training(run: Run, plan: TrainPlan, settings: EffectiveSettings, *,
+                    serve: bool | None = None) -> dict[str, Any]:
     """The gate before the first training step; CheckFailed (exit 1) on a mismatch, before anything trains.
     `settings`: the run's effective settings (pipeline.run.resolve): the serving vLLM, whether the served
     request runs (`serve` overrides it: step parity --serve/--no-serve) and whether this host can serve the
@@ -210,7 +216,7 @@ def before_training(run: Any, plan: Any, settings: Any, *, serve: bool | None = 
     return document
 
 
-def before_evaluation(run: Any, folder: Path, settings: Any) -> dict[str, Any]:
+def before_evaluation(run: Run, folder: Path, settings: EffectiveSettings) -> dict[str, Any]:
     """The gate before an evaluation, on the checkpoint to be evaluated; with the vllm backend on a host
     whose vLLM cannot serve the draft beside the target, one line naming the setting that evaluates it anyway."""
     from specops.pipeline.run import read_model_config, text_config

@@ -12,10 +12,13 @@ import re
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.pipeline.parity.checks import Trained
 from specops.pipeline.parity.vllm_reading import VllmReading
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run
 
 PROMPT = "The draft model proposes tokens and the target model"
 MAX_TOKENS = 16
@@ -47,7 +50,7 @@ def logged_aux_layers(log: Path) -> list[int] | None:
     return [int(part) for part in found[-1].split(",") if part.strip()] if found else None
 
 
-def one_request(run: Any, draft: Path, trained: Trained, reading: VllmReading) -> dict[str, Any]:
+def one_request(run: Run, draft: Path, trained: Trained, reading: VllmReading) -> dict[str, Any]:
     from specops.pipeline.vllm import eagle3_config, generating_server, stop_generating_server
 
     k = run.config.evaluate.num_speculative_tokens
