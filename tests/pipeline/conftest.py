@@ -52,7 +52,8 @@ def prepared(tiny_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
     torch.set_num_threads(1)
     root = copy_workdir(tiny_workdir, tmp_path_factory.mktemp("prepared") / "w")
-    prepare(in_workdir(root), None, strict=False)
+    run = in_workdir(root)
+    prepare(run, run.samples_for(None), strict=False)  # as the engine's context hands it: the run's samples
     return root
 
 

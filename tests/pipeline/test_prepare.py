@@ -108,7 +108,8 @@ def test_unchanged_inputs_skip_and_a_changed_config_invalidates_extraction(extra
 
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("max_seq_len: 256", "max_seq_len: 128"))
-    report = prepare(in_workdir(root), None, strict=False)
+    run = in_workdir(root)
+    report = prepare(run, run.samples_for(None), strict=False)
     assert report["status"] == "done"
     manifest = Manifest(root / "runs" / "tiny")
     assert manifest.record("extract") is None

@@ -22,7 +22,7 @@ from specops.progress import say
 from specops.steps import STEPS, Scope, Step, enabled, step
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Figures, Hosts, Run, StepContext, StepReport
+    from specops.pipeline.run import EffectiveSettings, Figures, Hosts, Run, StepContext, StepReport
     from specops.torchrun import TorchrunNode
 
 StepFunction = Callable[["StepContext"], "StepReport"]
@@ -61,15 +61,24 @@ def reads_of(name: str) -> list[Step]:
     return [entry for entry in STEPS if entry.name in needed]
 
 
+def context_for(run: Run, samples: int | None, settings: EffectiveSettings, hosts: Hosts,
+                training: TorchrunNode | None = None) -> StepContext:
+    """The context every step of this invocation reads: --samples with the run's default applied here,
+    once (Run.samples_for); no room applies it again."""
+    from specops.pipeline.run import StepContext
+
+    return StepContext(run, run.samples_for(samples), settings, hosts, training=training)
+
+
 def run_reads(name: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:
     """What `step NAME` runs before its own work: the steps it reads that the run turns on, in order, each
     by its room's function as the pipeline runs it on one host (each skipped when unchanged). The context
     (the run, --samples applied once, the run's settings with the command's --backend) holds their reports."""
     from specops.pipeline.data import open_run
-    from specops.pipeline.run import OneHost, StepContext, resolve
+    from specops.pipeline.run import OneHost, resolve
 
     run = open_run(run_name)
-    context = StepContext(run, run.samples_for(samples), resolve(run, backend=backend), OneHost())
+    context = context_for(run, samples, resolve(run, backend=backend), OneHost())
     functions = step_functions()
     for entry in reads_of(name):
         if enabled(entry, run.config):
@@ -80,11 +89,11 @@ def run_reads(name: str, run_name: str, samples: int | None, backend: str | None
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
                  hosts: Hosts | None = None, training: TorchrunNode | None = None) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run
-    from specops.pipeline.run import OneHost, StepContext, resolve
+    from specops.pipeline.run import OneHost, resolve
 
     run = open_run(run_name)
     settings = resolve(run, backend=backend)  # once: every step, the gate and the summary read it
-    context = StepContext(run, run.samples_for(samples), settings, hosts or OneHost(), training=training)
+    context = context_for(run, samples, settings, hosts or OneHost(), training)
     hosts, functions = context.hosts, step_functions()
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "settings": settings.describe(),

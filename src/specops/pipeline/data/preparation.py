@@ -164,10 +164,9 @@ def prepare_inputs(run: Run) -> dict[str, Any]:
 def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     """Run the prepare step (or skip it when its inputs and its N are unchanged); the step's report.
 
-    N = `samples`, else the run's `samples`, else every usable row. Only N changed: the rows are
-    re-made, the extracted hidden states are kept (they are per row) and the steps that read every
-    row (vocab, validate, train) are invalidated."""
-    samples = run.samples_for(samples)
+    N = `samples`, the step context's (--samples, else the run's `samples`: applied by the engine); None:
+    every usable row. Only N changed: the rows are re-made, the extracted hidden states are kept (they are
+    per row) and the steps that read every row (vocab, validate, train) are invalidated."""
     inputs = prepare_inputs(run)
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
