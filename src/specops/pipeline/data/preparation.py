@@ -1,4 +1,4 @@
-"""Step 1, prepare: conversations -> token ids, assistant-only loss mask, token frequencies.
+"""The prepare step: conversations -> token ids, assistant-only loss mask, token frequencies.
 
 Writes exactly what `speculators prepare-data` (0.9) writes, so speculators' own commands can take
 over from here: a `datasets` folder saved with save_to_disk whose columns are input_ids

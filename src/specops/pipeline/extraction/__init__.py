@@ -1,4 +1,4 @@
-"""The extraction room (step 2): hidden states of the prepared rows, one file per row.
+"""The extraction room (the extract step): hidden states of the prepared rows, one file per row.
 
 One plan (plan.py: done / to redo / to do) and one backend interface; the backend is picked here,
 in one place, for `step extract` and the pipeline alike:
@@ -104,7 +104,7 @@ def check_endpoint(endpoint: str) -> str:
 
 def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int | None = None,
                     part: tuple[int, int] | None = None, require_whole: bool = False) -> StepReport:
-    """Step 2 against a ready vLLM extraction server at `endpoint` (started by someone else); `part`
+    """The extract step against a ready vLLM extraction server at `endpoint` (started by someone else); `part`
     and `require_whole` as for the extract step (one host's share; the check after a gather)."""
     from specops.pipeline.extraction.vllm import run_generate_offline
 
@@ -113,7 +113,7 @@ def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int
 
 def extract(run: Run, samples: int | None, backend: str | None = None,
             options: Options = Options()) -> StepReport:
-    """Step 2 with the chosen backend; the report names the backend. Online mode extracts nothing:
+    """The extract step with the chosen backend; the report names the backend. Online mode extracts nothing:
     the trainer asks the run's server for every row (hybrid writes the rows the disk budget holds)."""
     chosen = backend_for(run, backend)
     if run.config.hidden_states.mode == "online":

@@ -1,4 +1,4 @@
-"""Step 2, extract with the `hf` backend: an in-process transformers forward with captured layers.
+"""The extract step with the `hf` backend: an in-process transformers forward with captured layers.
 
 Capture convention (the one vLLM serving uses for EAGLE-3, `eagle_aux_hidden_state_layer_ids`):
 layer id i < n is the hidden state ENTERING decoder layer i (the residual stream after layers

@@ -1,4 +1,4 @@
-"""Step 2 with the `vllm` backend: the run's `vllm-server` job, then speculators' `generate-offline-data`.
+"""The extract step with the `vllm` backend: the run's `vllm-server` job, then speculators' `generate-offline-data`.
 
 `extract_with_server` touches no server when the plan says there is nothing to do; otherwise it
 has the vllm room find or launch the run's server job and wait until it is ready, then the client

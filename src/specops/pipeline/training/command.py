@@ -1,4 +1,4 @@
-"""Step 4: train the EAGLE-3 draft with `speculators train` (speculators 0.9.0).
+"""The train step's command: the EAGLE-3 draft trained with `speculators train` (speculators 0.9.0).
 
 The command is built here from a `TrainPlan` (pure, unit-tested) and run as a subprocess whose output
 goes to stderr and, appended, to `<save_path>/train.log` (metrics.py reads it back). speculators resumes

@@ -211,7 +211,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         document["hidden_states"] = {"mode": run.config.hidden_states.mode, "placement": placement.as_dict()}
     if dry_run:
         return 0, {**document, "status": "dry run"}
-    vocab_step(run)  # step 3 first when it is missing or stale (skipped when unchanged), as extract prepares
+    vocab_step(run)  # this room's vocab first when missing or stale (skipped when unchanged: the engine ran it)
     needs = [(plan.d2t_path, "vocab")]
     if plan.generation is None:
         needs.append((plan.hidden_states_path / "hs_0.safetensors", "extract"))

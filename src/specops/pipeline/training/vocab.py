@@ -1,4 +1,4 @@
-"""Step 3: the draft vocabulary, from the assistant-token frequencies that prepare counted.
+"""The vocab step: the draft vocabulary, from the assistant-token frequencies that prepare counted.
 
 speculators 0.9.0 reads two numpy files (`--d2t-path`, `--t2d-path`):
   d2t int64 [draft_vocab]   target id = i + d2t[i]
