@@ -82,14 +82,18 @@ def test_invoke_doctor_passes_the_hosts_serve_env(tmp_path: Path) -> None:
 
 
 @needs_vllm
-@pytest.mark.parametrize(("serve_args", "result"), [(["--max-model-len", "512"], "warn"),
-                                                    (["--max-model-len", "512", "--max-num-seqs", "1"], "ok")])
-def test_the_doctor_warns_of_batched_requests_on_the_cpu_mla_path(tmp_path: Path, serve_args: list[str],
-                                                                   result: str) -> None:
+@pytest.mark.parametrize(("serve_args", "result"), [
+    (["--max-model-len", "512"], "ok"),  # specops' serve command leaves the kernel out
+    (["--compilation-config", '{"custom_ops":["all"]}'], "warn"),
+    (["-O0"], "warn"),
+    (["--compilation-config={\"custom_ops\":[\"all\",\"-rotary_embedding\"]}"], "ok"),
+])
+def test_the_doctor_warns_of_a_compilation_config_that_keeps_the_cpu_rotary_kernel_on_mla(
+        tmp_path: Path, serve_args: list[str], result: str) -> None:
     root = mla_workdir(tmp_path, vllm={"serve_args": serve_args})
     code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
                                        env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}, timeout=120)
-    (finding,) = [f for f in document["findings"] if "--max-num-seqs" in f["where"]]
+    (finding,) = [f for f in document["findings"] if "custom_ops" in f["where"]]
     assert finding["result"] == result and code == 0, stderr[-2000:]
     if result == "warn":
-        assert "CPU_MLA" in finding["why"] and "--max-num-seqs" in finding["fix"]
+        assert "CPU_MLA" in finding["why"] and "rotary" in finding["why"] and "-rotary_embedding" in finding["fix"]

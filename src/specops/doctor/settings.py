@@ -28,6 +28,7 @@ class RunSettings:
     output_dir: str | None = None        # where the hidden states go
     staging_dir: str | None = None       # where vLLM writes them first (same filesystem, or they are copied)
     serve_flags: list[str] = field(default_factory=list)     # the option names each launched command passes
+    serve_args: list[str] = field(default_factory=list)      # the run's own vllm.serve_args, values and all
     prepare_flags: list[str] = field(default_factory=list)
     generate_flags: list[str] = field(default_factory=list)
     train_flags: list[str] = field(default_factory=list)
@@ -78,8 +79,8 @@ _RULES: dict[str, tuple[Any, str]] = {
     "disk_budget_gb": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0, "a number > 0"),
     "serve_python": (lambda v: isinstance(v, str), "a string"),
     "serves_draft": (lambda v: v in SERVES_DRAFT, "'asked' or 'default'"),
-    **{key: (_strings, "a list of strings") for key in ("serve_flags", "prepare_flags", "generate_flags",
-                                                         "train_flags")},
+    **{key: (_strings, "a list of strings") for key in ("serve_flags", "serve_args", "prepare_flags",
+                                                         "generate_flags", "train_flags")},
 }
 assert set(_RULES) == {f.name for f in fields(RunSettings)}
 

@@ -41,6 +41,7 @@ def settings_for(run: Run, effective: EffectiveSettings) -> RunSettings:
         output_dir=str(run.paths.hidden_states),
         staging_dir=str(run.paths.run_dir / "vllm-staging"),
         serve_flags=_serve_flags(run, gpus) if backend == "vllm" and has_model else [],
+        serve_args=list(run.config.vllm.serve_args) if backend == "vllm" else [],
         train_flags=_train_flags(run, gpus) if has_model else [],
         gpus=gpus,
         tensor_parallel=sizes.tensor if sizes else None,

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specops.cpu_rotary import native_rotary_args
 from specops.errors import BadInput
 from specops.parallel import ParallelSizes
 from specops.pipeline.run import Run
@@ -113,6 +114,27 @@ def gpu_memory_bytes() -> int | None:
     return min(totals) * 1024 * 1024 if totals else None
 
 
+def is_mla_target(run: Run) -> bool:
+    """Whether the target's text model has DeepSeek's MLA attention (a compressed KV latent)."""
+    from specops.pipeline.run import read_model_config, text_config
+
+    if not (run.model_path / "config.json").is_file():
+        return False
+    return text_config(read_model_config(run.model_path)).get("kv_lora_rank") is not None
+
+
+def cpu_args(run: Run, host_gpus: int) -> list[str]:
+    """What a CPU host's server needs: eager mode (no graph capture: it starts in ~40 s instead of minutes)
+    and, for an MLA target, vLLM's native rotary (specops.cpu_rotary) unless the run's serve_args set the
+    compilation config themselves."""
+    if host_gpus:
+        return []
+    args = ["--enforce-eager"]
+    if is_mla_target(run):  # the CPU rotary kernel turns MLA's query and key by the wrong positions
+        args += native_rotary_args(run.config.vllm.serve_args)
+    return args
+
+
 def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.PathLike[str], *,
                         serve_python: str | os.PathLike[str] | None = None,
                         vllm_version: str | None = None) -> tuple[list[str], dict[str, str]]:
@@ -154,8 +176,7 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
         argv.append("--trust-remote-code")
     if needs_scale_out(version):
         argv.append("--enable-scale-out")
-    if host_gpus == 0:
-        argv.append("--enforce-eager")  # no graph capture on CPU: starts in ~40 s instead of minutes
+    argv += cpu_args(run, host_gpus)
     argv += list(run.config.vllm.serve_args)
 
     tmp = server_tmpdir(workdir)

@@ -72,11 +72,11 @@ def build_generate_command(run: Run, host_gpus: int, port: int, python: Path, ve
         argv.append("--trust-remote-code")
     if needs_scale_out(version):
         argv.append("--enable-scale-out")
-    if host_gpus == 0:
-        argv.append("--enforce-eager")
+    from specops.pipeline.vllm.command import cpu_args, server_tmpdir, vllm_cache_root
+
+    argv += cpu_args(run, host_gpus)
     argv += list(run.config.vllm.serve_args)
     root = workdir()
-    from specops.pipeline.vllm.command import server_tmpdir, vllm_cache_root
 
     env = {"TMPDIR": str(server_tmpdir(root)), "VLLM_CACHE_ROOT": str(vllm_cache_root(root))}
     for folder in env.values():
