@@ -184,10 +184,10 @@ def attention_items(index: ModuleIndex, settings: RunSettings, version: str | No
     if config is None or version is None:
         return []  # check_model and the lines above say why
     reading = read_attention(index, text_config(config), platform)
-    return batching_items(reading, settings, version) + _draft_items(reading, settings, version)
+    return rotary_items(reading, settings, version) + _draft_items(reading, settings, version)
 
 
-def batching_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
+def rotary_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
     """The CPU build's MLA target and vLLM's CPU rotary kernel (specops.cpu_rotary): the kernel turns MLA's
     query and key by the wrong positions, so the server's hidden states are not the target's function and
     batched rows disagree with its own next-token choices. specops' serve command leaves the kernel out; a

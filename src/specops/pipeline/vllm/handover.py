@@ -40,11 +40,12 @@ def kept_by_another(run: Run, port: int) -> tuple[str, str, dict[str, Any]] | No
     """(job, its workdir, its record): another run's kept server of this run's target and serve settings on
     `port`; None when the port holds anything else (that is refused or borrowed as before)."""
     holder = port_holder(port)
-    if holder is None or not holder.is_specops_server() or holder.is_server_of(run.paths.name, str(workdir())):
+    if holder is None or holder.is_server_of(run.paths.name, str(workdir())):
         return None
-    assert holder.job is not None and holder.workdir is not None  # is_specops_server
-    record = sharing.job_record(holder.workdir, holder.job)
-    return (holder.job, holder.workdir, record) if kept_for(run, record) else None
+    record = holder.server_record()
+    if record is None or not kept_for(run, record):
+        return None
+    return str(holder.job), str(holder.workdir), record
 
 
 def take_over(run: Run, port: int, why: str) -> dict[str, Any] | None:

@@ -400,9 +400,9 @@ def _borrowed_extraction_server(run: Run) -> sharing.Borrowed | None:
     if run.backend(device_count()) != "vllm":
         return None
     holder = port_holder(run.config.vllm.port)
-    if holder is None or not holder.is_specops_server():
+    record = holder.server_record() if holder is not None else None
+    if record is None:
         return None
-    record = sharing.job_record(holder.workdir or "", holder.job or "")
     recorded = (record.get("meta") or {}).get("server") or {}
     wanted = {"model_digest": model_digest(run.model_path), "tokenizer_digest": tokenizer_digest(run.model_path),
               "layer_ids": run.layer_ids()}

@@ -38,9 +38,11 @@ class Holder:
     run: str | None       # the job's run, from the job's record in that workdir
     name: str | None      # the job's name (vllm-server, ...)
 
-    def is_specops_server(self) -> bool:
-        """A specops `vllm-server` job whose record can be read (its workdir known)."""
-        return self.job is not None and self.name == SERVER_JOB and self.workdir is not None
+    def server_record(self) -> dict[str, Any] | None:
+        """The job record of the specops server job this is ({} when unreadable); None when it is none."""
+        if self.job is None or self.name != SERVER_JOB or self.workdir is None:
+            return None
+        return sharing.job_record(self.workdir, self.job)
 
     def is_server_of(self, run: str, workdir: str) -> bool:
         return (self.job is not None and self.name == SERVER_JOB and self.run == run
@@ -183,9 +185,9 @@ def live_server(run: Run, backend: str) -> dict[str, Any] | None:
     target: the run stops it if it does not fit, vllm/handover.py)}; None when the port holds no specops
     server. For `plan`: a load a live server saves is not counted."""
     holder = port_holder(run.config.vllm.port)
-    if holder is None or not holder.is_specops_server():
+    record = holder.server_record() if holder is not None else None
+    if record is None:
         return None
-    record = sharing.job_record(holder.workdir or "", holder.job or "")
     captures = first_server_captures(run, backend)
     keys = (*sharing.RUN_WIDE, "layer_ids") if captures else sharing.RUN_WIDE
     recorded = (record.get("meta") or {}).get("server")

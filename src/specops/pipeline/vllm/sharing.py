@@ -116,9 +116,9 @@ def same_filesystem(staging: str | None, run_dir: Path) -> bool:
 def borrow(holder: Any, wanted: dict[str, Any], run_dir: Path) -> tuple[Borrowed | None, list[str]]:
     """(the holder's server job when it fits `wanted`, else None; what does not fit). `holder` is
     ports.Holder: the process on the port and the specops job it belongs to, if any."""
-    if holder is None or not holder.is_specops_server():
+    record = holder.server_record() if holder is not None else None
+    if record is None:
         return None, ["not a specops vLLM server"]
-    record = job_record(holder.workdir, holder.job)
     if not record:
         return None, ["its job record (unreadable)"]
     differences = misfit((record.get("meta") or {}).get("server"), wanted)
