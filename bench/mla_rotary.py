@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
+from tests.support.agent import run_agent  # noqa: E402
+from tests.support.runs import edit_run  # noqa: E402
 from tests.support.vllm import VLLM_PYTHON, free_port  # noqa: E402
 
 RUN = "tiny-kimi-text"
@@ -38,26 +38,17 @@ def workdir(root: Path, samples: int, epochs: int, serve_args: list[str]) -> Pat
     shutil.copytree(REPO / "runs", root / "runs")
     (root / "patches").symlink_to(REPO / "patches")
     path = root / "runs" / f"{RUN}.yaml"
-    config = yaml.safe_load(path.read_text())
-    config["samples"] = samples
-    config["vllm"].update(port=free_port(), serve_args=config["vllm"]["serve_args"] + serve_args)
-    config["train"]["epochs"] = epochs
-    config["evaluate"]["epoch_prompts"] = 0
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    own = yaml.safe_load(path.read_text())["vllm"]["serve_args"]
+    edit_run(path, samples=samples, vllm={"port": free_port(), "serve_args": own + serve_args},
+             train={"epochs": epochs}, evaluate={"epoch_prompts": 0})
     return root
 
 
 def agent(root: Path, *args: str) -> tuple[int, dict, float]:
-    env = {**os.environ, "SPECOPS_WORKDIR": str(root), "PYTHONPATH": str(REPO / "src"),
-           "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "specops", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=3600)
-    try:
-        document = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        document = {"error": done.stderr[-1500:]}
-    return done.returncode, document, time.perf_counter() - started
+    code, document, _stderr = run_agent(root, *args, timeout=3600, env={
+        "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"})
+    return code, document, time.perf_counter() - started
 
 
 def side(root: Path, samples: int, epochs: int, serve_args: list[str]) -> dict:
