@@ -22,7 +22,8 @@ from remote.errors import BadInput, SpecopsError
 
 VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
 KEPT = (".py", ".pyi", "METADATA", "WHEEL", "top_level.txt", "entry_points.txt")
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "any")
 
 

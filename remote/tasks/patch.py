@@ -18,6 +18,7 @@ from specops import commandline
 
 ACTIONS = ("apply", "verify", "status", "revert", "new")
 MANY_HOST_ACTIONS = ("verify", "status")  # the read-only ones; a change is made one host at a time
+EVERY_ENV_ACTIONS = ("apply", "verify", "status")  # without --env: each env of the host (default, serve, ...)
 
 
 def _let_the_action_be_missing() -> None:
@@ -50,7 +51,8 @@ _let_the_action_be_missing()
           "set_": "patch set name (repeatable); default: every set that fits the host",
           "json": "one JSON document on stdout", "dry_run": "apply: show the diff, write nothing",
           "deep": "verify: also import each target in a subprocess and bind calls with inspect",
-          "env": "which of the host's envs to patch (default: the default env)",
+          "env": "which of the host's envs (inventory envs: serve, ...); default: apply/verify/status cover "
+                 "every env of the host, one row per env and set; revert/new the default env",
           "module": "new: dotted module of the installed file", "edited": "new: local edited copy of that file",
           "id_": "new: id of the new patch", "reason": "new: one line saying why",
           "from_finding": "new: propose the patch for this doctor finding id (see `invoke doctor --json`)",
@@ -63,7 +65,6 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
           edited=None, id_=None, reason=None, from_finding=None, verbose=False, hosts=None, all_=False):
     """Apply, verify, show or revert the patch sets for a host's installed packages."""
     from remote import journal
-    from remote.agent import agent_call
     from remote.inventory import load_inventory
     from remote.names import safe_name
     from remote.several_hosts import chosen_hosts, run_across
@@ -92,8 +93,7 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
                            f"({' and '.join(MANY_HOST_ACTIONS)})")
 
         def exchange(chosen, conn):
-            result = agent_call(conn, chosen, args, env_role=env, timeout=300)
-            return result.exit_code, result.document
+            return _every_env(conn, chosen, args, _roles(chosen, env, action))
 
         run_across(f"patch {action}", several, inventory, exchange, sets_summary, json=json)
         return
@@ -110,11 +110,11 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
             except ConnectError as exc:
                 raise BadInput(f"patch new: could not upload {edited}: {exc}") from None
             args = commandline.patch(**options, module=module, patch_id=id_, reason=reason, edited=remote_copy)
-        result = agent_call(conn, chosen, args, env_role=env, timeout=300)
+        code, merged = _every_env(conn, chosen, args, _roles(chosen, env, action))
         trips = conn.round_trips
-    document = {**_checkout_names(result.document, chosen.workdir), "host": chosen.name, "round_trips": trips,
+    document = {**_checkout_names(merged, chosen.workdir), "host": chosen.name, "round_trips": trips,
                 "elapsed_s": round(time.perf_counter() - started, 3)}
-    if action == "new" and result.ok:
+    if action == "new" and code == 0:
         _write_new_patch(document)
     if action in ("apply", "revert") and not dry_run:
         journal.record(f"patch-{action}", host=chosen.name, ok=document.get("ok"),
@@ -123,8 +123,48 @@ def patch(c, action=None, host=None, set_=None, json=False, dry_run=False, deep=
         emit_json(document)
     else:
         _render(action, document, verbose=verbose)
-    if not result.ok:
-        raise SystemExit(result.exit_code)
+    if code != 0:
+        raise SystemExit(code)
+
+
+def _roles(host, env: str | None, action: str) -> list[str | None]:
+    """The envs an action covers: --env alone; else, for apply/verify/status, the default env (None) and each
+    inventory role with an interpreter of its own."""
+    if env or action not in EVERY_ENV_ACTIONS:
+        return [env]
+    return [None, *sorted(role for role, python in host.envs.items() if python != host.python)]
+
+
+def _every_env(conn, host, args: list[str], roles: list[str | None]) -> tuple[int, dict]:
+    """One agent call per env (each run by that env's interpreter, which decides what fits there), merged into
+    one document: every set and check tagged with its "env", "envs" listing each env's own document. The exit
+    code is the worst of them."""
+    from remote.agent import agent_call
+
+    if len(roles) == 1 and roles[0] is None:
+        result = agent_call(conn, host, args, timeout=300)
+        return result.exit_code, result.document
+    merged: dict = {"ok": True, "sets": [], "checks": [], "lines": [], "envs": []}
+    code = 0
+    for role in roles:
+        name = role or "default"
+        result = agent_call(conn, host, args, env_role=role, timeout=300)
+        document = result.document
+        code = max(code, result.exit_code)
+        merged["ok"] = merged["ok"] and bool(document.get("ok")) and result.ok
+        merged["envs"].append({"env": name, "python": host.env_python(role), "ok": document.get("ok"),
+                               "exit_code": result.exit_code, **({"error": document["error"]} if "error" in document
+                                                                 else {})})
+        for key in ("action", "patches_dir", "dry_run", "analysis"):
+            merged.setdefault(key, document.get(key))
+        merged["sets"] += [{**entry, "env": name} for entry in document.get("sets", [])]
+        merged["checks"] += [{**check, "env": name} for check in document.get("checks", [])]
+        merged["lines"] += [f"{name}: {line}" for line in document.get("lines", [])]
+        if "error" in document and "sets" not in document:
+            merged["lines"].append(f"{name}: {document['error']}")
+            merged["sets"].append({"name": "-", "env": name, "ok": False, "result": "error",
+                                   "detail": document["error"], "patches": []})
+    return code, merged
 
 
 def _checkout_names(document: dict, host_workdir: str) -> dict:
@@ -144,7 +184,8 @@ def sets_summary(doc: dict) -> str:
     """One line of a host's patch verify/status: each set's result, then the failed checks."""
     if "sets" not in doc:
         return str(doc.get("error", "patch failed"))
-    parts = [f"{entry.get('name')}: {entry.get('result') or entry.get('state') or '-'}" for entry in doc["sets"]]
+    parts = [f"{_env_prefix(entry)}{entry.get('name')}: {entry.get('result') or entry.get('state') or '-'}"
+             for entry in doc["sets"]]
     failed = [f"{check.get('patch')} {check.get('check')}" for check in doc.get("checks", []) if not check.get("ok")]
     if failed:
         parts.append(f"failed: {', '.join(failed[:4])}{' ...' if len(failed) > 4 else ''}")
@@ -179,6 +220,10 @@ def _unresolved(check: dict, verbose: bool) -> str:
                    for finding in check.get("findings") or [] if finding.get("status") == "unknown")
 
 
+def _env_prefix(entry: dict) -> str:
+    return f"{entry['env']}: " if entry.get("env") else ""
+
+
 def _render(action: str, doc: dict, *, verbose: bool = False) -> None:
     from remote import render
 
@@ -187,15 +232,15 @@ def _render(action: str, doc: dict, *, verbose: bool = False) -> None:
         out.print(render.status_text(False, doc["error"]))
         return
     if action == "verify":
-        view = render.table(f"patch verify — {doc['host']}", ["patch", "check", "result", "detail"])
+        view = render.table(f"patch verify — {doc['host']}", ["env", "patch", "check", "result", "detail"])
         for check in doc.get("checks", []):
-            view.add_row(check.get("patch", ""), check.get("check", ""),
+            view.add_row(check.get("env", "default"), check.get("patch", ""), check.get("check", ""),
                          render.status_text(check.get("ok"), "ok" if check.get("ok") else "FAIL"),
                          str(check.get("detail", "")) + _unresolved(check, verbose))
         out.print(view)
         for entry in doc.get("sets", []):
             if entry.get("result") == "not applicable":
-                out.print(f"[dim]{entry['name']}: {entry.get('detail')}[/]")
+                out.print(f"[dim]{_env_prefix(entry)}{entry['name']}: {entry.get('detail')}[/]")
     elif action == "status":
         for line in doc.get("lines", []):
             out.print(line)
@@ -209,7 +254,8 @@ def _render(action: str, doc: dict, *, verbose: bool = False) -> None:
                   f"the host's {doc.get('file')}); review it and commit it with its set")
     else:
         for entry in doc.get("sets", []):
-            out.print(f"[bold]{entry['name']}[/]: {render.status_text(entry.get('ok'), entry.get('result') or '')}"
+            out.print(f"[bold]{_env_prefix(entry)}{entry['name']}[/]: "
+                      f"{render.status_text(entry.get('ok'), entry.get('result') or '')}"
                       f" — {entry.get('detail', '')}")
             for patch_entry in entry.get("patches", []):
                 out.print(f"  {patch_entry['id']}: {patch_entry.get('result') or patch_entry.get('state')}"

@@ -28,16 +28,19 @@ def _doctor_from_bundle(workdir: Path, cache: Path, *, as_script: bool = False) 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+CACHED = {"import": True, "api": True, "http": True}
+
+
 def test_a_second_workdir_on_the_same_host_reads_the_doctor_from_the_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = _doctor_from_bundle(tmp_path / "first", cache)
     second = _doctor_from_bundle(tmp_path / "second", cache)
-    assert first["cache"] == {"import": False, "api": False}
-    assert second["cache"] == {"import": True, "api": True}
+    assert first["cache"] == {"import": False, "api": False, "http": False}
+    assert second["cache"] == CACHED
     assert [finding["id"] for finding in second["findings"]] == [finding["id"] for finding in first["findings"]]
     # the run writes into its workdir between two doctors (logs, state, outputs): still the cached answers
     (tmp_path / "first" / "logs").mkdir()
     (tmp_path / "first" / "manifest.json").write_text("{}")
-    assert _doctor_from_bundle(tmp_path / "first", cache)["cache"] == {"import": True, "api": True}
+    assert _doctor_from_bundle(tmp_path / "first", cache)["cache"] == CACHED
     # and the agent run as a script reads the same entries
-    assert _doctor_from_bundle(tmp_path / "third", cache, as_script=True)["cache"] == {"import": True, "api": True}
+    assert _doctor_from_bundle(tmp_path / "third", cache, as_script=True)["cache"] == CACHED

@@ -37,7 +37,8 @@ __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS",
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
-             checks: Iterable[str] | None = None, pending: Callable | None = None) -> dict:
+             checks: Iterable[str] | None = None, pending: Callable | None = None,
+             sets_of: Callable | None = None) -> dict:
     """The doctor's document: {"ok", "scope", "findings", "versions", "timing_s"}; ok is False when any
     finding is an error.
 
@@ -46,6 +47,7 @@ def diagnose(search_path: list[str] | None = None, run: RunSettings | None = Non
     checks       a subset of CHECKS (default: every check that applies to the scope)
     pending      (index, search path) -> patch sets overlaid: judge the code as the run's patches step
                  will leave it (specops.patching.pending.overlay_fitting_sets, handed in by specops.cli)
+    sets_of      the same callable, to find (not judge as applied) the serve env's sets not applied yet
     """
     wanted = tuple(checks) if checks is not None else (CHECKS if run is not None else STACK_CHECKS)
     for name in wanted:
@@ -53,7 +55,7 @@ def diagnose(search_path: list[str] | None = None, run: RunSettings | None = Non
             raise BadInput(f"--checks: unknown check {name!r}; choose from {', '.join(CHECKS)}")
         if run is None and name in RUN_CHECKS:
             raise BadInput(f"--checks: {name} checks a run's settings; give --run NAME or --run-json")
-    document = run_doctor(run or RunSettings(backend=None), search_path, wanted, pending=pending)
+    document = run_doctor(run or RunSettings(backend=None), search_path, wanted, pending=pending, sets_of=sets_of)
     return {"ok": document["ok"], "scope": "run" if run is not None else "stack",
             **{key: value for key, value in document.items() if key != "ok"}}
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 
-from specops.analysis import DefTarget, ModuleIndex, Unresolved
+from specops.analysis import DefTarget, ModuleIndex, Unresolved, package_files
 from specops.doctor._report import Item, at_least
 
 REGISTRY = "vllm.model_executor.models.registry"
 DEEPSEEK_FAMILY = ("Deepseek", "Kimi")
+# the packages that name what they need from the vLLM server (a speculative method, a KV connector) in their code
+NAMERS = ("speculators", "hs_connectors")
 
 
 def server_pipeline(versions: dict[str, str | None]) -> bool:
@@ -37,6 +39,24 @@ def architecture_class(index: ModuleIndex, architecture: str) -> tuple[str, str]
             if (isinstance(key, ast.Constant) and key.value == architecture and isinstance(value, ast.Tuple)
                     and len(value.elts) == 2 and all(isinstance(e, ast.Constant) for e in value.elts)):
                 return value.elts[0].value, value.elts[1].value  # type: ignore[attr-defined]
+    return None
+
+
+def named_at(index: ModuleIndex, text: str) -> str | None:
+    """file:line of the first string constant equal to `text` in the installed speculators or hs_connectors: the
+    caller's line that asks the server for it (a connector name in a kv_transfer_config, a method compared)."""
+    for package in NAMERS:
+        if index.module_file(package) is None:
+            continue
+        for file in package_files(package, index):
+            source = index.text(file)
+            if source is None or text not in source:
+                continue
+            tree = index.tree(file)
+            lines = sorted(node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                           and node.value == text) if tree is not None else []
+            if lines:
+                return f"{file}:{lines[0]}"
     return None
 
 
@@ -78,8 +98,10 @@ def check_capabilities(index: ModuleIndex, versions: dict[str, str | None], arch
             items.append(Item("capability", "ok", where, f"vLLM {vllm} lacks {needed} (needs ≥{minimum}); "
                               f"not used by speculators {versions.get('speculators')}'s in-process extraction"))
         else:
-            items.append(Item("capability", "error", where, f"vLLM {vllm} lacks {needed}; it needs vLLM ≥{minimum}",
-                              f"install vLLM ≥{minimum}"))
+            caller = named_at(index, needed)
+            asked = f" ({caller} names it)" if caller else ""
+            items.append(Item("capability", "error", where, f"vLLM {vllm} lacks {needed}; it needs vLLM ≥{minimum}"
+                              f"{asked}", f"install vLLM ≥{minimum}"))
     if architecture:
         items.extend(_architecture(index, vllm, architecture))
     if server and (at_least(vllm, "0.30") or _source_mentions(index, "vllm.engine.arg_utils", "enable_scale_out")):

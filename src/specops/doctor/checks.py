@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
-from specops.doctor import _import_probe
+from specops.doctor import _entry_point, _import_probe
 from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
 from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
+from specops.doctor._http import http_items
 from specops.doctor._instances import check_instances
 from specops.doctor._model import check_model
 from specops.doctor._model_rules import command_flag_items, model_rule_items
@@ -30,7 +31,7 @@ from specops.gpus import device_count
 from specops.installed import distributions, normalise
 from specops.paths import workdir
 
-CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources")
+CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources", "entry_point")
 
 
 def without_own_code(search_path: list[str]) -> list[str]:
@@ -64,8 +65,10 @@ def _same_folder(folder: Path, other: Path) -> bool:
 
 
 def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
-               checks: tuple[str, ...] = CHECKS, pending: Callable | None = None) -> dict:
-    """{"ok", "findings", "timing_s", "versions"}: ok is False when any finding is an error."""
+               checks: tuple[str, ...] = CHECKS, pending: Callable | None = None,
+               sets_of: Callable | None = None) -> dict:
+    """{"ok", "findings", "timing_s", "versions"}: ok is False when any finding is an error. `pending` overlays
+    the fitting sets not applied yet (judge as patched); `sets_of` only finds them (the serve env's findings)."""
     started = time.perf_counter()
     path = without_own_code(search_path if search_path is not None else sys.path)
     index = ModuleIndex(path)
@@ -77,6 +80,8 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     # vLLM is judged where it serves: the serve env (inventory envs.serve) read before the run's own packages
     serve_path = serve_view(settings.serve_python, path)
     serving = ModuleIndex(without_own_code(serve_path)) if serve_path else index
+    # the serve env's own fitting sets not applied yet: overlaid on what its checks read when judged as patched
+    serve_sets = _entry_point.serve_sets(settings.serve_python, path, serving, pending, sets_of) if serve_path else []
     versions["vllm"] = vllm_version(serve_path or path)
     platform = "cpu" if is_cpu_build(serve_path or path) or (
         settings.gpus == 0 if settings.gpus is not None else device_count() == 0) else "gpu"
@@ -95,6 +100,9 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     cache_hits: dict[str, bool] = {}
     # the import probe runs in a child while the static checks run here
     probe = start_probe(index, path, cache_hits) if "import" in checks else None
+    # the serve env's `vllm serve --help` runs in a child too, as the launch would start it
+    entry = _entry_point.start(settings.serve_python if serve_path else (
+        sys.executable if vllm_version(path) else None), cache_hits) if "entry_point" in checks else None
     architecture = facts.get("architecture")
     timed("api", lambda: cached_items("api", [versions, architecture], index, lambda: (
         check_api_contract(index, versions) + check_pipeline_contract(index, versions)
@@ -107,7 +115,8 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                                                        settings.serve_flags, settings.prepare_flags,
                                                        required=settings.backend == "vllm"))
         timed("serving", lambda: check_serving(serving, versions, facts.get("architecture"), DRAFT_MODEL_TYPE)
-              + attention_items(serving, settings, versions["vllm"], platform))
+              + attention_items(serving, settings, versions["vllm"], platform)
+              + cached_items("http", [versions], serving, lambda: http_items(serving, versions), cache_hits))
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)
           + check_target(index, settings, settings.backend == "vllm" and platform == "cpu", serving=serving)
@@ -130,6 +139,10 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         return [*found, tmux(), writable(workdir())]
 
     timed("resources", resources)
+    if entry is not None:
+        timed("entry_point", lambda: _entry_point.entry_items(entry, serve_sets, as_patched=pending is not None))
+        timings["entry_point"] = entry.seconds  # its own time: the run (cold) or the cache's look (warm)
+    items.extend(_entry_point.serve_set_items(settings.serve_python, serve_sets, as_patched=pending is not None))
     items.extend(Item("patches", "ok", entry["set"], f"judged as patch set {entry['set']} will leave it "
                       f"({', '.join(entry['patches'])}: not applied yet; the pipeline's patches step applies it)")
                  for entry in overlaid)

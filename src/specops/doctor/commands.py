@@ -64,7 +64,9 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
         if settings_of_run is None:
             raise BadInput("doctor --run: this agent cannot read run configs")
         run = settings_of_run(args.run, args.backend, serve_python)
-    document = diagnose(site_path(args.site), run, checks, pending=pending if args.as_patched else None)
+    # the serve env's sets not applied yet are findings either way; only --as-patched judges the code as applied
+    document = diagnose(site_path(args.site), run, checks, pending=pending if args.as_patched else None,
+                        sets_of=pending)
     if args.run:
         document["run"] = args.run
     return (0 if document["ok"] else 1), document

@@ -34,7 +34,8 @@ def patched_text(text: str, patch: Patch) -> str | None:
 def overlay_fitting_sets(index: ModuleIndex, search_path: list[str], patches_dir: Path | None = None
                          ) -> list[dict[str, Any]]:
     """Overlay every not yet applied patch of the sets that fit this env; one entry per set overlaid:
-    {"set", "patches": [ids], "description"}."""
+    {"set", "patches": [ids], "description", "reasons": [each patch's why], "files": [the files overlaid]}
+    (the files: a crash whose traceback passes through one is a crash this set may fix)."""
     from specops.patching.sets import default_patches_dir
 
     folder = patches_dir or default_patches_dir()
@@ -49,7 +50,7 @@ def overlay_fitting_sets(index: ModuleIndex, search_path: list[str], patches_dir
     for patch_set in patch_sets:
         if not fit(patch_set, env).ok:
             continue
-        ids = []
+        ids, reasons, files = [], [], []
         for patch in patch_set.patches:
             file = index.module_file(patch.module)
             text = index.text(file) if file is not None and file.suffix == ".py" else None
@@ -57,6 +58,9 @@ def overlay_fitting_sets(index: ModuleIndex, search_path: list[str], patches_dir
             if file is not None and changed is not None:
                 index.overlay(file, changed)
                 ids.append(patch.id)
+                reasons.append(patch.reason)
+                files.append(str(file))
         if ids:
-            overlaid.append({"set": patch_set.name, "patches": ids, "description": patch_set.description})
+            overlaid.append({"set": patch_set.name, "patches": ids, "description": patch_set.description,
+                             "reasons": reasons, "files": sorted(set(files))})
     return overlaid

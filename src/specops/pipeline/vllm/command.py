@@ -68,7 +68,7 @@ def serve_dtype(run: Run, host_gpus: int) -> str:
 @functools.lru_cache(maxsize=16)
 def _cpu_serve_dtype(model_path: str, serve_python: str | None, wanted: str, _cpuinfo: str | None) -> str:
     from specops.doctor import draft_attention, vllm_path
-    from specops.pipeline.run.config import read_model_config, text_config
+    from specops.pipeline.run import read_model_config, text_config
 
     path = vllm_path(serve_python)
     if path is None or not (Path(model_path) / "config.json").is_file():
