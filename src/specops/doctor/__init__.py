@@ -78,11 +78,13 @@ def eagle3_support(search_path: list[str], architecture: str) -> tuple[bool | No
     return implements(index, f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}", "SupportsEagle3"), mapped[1]
 
 
-def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_size: int | None = None
-                    ) -> AttentionReading:
+def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_size: int | None = None,
+                    serve_args: list[str] | tuple[str, ...] = ()) -> AttentionReading:
     """Whether the vLLM on `search_path` can serve an EAGLE-3 draft beside the target whose language model's
-    config is `text`, on this host (a CPU build, or no GPUs: vLLM's CPU backends), read from its files."""
+    config is `text`, on this host (a CPU build, or no GPUs: vLLM's CPU backends), for the run's serve args (an
+    `--attention-backend` they select), read from its files."""
     from specops.analysis import ModuleIndex
 
     platform = "cpu" if is_cpu_build(search_path) or gpus == 0 else "gpu"
-    return read_attention(ModuleIndex(search_path), text, platform, draft_head_size=draft_head_size)
+    return read_attention(ModuleIndex(search_path), text, platform, draft_head_size=draft_head_size,
+                          serve_args=serve_args)

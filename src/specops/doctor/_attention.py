@@ -25,6 +25,7 @@ served request answers there, where a load is cheap.
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -68,6 +69,7 @@ class AttentionReading:
     why: str                       # one line: what was found
     where: str                     # the files read
     amx: bool | None = None        # the CPU flags read (None: not read, or not a CPU platform)
+    without_amx: str | None = None  # the target's backend on a CPU without AMX, where AMX changed it (CPU_MLA)
 
     def serve_dtype(self, wanted: str) -> str:
         """The dtype the target can be served in here: `wanted` where its attention backend takes it (or says
@@ -126,29 +128,64 @@ def _returned_member(node: ast.Return) -> str | None:
     return None
 
 
-def _returns(body: list[ast.stmt], amx_only: bool = False) -> list[tuple[str, bool]]:
-    """(member, only with AMX) for each backend return in `body`, in source order (not inside a use_mla test)."""
+def _excludes(test: ast.expr, selected: str | None) -> bool:
+    """Whether a branch's test is false for the backend the run selects (`--attention-backend X`): a comparison
+    `selected_backend != AttentionBackendEnum.X` with X selected, or `== AttentionBackendEnum.Y` with another."""
+    for node in ast.walk(test):
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Name)
+                and node.left.id == "selected_backend" and isinstance(node.comparators[0], ast.Attribute)):
+            member = node.comparators[0].attr
+            if isinstance(node.ops[0], ast.NotEq) and selected == member:
+                return True
+            if isinstance(node.ops[0], ast.Eq) and selected is not None and selected != member:
+                return True
+    return False
+
+
+def _returns(body: list[ast.stmt], amx_only: bool = False, selected: str | None = None) -> list[tuple[str, bool]]:
+    """(member, only with AMX) for each backend return in `body`, in source order (not inside a use_mla test),
+    leaving out the branches whose test the selected backend makes false."""
     found: list[tuple[str, bool]] = []
     for statement in body:
         if isinstance(statement, ast.Return) and (member := _returned_member(statement)):
             found.append((member, amx_only))
         elif isinstance(statement, ast.If) and "use_mla" not in ast.unparse(statement.test):
-            found += _returns(statement.body, amx_only or "amx" in ast.unparse(statement.test).lower())
-            found += _returns(statement.orelse, amx_only)
+            if not _excludes(statement.test, selected):
+                found += _returns(statement.body, amx_only or "amx" in ast.unparse(statement.test).lower(), selected)
+            found += _returns(statement.orelse, amx_only, selected)
     return found
 
 
-def cpu_backend_names(index: ModuleIndex, mla: bool, amx: bool) -> str | None:
-    """The enum member the CPU platform returns for an MLA (or other) model on a host with(out) AMX."""
+def cpu_backend_names(index: ModuleIndex, mla: bool, amx: bool, selected: str | None = None) -> str | None:
+    """The enum member the CPU platform returns for an MLA (or other) model on a host with(out) AMX, for the
+    backend the run selects (None: vLLM's own choice)."""
     file = index.module_file(CPU_PLATFORM)
     function = _function(index.tree(file) if file is not None else None, SELECTOR)
     if function is None:
         return None
     branch = next((s for s in function.body if isinstance(s, ast.If) and "use_mla" in ast.unparse(s.test)), None)
     body = (branch.body if branch is not None else []) if mla else function.body
-    for member, amx_only in _returns(body):
+    for member, amx_only in _returns(body, selected=selected):
         if amx or not amx_only:
             return member
+    return None
+
+
+def selected_backend(serve_args: list[str] | tuple[str, ...]) -> str | None:
+    """The attention backend a run's serve args select: `--attention-backend X` (or `=X`, `_`), or the `backend` of
+    `--attention-config JSON`; None when vLLM chooses."""
+    args = list(serve_args)
+    for i, arg in enumerate(args):
+        name, _, inline = arg.partition("=")
+        value = inline or (args[i + 1] if i + 1 < len(args) else "")
+        if name.replace("_", "-") == "--attention-backend":
+            return value.upper() or None
+        if name.replace("_", "-") == "--attention-config":
+            try:
+                config = json.loads(value)
+            except ValueError:
+                return None
+            return str(config.get("backend")).upper() if isinstance(config, dict) and config.get("backend") else None
     return None
 
 
@@ -243,8 +280,10 @@ def _shown(b: Backend) -> str:
 
 
 def read_attention(index: ModuleIndex, text: dict, platform: str, amx: bool | None = None,
-                   draft_head_size: int | None = None) -> AttentionReading:
-    """Target (`text`: the language model's config) and EAGLE-3 draft attention on `platform` (cpu | gpu)."""
+                   draft_head_size: int | None = None, serve_args: list[str] | tuple[str, ...] = ()
+                   ) -> AttentionReading:
+    """Target (`text`: the language model's config) and EAGLE-3 draft attention on `platform` (cpu | gpu), for the
+    run's serve args (an `--attention-backend` they select)."""
     mla = uses_mla(index, text)
     if platform != "cpu":
         return AttentionReading(platform, mla, None, None, None, "the attention kernels vLLM picks on GPUs are "
@@ -252,21 +291,24 @@ def read_attention(index: ModuleIndex, text: dict, platform: str, amx: bool | No
     amx = host_has_amx() if amx is None else amx
     paths = enum_paths(index)
     where = ", ".join(index.relative_path(m) for m in (CPU_PLATFORM, REGISTRY) if index.module_file(m))
-    target_member = cpu_backend_names(index, mla, bool(amx))
-    draft_member = cpu_backend_names(index, False, bool(amx))
+    selected = selected_backend(serve_args)
+    target_member = cpu_backend_names(index, mla, bool(amx), selected)
+    draft_member = cpu_backend_names(index, False, bool(amx), selected)
+    plain = cpu_backend_names(index, mla, False, selected)
+    without_amx = plain if amx and plain != target_member else None
     target = backend(index, target_member, paths) if target_member else None
     draft = backend(index, draft_member, paths) if draft_member else None
     if target is None or draft is None or target.block_sizes is None or draft.block_sizes is None:
         return AttentionReading(platform, mla, target, draft, None, "could not read which attention backends the "
-                                "CPU platform picks, or their block sizes", where, amx)
+                                "CPU platform picks, or their block sizes", where, amx, without_amx)
     if draft_head_size is not None and draft.head_sizes is not None and draft_head_size not in draft.head_sizes:
         return AttentionReading(platform, mla, target, draft, False, f"{draft.name} takes head sizes "
-                                f"{draft.head_sizes}, the draft's is {draft_head_size}", where, amx)
+                                f"{draft.head_sizes}, the draft's is {draft_head_size}", where, amx, without_amx)
     size = common_block_size([target.block_sizes, draft.block_sizes])
     if size is None:
         kind, cpu = "MLA" if mla else "attention", "this CPU (AMX)" if amx else "this CPU (no AMX)"
         return AttentionReading(platform, mla, target, draft, False, f"target {kind} and EAGLE-3 draft (GQA) share no "
                                 f"KV cache block size on {cpu}: No common block size ({_shown(target)}; "
-                                f"{_shown(draft)})", where, amx)
+                                f"{_shown(draft)})", where, amx, without_amx)
     return AttentionReading(platform, mla, target, draft, True, f"target {target.name} and draft {draft.name} share "
-                            f"KV cache blocks of {size}", where, amx)
+                            f"KV cache blocks of {size}", where, amx, without_amx)

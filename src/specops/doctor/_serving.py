@@ -183,7 +183,7 @@ def attention_items(index: ModuleIndex, settings: RunSettings, version: str | No
     config = read_json(Path(settings.model_path) / "config.json") if settings.model_path else None
     if config is None or version is None:
         return []  # check_model and the lines above say why
-    reading = read_attention(index, text_config(config), platform)
+    reading = read_attention(index, text_config(config), platform, serve_args=settings.serve_args)
     return (dtype_items(reading, settings, version) + rotary_items(reading, settings, version)
             + _draft_items(reading, settings, version))
 
@@ -210,7 +210,9 @@ def dtype_items(reading: AttentionReading, settings: RunSettings, version: str |
                      "load)")]
     return [Item("serving", "error", where, f"vLLM {version} serves the target with {target.name} on {cpu}, which "
                  f"takes only {declared}; the run's dtype {wanted} dies after the weights load",
-                 f"set dtype: auto (specops serves it in {taken} here) or dtype: {taken}")]
+                 f"set dtype: auto (specops serves it in {taken} here) or dtype: {taken}"
+                 + (f", or keep {wanted} with --attention-backend {reading.without_amx} in vllm.serve_args"
+                    if reading.without_amx else ""))]
 
 
 def rotary_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:

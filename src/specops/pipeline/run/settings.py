@@ -150,4 +150,5 @@ def _attention(run: Run, path: list[str], gpus: int) -> AttentionReading | None:
 
     if not (run.model_path / "config.json").is_file():
         return None
-    return draft_attention(path, text_config(read_model_config(run.model_path)), gpus)
+    return draft_attention(path, text_config(read_model_config(run.model_path)), gpus,
+                           serve_args=tuple(run.config.vllm.serve_args))

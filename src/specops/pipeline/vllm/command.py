@@ -62,18 +62,19 @@ def serve_dtype(run: Run, host_gpus: int) -> str:
     if host_gpus > 0 or run.config.dtype != "auto":
         return wanted
     return _cpu_serve_dtype(str(run.model_path), os.environ.get(SERVE_PYTHON_ENV) or None, wanted,
-                            os.environ.get(CPUINFO_ENV))
+                            tuple(run.config.vllm.serve_args), os.environ.get(CPUINFO_ENV))
 
 
 @functools.lru_cache(maxsize=16)
-def _cpu_serve_dtype(model_path: str, serve_python: str | None, wanted: str, _cpuinfo: str | None) -> str:
+def _cpu_serve_dtype(model_path: str, serve_python: str | None, wanted: str, serve_args: tuple[str, ...],
+                     _cpuinfo: str | None) -> str:
     from specops.doctor import draft_attention, vllm_path
     from specops.pipeline.run import read_model_config, text_config
 
     path = vllm_path(serve_python)
     if path is None or not (Path(model_path) / "config.json").is_file():
         return wanted
-    reading = draft_attention(path, text_config(read_model_config(Path(model_path))), 0)
+    reading = draft_attention(path, text_config(read_model_config(Path(model_path))), 0, serve_args=serve_args)
     return reading.serve_dtype(wanted)
 
 
