@@ -70,6 +70,26 @@ def test_a_checkpoint_naming_other_auxiliary_layers_is_refused_before_evaluation
     assert code == 0 and not [job for job in jobs["jobs"] if job.get("name") == "vllm-server"]
 
 
+def test_a_checkpoint_naming_no_auxiliary_layers_is_refused_before_evaluation(finished, tmp_path) -> None:
+    """vLLM #50170: without the ids in the draft's config vLLM captures the target's default layers, silently
+    (acceptance 1.04 instead of 2.77); the gate reads that default from vLLM's own code and refuses."""
+    root = copy_of(finished, tmp_path / "w")
+    run = root / "runs" / "tiny"
+    chosen = finished[1]["evaluation"]["report"]["checkpoint"]
+    config_file = run / "checkpoints" / chosen / "config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({key: value for key, value in config.items() if key != AUX}))
+
+    code, document, stderr = agent(root, "step", "evaluate", "--run", "tiny", "--backend", "vllm", env=SERVE_ENV)
+
+    assert code == 1, stderr[-3000:]
+    assert document["error"].startswith(f"parity (before evaluating {chosen}): {AUX}: training used [1, 2, 3], "
+                                        "serving will use ")
+    report = json.loads((run / "parity" / "report.json").read_text())
+    row = next(row for row in report["rows"] if row["key"] == AUX)
+    assert "the target's default: none in the draft config" in row["where"] and not row["ok"]
+
+
 def test_the_finished_draft_agrees_key_by_key_with_the_installed_vllm(finished, tmp_path) -> None:
     root = copy_of(finished, tmp_path / "w")
     code, document, stderr = agent(root, "step", "parity", "--run", "tiny", "--checkpoint", "last", env=SERVE_ENV)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specops.doctor._attention import CPUINFO_ENV, AttentionReading, host_has_amx, read_attention
+from specops.doctor._aux_layers import AuxRule, aux_rule
 from specops.doctor._capture import Capture, aux_capture
 from specops.doctor._contract import PIPELINE
 from specops.doctor._serve_env import (
@@ -31,9 +32,9 @@ RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningl
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
 __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
-           "AttentionReading", "Capture", "RunSettings", "aux_capture", "chosen_serve_python", "diagnose",
-           "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build", "parse_run_json",
-           "read_attention", "site_path", "vllm_path", "vllm_version"]
+           "AttentionReading", "AuxRule", "Capture", "RunSettings", "aux_capture", "aux_rule", "chosen_serve_python",
+           "diagnose", "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build",
+           "parse_run_json", "read_attention", "site_path", "vllm_path", "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specops.analysis import ModuleIndex
 from specops.doctor import _entry_point, _import_probe
+from specops.doctor._aux_layers import aux_items
 from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._contract import check_api_contract, check_pipeline_contract
@@ -116,6 +117,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                                                        required=settings.backend == "vllm"))
         timed("serving", lambda: check_serving(serving, versions, facts.get("architecture"), DRAFT_MODEL_TYPE)
               + attention_items(serving, settings, versions["vllm"], platform)
+              + aux_items(serving, versions["vllm"], facts.get("layer_ids"), facts.get("layers"))
               + cached_items("http", [versions], serving, lambda: http_items(serving, versions), cache_hits))
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)

@@ -94,6 +94,10 @@ def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Train
         served_aux, where = list(config.get("eagle_aux_hidden_state_layer_ids") or []), where_vllm
     _row(rows, "eagle_aux_hidden_state_layer_ids", trained.aux_layers, served_aux,
          f"training: {trained.aux_origin}; serving: {where}")
+    if reading is not None and reading.aux_count is not None:
+        _row(rows, "auxiliary layer count", len(trained.aux_layers), reading.aux_count,
+             f"training: {trained.aux_origin}; serving: {where_vllm}'s EAGLE-3 draft sizes its fc for exactly "
+             f"{reading.aux_count} ({reading.where.get('aux count', '?')}; vLLM #54526)")
     d2t = (shapes.get("d2t") or [None])[0]
     t2d = (shapes.get("t2d") or [None])[0]
     training_draft_vocab = trained.draft_vocab if trained.draft_vocab is not None else d2t

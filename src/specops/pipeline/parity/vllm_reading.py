@@ -42,6 +42,7 @@ class VllmReading:
     method_of: Callable[..., dict[str, Any]] | None = None
     sorts_aux_layers: bool = False
     default_aux: Callable[[int], tuple[int, ...]] | None = None
+    aux_count: int | None = None  # the only auxiliary-state count its EAGLE-3 draft takes (<= 0.16: 3); None: any
     where: dict[str, str] = field(default_factory=dict)  # what was read, for the report
 
     def draft_hf_config(self, config: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +152,12 @@ def read_vllm(serve_python: str | None = None, search_path: list[str] | None = N
     if builder is not None:
         reading.method_of = _compiled(builder, str(base_file))
         reading.where["method"] = index.relative_path(BASE)
+    from specops.doctor import aux_rule
+
+    rule = aux_rule(index)  # the doctor's rule, read the same way: how many auxiliary states the draft's fc takes
+    if rule is not None:
+        reading.aux_count = rule.fixed
+        reading.where["aux count"] = rule.where
     interfaces_file = index.module_file(INTERFACES)
     interfaces = index.tree(interfaces_file) if interfaces_file is not None else None
     if interfaces is not None:
