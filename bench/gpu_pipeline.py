@@ -319,6 +319,8 @@ def rounding_margin(env: dict[str, str], run_name: str, factors=(1, 2, 4, 8, 16,
 
 
 DIGESTED = ("regenerated", "prepared", "hidden_states", "vocab")  # what a step wrote that the next one reads
+# bookkeeping, not content: progress.json holds the extract's timings (tokens/s, timestamps)
+NOT_CONTENT = {"hidden_states": {"progress.json"}}
 
 
 def input_digests(workdir: Path, run: str) -> dict[str, str | None]:
@@ -336,8 +338,13 @@ def input_digests(workdir: Path, run: str) -> dict[str, str | None]:
             digests[name] = None
             continue
         digest = hashlib.sha256()
-        for path in sorted(item for item in folder.rglob("*") if item.is_file()):
+        skipped = NOT_CONTENT.get(name, set())
+        for path in sorted(item for item in folder.rglob("*") if item.is_file() and item.name not in skipped):
             digest.update(str(path.relative_to(folder)).encode() + b"\0")
+            if path.suffix == ".json":  # vocab.json and the like name files by absolute path: the workdir's
+                digest.update(path.read_bytes().replace(str(workdir.resolve()).encode(), b"<workdir>")
+                              .replace(str(workdir).encode(), b"<workdir>"))
+                continue
             with path.open("rb") as stream:
                 while block := stream.read(1 << 24):
                     digest.update(block)

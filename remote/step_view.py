@@ -56,6 +56,15 @@ def is_json_document(line: str) -> bool:
         return False
 
 
+def _width(stream: IO[str]) -> int | None:
+    """A terminal's own width; piped, wide enough that a bar's line is printed whole (rich's default, 80
+    columns, cut the metrics and the ETA: `67… ETA 0:0…`)."""
+    try:
+        return None if stream.isatty() else 240
+    except (AttributeError, ValueError):
+        return 240
+
+
 class TrainingBars:
     """One bar per epoch, fed the trainer's `key=value` records as they arrive."""
 
@@ -68,7 +77,8 @@ class TrainingBars:
         self.epoch_offset = int(plan.get("first_epoch") or 0)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[metrics]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                 console=Console(file=stream, highlight=False), transient=False)
+                                 console=Console(file=stream, highlight=False, width=_width(stream)),
+                                 transient=False)
         self.progress.start()
         self.tasks: dict[int, Any] = {}
         self.pending: dict[str, float] = {}

@@ -8,10 +8,11 @@ SPECULATORS="0.3.0,0.4.0.1,0.5.0,0.6.0.2,0.7.0.2,0.8.1,0.9.0"
 VLLM="0.11.0,0.11.2,0.12.0,0.13.0,0.14.1,0.15.1,0.16.0,0.17.1,0.18.1,0.19.1,0.20.2,0.21.0,0.22.1,0.23.0,0.24.0"
 VLLM="$VLLM,0.25.1,0.26.0,0.27.1,0.28.0,0.29.0,0.30.0,0.31.0,0.32.0,0.33.0"
 out="${1:-COMPAT.md}"
-tmp="$(mktemp "$out.XXXXXX")"
-trap 'rm -f "$tmp"' EXIT
+# the table is written outside the tree while it is made (minutes), then moved in whole: no half-written file
+tmp="$(mktemp "${TMPDIR:-/tmp}/compat.XXXXXX")"
+trap 'rm -f "$tmp" "$out.partial"' EXIT
 .venv/bin/invoke compat --speculators "$SPECULATORS" --vllm "$VLLM" --markdown > "$tmp"
-chmod 644 "$tmp"
-mv "$tmp" "$out"
-trap - EXIT
+cp "$tmp" "$out.partial"
+chmod 644 "$out.partial"
+mv "$out.partial" "$out"
 echo "wrote $out" >&2

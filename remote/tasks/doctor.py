@@ -11,9 +11,12 @@ from remote.tasks.shared import doctor_call, exchange_once, render_findings
 @task(help={"host": "inventory host", "run": "also check this run's flags, model config and resources",
             "json": "one JSON document on stdout",
             "hosts": "several inventory hosts, comma-separated: in parallel, one row each",
-            "all_": "every inventory host, in parallel, one row each"})
+            "all_": "every inventory host, in parallel, one row each",
+            "no_import": "skip the import probe (a child python importing the run's packages; quicker)",
+            "site": "site folders on the host the packages are read from first (comma-separated), e.g. an env's "
+                    "site-packages"})
 @reports_errors
-def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
+def doctor(c, host=None, run=None, json=False, hosts=None, all_=False, no_import=False, site=None):
     """Catch API drift and missing capabilities in seconds, before any model load.
 
     Without --run it judges the installed stack alone; launches always check their run."""
@@ -21,16 +24,25 @@ def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
     from remote.inventory import load_inventory
     from remote.several_hosts import chosen_hosts, run_across
 
+    sites = [folder for folder in (site or "").split(",") if folder]
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_)
     if several is not None:
         run_across(f"doctor — {f'run {run}' if run else 'installed stack'}", several, inventory,
-                   lambda chosen, conn: doctor_call(conn, chosen, run), findings_summary, json=json)
+                   lambda chosen, conn: doctor_call(conn, chosen, run, no_import=no_import, site=sites),
+                   findings_summary,
+                   json=json)
         return
-    chosen, code, document = exchange_once(inventory, host, lambda chosen, conn: doctor_call(conn, chosen, run),
-                                           quick=True)
+    chosen, code, document = exchange_once(
+        inventory, host, lambda chosen, conn: doctor_call(conn, chosen, run, no_import=no_import, site=sites),
+        quick=True)
     if json:
         emit_json(document)
+    elif code == 2:  # bad input (an unknown run, a bad config): one line on stderr, exit 2
+        from remote.errors import BadInput
+        from remote.tasks.shared import local_config_name
+
+        raise BadInput(local_config_name(str(document.get("error")), run) if run else str(document.get("error")))
     elif "findings" in document:
         render_findings(document, f"doctor — {chosen.name} — {f'run {run}' if run else 'installed stack'}")
         counts: dict[str, int] = {}
@@ -40,7 +52,9 @@ def doctor(c, host=None, run=None, json=False, hosts=None, all_=False):
         render.console().print(f"{render.status_text(document['ok'], 'OK' if document['ok'] else 'ERRORS')}: "
                                f"{summary} in {document['elapsed_s']} s")
     else:
-        render.console().print(render.status_text(False, document.get("error", "doctor failed")))
+        import sys
+
+        print(f"specops: {document.get('error', 'doctor failed')}", file=sys.stderr)
     if code != 0:
         raise SystemExit(code)
 

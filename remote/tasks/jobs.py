@@ -80,9 +80,10 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     for job in document["jobs"]:
         state = job["state"]
         ok = None if state in ACTIVE_STATES else state == JobState.SUCCEEDED
-        detail = (job.get("last_log_line") or "")[-100:]
+        # an ended job's own result (a failure's reason) first, then the last line a person would read
+        detail = "\n".join(dict.fromkeys(clip(text) for text in (job.get("result"), job.get("last_log_line")) if text))
         if job.get("note"):
-            detail = f"{job['note'][:100]}\n{detail}"
+            detail = f"{clip(job['note'])}\n{detail}"
         progress = job.get("progress")
         if progress and state in ACTIVE_STATES and progress.get("load"):
             detail = f"{load_line(progress)}\n{detail}"
@@ -186,6 +187,16 @@ def _exit_text(job: dict) -> str:
     return f"{code} ({signal})" if signal else str(code)
 
 
+def clip(text: str, width: int = 100) -> str:
+    """A line for a table cell: whole when it fits, else cut at a word (its start kept) with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "…"
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -261,7 +272,8 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
     several = chosen_hosts(inventory, host, hosts, all_hosts)
     if several is not None:
         if not job:
-            raise BadInput("stop --hosts: name the job with --job (e.g. --job train)")
+            raise BadInput(f"stop {'--all-hosts' if all_hosts else '--hosts'}: name the job with --job "
+                           "(e.g. --job train)")
         args = commandline.job_stop(job=job, run=run)
         run_across(f"stop {job}", several, inventory, lambda chosen, conn: (0, job_call(conn, chosen, args)),
                    stopped_summary, json=json)

@@ -55,7 +55,7 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
 
     host, conn = session.host, session.conn
     # bad config, or the run busy here: exit 2 before any job, record or output exists
-    check_run(conn, host, run_name, refuse_busy=not wait)
+    check_run(conn, host, run_name, refuse_busy=not wait, launch=argv)
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor, backend)
@@ -76,8 +76,10 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     if json and result is not None:
         emit_json({**result, "job": job["id"], "state": outcome.state, "exit_code": outcome.exit_code})
     if outcome.state != JobState.SUCCEEDED:
-        reason = (result or {}).get("error") or f"exit code {outcome.exit_code}"
-        raise AgentError(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
+        reason = ((result or {}).get("error") or (validation_verdict(result) if result and "checks" in result else None)
+                  or f"exit code {outcome.exit_code}")
+        error = BadInput if outcome.exit_code == 2 else AgentError  # the job's exit code is the task's: one rule
+        raise error(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
     return result
 
@@ -101,23 +103,28 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
               f"{result.get('output')}")
 
 
-@task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal"})
+RETIRE_HELP = ("when the rows asked for would drop a finished training: move the trained draft, its vocab and "
+               "evaluation to <run>/retired/ (undo: invoke restore) instead of refusing")
+
+
+@task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal",
+            "retire": RETIRE_HELP})
 @reports_errors
-def prepare(c, host=None, run=None, samples=None, strict=False, detach=False, wait=False, json=False):
+def prepare(c, host=None, run=None, samples=None, strict=False, retire=False, detach=False, wait=False, json=False):
     """Tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
-        argv = commandline.step_prepare(run=run_name, samples=samples, strict=strict)
+        argv = commandline.step_prepare(run=run_name, samples=samples, strict=strict, retire=retire)
         run_step_job(session, run_name, "prepare", argv, detach=detach, wait=wait, json=json)
 
 
 @task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "stop_server": "vllm: stop the vllm-server job afterwards (default: keep it for the next extract)",
-            "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
+            "port": "vllm: the server's port on the host (default: the run's vllm.port)", "retire": RETIRE_HELP})
 @reports_errors
 def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
-            detach=False, wait=False, json=False):
+            retire=False, detach=False, wait=False, json=False):
     """Capture the target's hidden states at the run's layers (regenerate and prepare first when needed).
 
     With the vllm backend the host's `vllm-server` job of the run is reused when its model, layers,
@@ -126,7 +133,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
-                                       port=port)
+                                       port=port, retire=retire)
         run_step_job(session, run_name, "extract", argv, detach=detach, wait=wait, json=json, doctor=True,
                      skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"}, backend=backend or None)
 
@@ -138,7 +145,27 @@ def validate(c, host=None, run=None, fidelity_samples=4, detach=False, wait=Fals
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_validate(run=run_name, fidelity_samples=fidelity_samples)
-        run_step_job(session, run_name, "validate", argv, detach=detach, wait=wait, json=json)
+        result = run_step_job(session, run_name, "validate", argv, detach=detach, wait=wait, json=json)
+    if result and not json:
+        print(validation_verdict(result))
+
+
+def validation_verdict(result: dict[str, Any]) -> str:
+    """validate's verdict on one line: the files checked and bad, the fidelity agreement against the target."""
+    checks = result.get("checks") or {}
+    files = (checks.get("files") or {}).get("detail") or {}
+    fidelity = (checks.get("fidelity") or {}).get("detail") or {}
+    agreement = fidelity.get("agreement")
+    said = [f"{files.get('checked', '?')} files, {files.get('bad', '?')} bad"]
+    if agreement is not None:
+        said.append(f"fidelity {agreement:.3f} agreement with the target's next tokens (threshold "
+                    f"{fidelity.get('threshold')}, {fidelity.get('decidable')} positions, reference "
+                    f"{fidelity.get('reference')})")
+    elif fidelity.get("reason"):
+        said.append(f"fidelity unknown: {fidelity['reason']}")
+    verdict = "OK" if result.get("ok") else "FAILED"
+    skipped = " (unchanged since the last check)" if str(result.get("status", "")).startswith("skipped") else ""
+    return f"validate: {verdict}{skipped}: {'; '.join(said)}"
 
 
 @task(help={**STEP_HELP})
@@ -216,15 +243,20 @@ def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, 
             "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)",
             "sweep": "num_speculative_tokens=1,2,3,4,5: score the checkpoint at each (a table, sweep.png, "
                      "sweep.json; with vllm also tokens/s with and without the draft)",
-            "concurrency": "with --sweep and vllm: requests in flight, e.g. 1,8 (a cell each)"})
+            "concurrency": "with --sweep and vllm: requests in flight, e.g. 1,8 (a cell each)",
+            "set_": "NAME=FILE: a benchmark set on the host (JSONL or .jsonl.gz: MT-Bench turns, GSM8K question, "
+                    "HumanEval prompt, conversations); repeatable, beside the run's evaluate.sets",
+            "reproduce": "RECORD: evaluate again from a provenance record (<run>/evaluation/record.json on the "
+                         "host) and say what differs"}, iterable=["set_"])
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
-             wait=False, json=False, sweep=None, concurrency=None):
+             wait=False, json=False, sweep=None, concurrency=None, set_=None, reproduce=None):
     """The draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
-                                        backend=backend or None, sweep=sweep, concurrency=concurrency)
+                                        backend=backend or None, sweep=sweep, concurrency=concurrency,
+                                        sets=set_pairs(set_), reproduce=reproduce or None)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
                               env_role="train", role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
     if result and not json:
@@ -232,6 +264,17 @@ def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=
             render_sweep(result["sweep"])
         else:
             render_evaluation(result)
+
+
+def set_pairs(items: list[str] | None) -> dict[str, str] | None:
+    """--set NAME=FILE items as {NAME: FILE}; a malformed one is bad input (exit 2)."""
+    pairs = {}
+    for item in items or []:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise BadInput(f"--set {item!r}: expected NAME=FILE")
+        pairs[name] = file
+    return pairs or None
 
 
 def with_steps(body):
@@ -271,11 +314,13 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
         raise BadInput("--wait: one host at a time (across hosts the engines meet at a rendezvous that would "
                        "not wait that long)")
     chosen_samples = positive(samples, "--samples")
-    commandline.pipeline(run=run_name, samples=chosen_samples, backend=backend or None)  # checked before any host
+    launch_argv = commandline.pipeline(run=run_name, samples=chosen_samples,
+                                       backend=backend or None)  # checked before any host
     rendezvous_port = positive(port, "--port") or RDZV_PORT
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
-        checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None)
+        checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None,
+                            launch=launch_argv)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None,
                                                   as_patched=not skip_patches)}
 
@@ -322,4 +367,30 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False, hosts=N
     print(fetched_text(document))
 
 
-TASKS = [regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch]
+@task(help={"host": "inventory host (default: the inventory's default)",
+            "run": "run config runs/NAME.yaml (default: the host's run)",
+            "retired": "which set in runs/NAME/retired/ on the host (default: the newest)",
+            "json": "one JSON document on stdout"})
+@reports_errors
+def restore(c, host=None, run=None, retired=None, json=False):
+    """Undo a retirement: bring the trained draft, its vocab and evaluation set aside in runs/NAME/retired/
+    back (what is there now of those steps is set aside in its turn)."""
+    from remote.agent import agent_call
+
+    with host_session(host) as session:
+        run_name = chosen_run(session, run)
+        result = agent_call(session.conn, session.host, commandline.run_restore(run=run_name, retired=retired or None))
+    if result.exit_code == 2:
+        raise BadInput(str(result.document.get("error")))
+    if result.exit_code != 0:
+        raise AgentError(f"restore on {session.host.name}: {result.document.get('error')}")
+    if json:
+        emit_json(result.document)
+        return
+    document = result.document
+    print(f"restored {', '.join(document['restored'])} ({', '.join(document['folders'])}) of run {run_name} from "
+          f"{document['from']}" + (f"; what was there is now in {document['retired_now']}"
+                                   if document.get("retired_now") else ""))
+
+
+TASKS = [regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch, restore]

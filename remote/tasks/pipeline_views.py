@@ -65,7 +65,28 @@ def render_evaluation(evaluation: dict[str, Any] | None) -> None:
                      "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x")
     render.console().print(view)
     if evaluation.get("best"):  # evaluate.checkpoint best: which epoch, and why
-        render.console().print(f"best checkpoint: {evaluation['best']['why']}", highlight=False)
+        render.console().print(f"best checkpoint by acceptance: {evaluation['best']['why']}", highlight=False)
+    render_sets(evaluation)
+
+
+def render_sets(evaluation: dict[str, Any]) -> None:
+    """Benchmark sets x drafts: ours (trained, untrained) and the published figures, labelled as theirs."""
+    sets, compare = evaluation.get("sets") or {}, evaluation.get("compare") or {}
+    if not sets:
+        return
+    from remote import render
+
+    names = list(sets)
+    view = render.table("mean acceptance length per benchmark set", ["draft", *names])
+    first = next(iter(sets.values()))
+    view.add_row(f"trained ({first['trained']['checkpoint']}, {first['trained']['backend']})",
+                 *(f"{sets[name]['trained']['mean_acceptance_length']:.3f}" for name in names))
+    view.add_row("untrained", *(f"{sets[name]['untrained']['mean_acceptance_length']:.3f}" for name in names))
+    view.add_row("prompts (tokens)", *(f"{sets[name]['prompts']} ({sets[name]['tokens']})" for name in names))
+    for label, figures in compare.items():
+        view.add_row(f"theirs: {label}", *("-" if figures.get(name) is None else f"{figures[name]:.3f}"
+                                           for name in names))
+    render.console().print(view)
 
 
 def acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -105,7 +126,10 @@ def fetched_text(document: dict[str, Any]) -> str:
     from remote import render
 
     best = document.get("best_epoch")
-    best_text = "" if best is None or best == document["epoch"] else f"; the best so far is epoch {best}"
+    # speculators' checkpoint_best is the lowest validation loss; evaluate's "best" is the highest acceptance:
+    # named for what it is, so the two never read as one claim
+    best_text = ("" if best is None or best == document["epoch"]
+                 else f"; the lowest validation loss so far is epoch {best}")
     log = (document.get("logs") or {}).get("train.log")
     log_text = f"; train.log up to byte {log['offset']}" if log else ""
     return (f"fetched {document['verified']} files ({render.human_bytes(document['total_bytes'])}, sha256 verified) "

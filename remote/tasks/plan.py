@@ -6,10 +6,12 @@ config.json and safetensors headers, and the run's data; this side only renders 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from invoke import task
 
+from remote.errors import BadInput
 from remote.session import emit_json, reports_errors
 from remote.tasks.shared import local_config_name, positive
 
@@ -160,10 +162,12 @@ def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=Fals
         emit_json(document)
     elif "modes" in document:
         render(document)
+        if document.get("target_note"):  # an embedded target planned from its config: nothing generated yet
+            print(f"specops: {document['target_note']}", file=sys.stderr)
+    elif code == 2:  # bad input: one line on stderr, exit 2
+        raise BadInput(str(document.get("error")))
     else:
-        from remote import render as out
-
-        out.console().print(out.status_text(False, document.get("error", "plan failed")))
+        print(f"specops: {document.get('error', 'plan failed')}", file=sys.stderr)
     if code != 0:
         raise SystemExit(code)
 

@@ -38,7 +38,8 @@ RUN_CHECK_TIMEOUT_S = 300
 
 
 def doctor_call(conn: Connection, host: Host, run: str | None,
-                backend: str | None = None, as_patched: bool = False) -> tuple[int, dict[str, Any]]:
+                backend: str | None = None, as_patched: bool = False,
+                no_import: bool = False, site: list[str] | None = None) -> tuple[int, dict[str, Any]]:
     """The doctor on the host; with a run, as the command line will run it (`backend`: its --backend) and with
     vLLM judged in the host's serve env (inventory envs.serve), where the run's server runs."""
     from remote.agent import agent_call
@@ -46,21 +47,23 @@ def doctor_call(conn: Connection, host: Host, run: str | None,
     # A cold doctor imports the run's packages in a child python (torch, transformers: a minute on a
     # loaded 2-core machine, more on a busy host); a dead host is caught sooner by the liveness check.
     argv = commandline.doctor(run=run, backend=backend if run else None,
-                              serve_python=host.envs.get("serve") if run else None, as_patched=as_patched)
+                              serve_python=host.envs.get("serve") if run else None, as_patched=as_patched,
+                              no_import=no_import, site=site or None)
     result = agent_call(conn, host, argv, timeout=DOCTOR_TIMEOUT_S)
     return result.exit_code, result.document
 
 
 def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = False,
-              pipeline: bool = False, backend: str | None = None) -> dict[str, Any]:
+              pipeline: bool = False, backend: str | None = None, launch: list[str] | None = None) -> dict[str, Any]:
     """The run config checked on the host BEFORE anything is launched (keys and values, and layer_ids
     against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written.
     `refuse_busy`: also exit 2 when another job or step of the run runs there (before the doctor; the
     launch decides for good). `pipeline`: the check before a whole pipeline (what its later steps need);
-    `backend`: the pipeline's --backend (else the run's own)."""
+    `backend`: the pipeline's --backend (else the run's own). `launch`: the agent argv about to be launched,
+    whose own checks that need no model (its checkpoint, rows that would retire a training) come now."""
     from remote.agent import agent_call
 
-    argv = commandline.run_check(run=run, pipeline=pipeline, backend=backend)
+    argv = commandline.run_check(run=run, pipeline=pipeline, backend=backend, launch=launch)
     result = agent_call(conn, host, argv, timeout=RUN_CHECK_TIMEOUT_S)
     if result.exit_code == 2:
         raise BadInput(local_config_name(str(result.document.get("error")), run))

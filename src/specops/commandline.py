@@ -35,6 +35,7 @@ from specops.commandvalues import (
     REFERENCE,
     ROLE_PYTHONS,
     SECONDS,
+    SET_FILES,
     SET_NAMES,
     SITES,
     SWEEP,
@@ -47,6 +48,8 @@ WAIT_HELP = "when another job or step of the run is running here, wait for it in
 RUN = Flag("run", NAME, required=True)
 WAIT = Flag("wait", help=WAIT_HELP)
 SAMPLES = Flag("samples", WHOLE, help="rows N (default: the run's samples)")
+RETIRE = Flag("retire", help="when these rows would drop a finished training: move the trained draft, its vocab "
+              "and evaluation to <run>/retired/<stamp>/ (undo: run restore) instead of refusing (exit 2)")
 PORT = Flag("port", WHOLE, help="vllm: the server's port (default: the run's vllm.port)")
 SHARE = Flag("part", PART, metavar="I/COUNT", help="write only share I of COUNT hosts (hf: whole batches of the "
              "one-host plan; vllm: speculators' --rank I --world-size COUNT)")
@@ -78,13 +81,13 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
             (RUN, Flag("backend", BACKEND), Flag("stop_server", help="vllm: stop the server job afterwards"), PORT,
              SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
     Command(("step", "prepare"), "tokenise conversations, loss mask, token frequencies",
-            (RUN, SAMPLES, Flag("strict", help="malformed records are fatal (exit 2)"), WAIT)),
+            (RUN, SAMPLES, Flag("strict", help="malformed records are fatal (exit 2)"), RETIRE, WAIT)),
     Command(("step", "extract"), "capture target hidden states (runs prepare first if needed)",
             (RUN, Flag("samples", WHOLE, help="extract rows 0..N-1 (default: all prepared)"), Flag("backend", BACKEND),
              Flag("batch_tokens", WHOLE, help="padded tokens per forward batch"),
              Flag("stop_server", help="vllm: stop the vllm-server job afterwards (default: keep it)"), PORT,
              Flag("processes", WHOLE, help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on "
-                  "CPU)"), SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
+                  "CPU)"), SHARE, WHOLE_CHECK, RETIRE, WAIT), (SHARE_OR_CHECK,)),
     Command(("step", "extract-shard"), "one process's batches of a several-process hf extract (started by step "
             "extract)", (RUN, Flag("shard", COUNT, required=True))),
     Command(("step", "validate"), "check hidden-state files and their fidelity",
@@ -115,10 +118,17 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
              Flag("sweep", SWEEP, metavar="num_speculative_tokens=1,2,3",
                   help="score the checkpoint at each setting (sweep.json, sweep.png)"),
              Flag("concurrency", CONCURRENCY, metavar="1,8", help="with --sweep and vllm: requests in flight, "
-                  "each a cell"), WAIT),
+                  "each a cell"),
+             Flag("sets", SET_FILES, default=[], metavar="NAME=FILE", repeat=True, spelled="set",
+                  help="a benchmark set (JSONL: MT-Bench turns, GSM8K question, HumanEval prompt, conversations) "
+                  "besides the run's evaluate.sets"),
+             Flag("reproduce", TEXT, metavar="RECORD", help="evaluate again from a provenance record (record.json) "
+                  "and say what differs"), WAIT),
             (only_with("sweep", ("concurrency",),
                        "--concurrency: only with --sweep (evaluate sends its prompts one at a time)"),
-             excludes("sweep", "all_epochs", "a sweep scores one checkpoint"))),
+             excludes("sweep", "all_epochs", "a sweep scores one checkpoint"),
+             excludes("reproduce", "sweep", "a record is of one evaluation"),
+             excludes("reproduce", "all_epochs", "a record is of one checkpoint"))),
     Command(("step", "parity"), "the train-vs-serve parity gate: the draft config read the way the installed vLLM "
             "reads it, against what training uses (exit 1 on a mismatch)",
             (RUN, Flag("checkpoint", CHECKPOINT, help="check this checkpoint (last | an epoch number) instead of "
@@ -157,7 +167,12 @@ PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time
 RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)",
                     (RUN, Flag("pipeline", help="before a whole pipeline: also refuse a vLLM server on the run's "
                                "port that its run still owns when a later step needs the port or the GPUs"),
-                     Flag("backend", BACKEND, help="the pipeline's --backend (default: the run's own)")))
+                     Flag("backend", BACKEND, help="the pipeline's --backend (default: the run's own)"),
+                     Flag("launch", COMMAND, rest=True, help="-- then the agent command about to be launched "
+                          "(`step evaluate --run R --checkpoint 3`): its checks that need no model, made now")))
+RUN_RESTORE = Command(("run", "restore"), "bring back what a retirement set aside in <run>/retired/ (what is there "
+                      "now of those steps is set aside in its turn)",
+                      (RUN, Flag("retired", NAME, metavar="STAMP", help="which set (default: the newest)")))
 FETCH_LIST = Command(("fetch-list",), "files `invoke fetch` brings home, with sha256",
                      (RUN, Flag("with_training_state", help="include optimizer/scheduler state"),
                       Flag("drop", NAME, metavar="SNAPSHOT", help="remove a snapshot the workstation brought home")))
@@ -176,6 +191,7 @@ pipeline = PIPELINE.builder(__name__)
 vllm_extract = VLLM_EXTRACT.builder(__name__)
 plan = PLAN.builder(__name__)
 run_check = RUN_CHECK.builder(__name__)
+run_restore = RUN_RESTORE.builder(__name__)
 fetch_list = FETCH_LIST.builder(__name__)
 
 

@@ -134,6 +134,16 @@ def _role_pythons(value: object, flag: str) -> list[str]:
     return [f"{_name(role, flag)}={_text(python, f'{flag} {role}')}" for role, python in value.items()]
 
 
+def _set_files(value: object, flag: str) -> list[str]:
+    """Benchmark sets (NAME -> FILE) as the NAME=FILE items of a repeated --set."""
+    if not isinstance(value, Mapping):  # the agent's own parse: its NAME=FILE items, each checked again
+        if isinstance(value, str) or not isinstance(value, Sequence) or not all(
+                isinstance(item, str) and "=" in item for item in value):
+            raise BadArgument(f"{flag}: expected a mapping of NAME to FILE, got {value!r}")
+        value = dict(item.split("=", 1) for item in value)
+    return [f"{_name(name, flag)}={_text(file, f'{flag} {name}')}" for name, file in value.items()]
+
+
 def _names(value: object, flag: str) -> list[str]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise BadArgument(f"{flag}: expected a list of names, got {value!r}")
@@ -198,6 +208,7 @@ PATCH_ACTION = Kind(partial(_choice, choices=PATCH_ACTIONS), choices=PATCH_ACTIO
 ENV_PAIRS = Kind(_env_pairs, "Mapping[str, str] | None")
 ROLE_PYTHONS = Kind(_role_pythons, "Mapping[str, str] | None")
 SET_NAMES = Kind(_names, "Sequence[str] | None")
+SET_FILES = Kind(_set_files, "Mapping[str, str] | None")
 SITES = Kind(_texts, "Sequence[str] | None")
 JSON_OBJECT = Kind(_json_object, "Mapping[str, object] | None", text=json.dumps)
 COMMAND = Kind(_command, "Sequence[str]")  # the words after `--`, to the end of the line

@@ -36,6 +36,13 @@ def kimi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.copy(REPO / "runs" / "tiny-kimi.yaml", workdir / "runs" / "tiny-kimi.yaml")
     subprocess.run([sys.executable, "-m", "specops", "tiny", "--shape", "kimi"], check=True, capture_output=True,
                    env={**os.environ, "SPECOPS_WORKDIR": str(workdir)}, cwd=workdir)
+    # The run's env as its pipeline leaves it: the sets that fit it applied through the product's own `patch
+    # apply` (speculators-0.9.0-wrapper reads the wrapper's tokenizer), never by another test having run first.
+    # Judged unpatched, that set's absence is a true error (the pristine-site tests below judge that state).
+    command = [sys.executable, "-m", "specops", "patch", "apply", "--patches-dir", str(REPO / "patches")]
+    applied = subprocess.run(command, capture_output=True, text=True,
+                             env={**os.environ, "SPECOPS_WORKDIR": str(workdir)}, cwd=workdir, timeout=600)
+    assert applied.returncode == 0, applied.stdout[-2000:] + applied.stderr[-2000:]
     yield workdir
 
 

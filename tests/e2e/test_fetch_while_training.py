@@ -30,11 +30,12 @@ def _job_state(cli: Cli, job_id: str) -> str:
 
 def test_fetch_while_training_runs_brings_home_a_consistent_snapshot(cli: Cli, tmp_path: Path) -> None:
     # the demo run with fewer rows and many epochs: checkpoints come often and training outlasts the
-    # fetches; on the dataset's own answers (nothing here needs the target's: no regenerate, no evaluate)
+    # fetches however busy the machine (each fetch is a few agent calls; the job is stopped after the third,
+    # so epochs it never reaches cost nothing); on the dataset's own answers (no regenerate, no evaluate)
     runs = tmp_path / "my-runs"
     runs.mkdir()
     config = yaml.safe_load((REPO / "runs" / "tiny.yaml").read_text())
-    config["samples"], config["train"]["epochs"] = 40, 40
+    config["samples"], config["train"]["epochs"] = 40, 400
     (runs / "tiny.yaml").write_text(yaml.safe_dump(config))
     from_source_conversations(runs / "tiny.yaml")
     env = {"SPECOPS_RUNS_DIR": str(runs)}

@@ -1,5 +1,6 @@
-"""`invoke status` reads like a person's summary: the last human line of the log (never a fragment
-of the step's JSON result) and, when a signal ended the job, the signal's name beside the exit code."""
+"""`invoke status` reads like a person's summary: an ended job's own result (from its JSON document), then
+the last human line of the log (never a fragment of the step's JSON result) and, when a signal ended the
+job, the signal's name beside the exit code."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ def test_status_shows_the_last_human_line_not_the_json_result(cli: Cli, host_nam
     assert launched.exit_code == 0, launched.stderr
     job = next(job for job in cli("status", "--host", host_name, "--json").json()["jobs"] if job["name"] == "step")
     assert job["last_log_line"] == "trained 3 epochs, loss 1.25"
-    row = _row(cli, host_name, job["id"])
-    assert "trained 3 epochs, loss 1.25" in row and '"' not in row and "{" not in row
+    assert job["result"] == "pipeline: 60 done"  # the job's own result (issue 46), from its JSON document
+    shown = cli("status", "--host", host_name, "--all").stdout.splitlines()
+    at = next(index for index, line in enumerate(shown) if job["id"] in line)
+    assert "pipeline: 60 done" in shown[at] and "trained 3 epochs, loss 1.25" in shown[at + 1]
+    assert not any('"' in line or "{" in line for line in shown[at:at + 2])
 
 
 def test_status_names_the_signal_that_ended_a_job(cli: Cli, host_name: str) -> None:

@@ -53,3 +53,52 @@ def test_every_flag_the_readme_gives_a_task_is_the_tasks_own(task: str, flag: st
 
     names = {name for argument in tasks.ns.tasks[task].get_arguments() for name in argument.names}
     assert flag.removeprefix("--") in names, f"README: invoke {task} {flag}: the task has no such flag"
+
+
+def _inline_invokes(text: str) -> list[str]:
+    """`invoke ...` command lines quoted inline: in the README's prose, or in a message's string."""
+    return [match.split("#")[0] for match in re.findall(r"`(invoke [^`\n]+)`", text)]
+
+
+def _message_invokes(text: str) -> list[str]:
+    """`invoke TASK ... --flag` as a message in the code writes it (quoted or not), up to the sentence's end."""
+    return [f"invoke {task}{tail}" for task, tail in re.findall(r"invoke ([a-z][a-z-]*)((?: [^\s\"'`),;]+)*)", text)
+            if task not in {"the", "a", "it", "its"}]
+
+
+def _sources() -> list[tuple[str, str]]:
+    files = [REPO / "tasks.py", *sorted((REPO / "remote").rglob("*.py")), *sorted((REPO / "src").rglob("*.py"))]
+    return [(path.relative_to(REPO).as_posix(), path.read_text()) for path in files]
+
+
+INLINE = sorted({(task, flag, "README.md") for line in _inline_invokes((REPO / "README.md").read_text())
+                 for task, flag in _uses(line)}
+                | {(task, flag, name) for name, text in _sources()
+                   for line in [*_inline_invokes(text), *_message_invokes(text)] for task, flag in _uses(line)})
+
+
+def test_the_inline_commands_are_read() -> None:
+    assert ("logs", "--follow", "README.md") in INLINE and ("doctor", "--no-import", "README.md") in INLINE
+    assert ("train", "--fresh", "src/specops/pipeline/training/steps.py") in INLINE
+
+
+@pytest.mark.parametrize(("task", "flag", "where"), INLINE, ids=lambda value: value)
+def test_every_flag_a_message_or_the_readme_names_is_the_tasks_own(task: str, flag: str, where: str) -> None:
+    import tasks
+
+    assert task in tasks.ns.tasks, f"{where}: invoke {task}: no such task"
+    names = {name for argument in tasks.ns.tasks[task].get_arguments() for name in argument.names}
+    assert flag.removeprefix("--") in names, f"{where}: invoke {task} {flag}: the task has no such flag"
+
+
+def test_a_flag_no_task_has_is_bad_input_exit_2_and_one_line() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    invoke = Path(sys.executable).parent / "invoke"
+    done = subprocess.run([str(invoke), "extract", "--sample", "3"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "specops: invoke extract: No idea what '--sample' is! (invoke --help extract lists its flags)"]

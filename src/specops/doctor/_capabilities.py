@@ -76,6 +76,11 @@ def implements(index: ModuleIndex, qualname: str, interface: str) -> bool | None
     return None if unresolved else False
 
 
+# Where vLLM goes: its own env (its pins conflict with the training env's), named in the inventory.
+INSTALL_VLLM = ("its own env, e.g. scripts/setup-vllm.sh here; name that env's python as the host's envs.serve "
+                "in inventory.yaml")
+
+
 def check_capabilities(index: ModuleIndex, versions: dict[str, str | None], architecture: str | None,
                        serve_flags: list[str], prepare_flags: list[str], required: bool = True) -> list[Item]:
     """`required`: a run on the vllm backend needs vLLM; the installed stack alone may do without it."""
@@ -83,8 +88,8 @@ def check_capabilities(index: ModuleIndex, versions: dict[str, str | None], arch
     if vllm is None:
         if not required:
             return [Item("capability", "warn", "vllm", "vLLM is not installed: only the hf backend can run",
-                         "install vLLM for the vllm backend")]
-        return [Item("capability", "error", "vllm", "vLLM is not installed", "install vLLM")]
+                         f"install vLLM for the vllm backend ({INSTALL_VLLM})")]
+        return [Item("capability", "error", "vllm", "vLLM is not installed", f"install vLLM ({INSTALL_VLLM})")]
     items: list[Item] = []
     server = server_pipeline(versions)
     for needed, module, minimum in (("extract_hidden_states", "vllm.config.speculative", "0.17"),

@@ -13,7 +13,14 @@ from specops.doctor import _entry_point, _import_probe
 from specops.doctor._aux_layers import aux_items
 from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
-from specops.doctor._contract import check_api_contract, check_pipeline_contract
+from specops.doctor._connector import connector_items
+from specops.doctor._contract import (
+    CALLER,
+    CALLERS,
+    check_api_contract,
+    check_connector_contract,
+    check_pipeline_contract,
+)
 from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
 from specops.doctor._http import http_items
@@ -105,9 +112,14 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     entry = _entry_point.start(settings.serve_python if serve_path else (
         sys.executable if vllm_version(path) else None), cache_hits) if "entry_point" in checks else None
     architecture = facts.get("architecture")
-    timed("api", lambda: cached_items("api", [versions, architecture], index, lambda: (
-        check_api_contract(index, versions) + check_pipeline_contract(index, versions)
-        + check_instances(index, versions, architecture) + check_engine_loops(index, versions)), cache_hits))
+    # hs_connectors runs inside vLLM's server (its KV connectors): judged where that server runs, the serve env,
+    # against the serve env's vLLM; in the run's env only when that env serves too
+    callers = (CALLER,) if serve_path else CALLERS
+    timed("api", lambda: cached_items("api", [versions, architecture, callers], index, lambda: (
+        check_api_contract(index, versions, callers) + check_pipeline_contract(index, versions)
+        + check_instances(index, versions, architecture) + check_engine_loops(index, versions)), cache_hits)
+        + (cached_items("api-serve", [versions], serving, lambda: check_connector_contract(serving, versions),
+                        cache_hits) if serve_path else []))
     timed("flags", lambda: check_flags(serving, {"serve_flags": settings.serve_flags}, versions) + check_flags(index, {
         "prepare_flags": settings.prepare_flags, "generate_flags": settings.generate_flags,
         "train_flags": settings.train_flags}, versions))
@@ -118,6 +130,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         timed("serving", lambda: check_serving(serving, versions, facts.get("architecture"), DRAFT_MODEL_TYPE)
               + attention_items(serving, settings, versions["vllm"], platform)
               + aux_items(serving, versions["vllm"], facts.get("layer_ids"), facts.get("layers"))
+              + connector_items(serving, settings.hidden_states_backend, versions["vllm"])
               + cached_items("http", [versions], serving, lambda: http_items(serving, versions), cache_hits))
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)

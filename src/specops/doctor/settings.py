@@ -40,6 +40,7 @@ class RunSettings:
     tokens: int | None = None            # the rows' tokens (counted or estimated); None: samples x max_seq_len
     tokens_source: str | None = None
     hidden_states_mode: str = "offline"  # offline | online | hybrid: how much of them lands on disk
+    hidden_states_backend: str = "file"  # file | fp8 | mooncake: the connector the server loads (_connector.py)
     disk_budget_gb: float | None = None
     serve_python: str | None = None      # the serve env's interpreter (inventory envs.serve): vLLM is read there
     # whether vLLM serves the trained draft on this host: "asked" (evaluate.backend: vllm, parity.serve: true,
@@ -76,6 +77,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "tokens": (_positive, "a positive integer"),
     "tokens_source": (lambda v: isinstance(v, str), "a string"),
     "hidden_states_mode": (lambda v: v in ("offline", "online", "hybrid"), "'offline', 'online' or 'hybrid'"),
+    "hidden_states_backend": (lambda v: v in ("file", "fp8", "mooncake"), "'file', 'fp8' or 'mooncake'"),
     "disk_budget_gb": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0, "a number > 0"),
     "serve_python": (lambda v: isinstance(v, str), "a string"),
     "serves_draft": (lambda v: v in SERVES_DRAFT, "'asked' or 'default'"),

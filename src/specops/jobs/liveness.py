@@ -43,7 +43,10 @@ def describe(record: JobRecord, server: TmuxServer) -> dict[str, Any]:
         "age_s": round(age.total_seconds(), 1),
         "processes_alive": processes_alive(record),
         "last_log_line": logtail.last_line(Path(record["log"])),
-        "note": specops_note(Path(record["log"])),
+        # an ended job's own result (a failure's reason), not whatever its log ended with
+        "result": None if record["state"] in ACTIVE_STATES else logtail.result_line(Path(record["log"])),
+        # a note is about the job while it runs ("waiting for job ... to end"), not once it has ended
+        "note": specops_note(Path(record["log"])) if record["state"] in ACTIVE_STATES else None,
         "progress": step_progress(record),
     }
 

@@ -23,6 +23,8 @@ _BACKWARD_BLOCK = 1 << 16
 _LAST_LINE_WINDOW = 1 << 16
 _LAST_LINE_CHARS = 500
 _LAST_LINE_SCAN = 1 << 22  # bytes read backwards at most for a human line
+_RESULT_WINDOW = 1 << 20  # a step's result document is one line, at most a few hundred KB
+INTERNAL_PREFIX = "### specops "  # the trainer's markers for the agent's readers, never shown to people
 
 
 def log_size(path: Path) -> int:
@@ -91,11 +93,43 @@ def last_line(path: Path) -> str | None:
             carry, whole = (b"", pieces) if start == 0 else (pieces[0], pieces[1:])
             for raw in reversed(whole):
                 line = raw.decode(errors="replace").strip()
-                if line and not _is_json_document(line):
+                if line and not _is_json_document(line) and not line.startswith(INTERNAL_PREFIX):
                     return line[-_LAST_LINE_CHARS:]
             end = start
             if size - end >= _LAST_LINE_SCAN:
                 break
+    return None
+
+
+def result_line(path: Path) -> str | None:
+    """An ended job's own result, from the JSON document its command printed last: a failure's error, else
+    the step and its status ("extract: skipped: unchanged"); None without one."""
+    size = log_size(path)
+    if size == 0:
+        return None
+    with path.open("rb") as handle:
+        start = max(0, size - _RESULT_WINDOW)
+        handle.seek(start)
+        lines = handle.read().decode(errors="replace").splitlines()[1 if start else 0:]
+    for raw in reversed(lines):
+        line = raw.strip()
+        if line and _is_json_document(line):
+            document = json.loads(line)
+            if not isinstance(document, dict):
+                return None
+            if document.get("error"):
+                return str(document["error"])
+            step, status = document.get("step"), document.get("status")
+            if step and status:
+                return f"{step}: {status}"
+            steps = document.get("steps")
+            if isinstance(steps, dict) and steps:  # a pipeline's summary: its steps by status
+                said: dict[str, int] = {}
+                for report in steps.values():
+                    text = str((report or {}).get("status", "?")) if isinstance(report, dict) else "?"
+                    said[text.split(":")[0]] = said.get(text.split(":")[0], 0) + 1
+                return "pipeline: " + ", ".join(f"{count} {text}" for text, count in said.items())
+            return None
     return None
 
 

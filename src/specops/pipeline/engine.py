@@ -79,6 +79,7 @@ def run_reads(name: str, run_name: str, samples: int | None, backend: str | None
 
     run = open_run(run_name)
     context = context_for(run, samples, resolve(run, backend=backend), OneHost())
+    context.reading_for = name
     functions = step_functions()
     for entry in reads_of(name):
         if enabled(entry, run.config):

@@ -50,6 +50,7 @@ def settings_for(run: Run, effective: EffectiveSettings) -> RunSettings:
         dtype=run.config.dtype,
         **_tokens(run),
         hidden_states_mode=run.config.hidden_states.mode,
+        hidden_states_backend=run.config.hidden_states.backend,
         disk_budget_gb=run.config.hidden_states.disk_budget_gb,
         serve_python=effective.serve_python,
         serves_draft=effective.serves_draft,

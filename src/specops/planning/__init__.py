@@ -9,6 +9,7 @@ run's settings and the host's GPUs and disk. Standard library only (the doctor r
 """
 
 from specops.planning._loads import Load, LoadRate, load_rate, plan_loads
+from specops.planning._options import make_plan
 from specops.planning._plan import (
     MODES,
     PLACEMENTS,
@@ -19,7 +20,6 @@ from specops.planning._plan import (
     RunFacts,
     fits,
     human,
-    make_plan,
 )
 from specops.planning._sizes import (
     GB,

@@ -52,6 +52,7 @@ class RunFacts:
     tokens_per_step: int = 8192
     optimizer: str = "muon"
     expert_parallel: bool = False
+    hidden_state_backend: str = "file"  # hidden_states.backend: file | fp8 | mooncake
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class Plan:
     figures: dict[str, Any] = field(default_factory=dict)
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     recommended: dict[str, Any] = field(default_factory=dict)
+    # every hidden-state backend x mode, each with its disk, loads, time and whether it fits
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    # when the run's own backend and mode do not fit: the nearest that do (most rows, fp8, more hosts)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -100,6 +105,7 @@ class Plan:
                      "max_seq_len": run.max_seq_len, "epochs": run.epochs},
             **self.figures,
             "modes": self.modes,
+            "backend": run.hidden_state_backend, "rows": self.rows, "alternatives": self.alternatives,
             "rates": {"extract": self.rates.extract.to_dict(), "train": self.rates.train.to_dict(),
                       "serve": self.rates.serve.to_dict()},
         }
@@ -124,13 +130,16 @@ def _gib(count: int) -> str:
     return f"{count / sizes.GIB:.1f} GiB"
 
 
-def _hidden_states(target: TargetFacts, run: RunFacts) -> dict[str, Any]:
+def _hidden_states(target: TargetFacts, run: RunFacts, backend: str | None = None) -> dict[str, Any]:
+    """The hidden states' bytes as `backend` (default: the run's) keeps them: fp8 one byte an element and a
+    float32 scale per token."""
     layers = len(run.layer_ids)
-    per_token = sizes.hidden_state_bytes_per_token(layers, target.hidden, run.hidden_state_dtype)
-    files = sizes.hidden_state_file_bytes(run.tokens, run.samples, layers, target.hidden, run.hidden_state_dtype)
+    dtype = sizes.stored_dtype(run.hidden_state_dtype, backend or run.hidden_state_backend)
+    per_token = sizes.hidden_state_bytes_per_token(layers, target.hidden, dtype)
+    files = sizes.hidden_state_file_bytes(run.tokens, run.samples, layers, target.hidden, dtype)
     in_flight = min(sizes.ONLINE_SAMPLES_IN_FLIGHT, run.samples) * sizes.hidden_state_file_bytes(
-        run.max_seq_len, 1, layers, target.hidden, run.hidden_state_dtype)
-    return {"layer_ids": run.layer_ids, "layers": layers, "hidden": target.hidden, "dtype": run.hidden_state_dtype,
+        run.max_seq_len, 1, layers, target.hidden, dtype)
+    return {"layer_ids": run.layer_ids, "layers": layers, "hidden": target.hidden, "dtype": dtype,
             "bytes_per_token": per_token, "file_bytes_per_token": per_token + sizes.TOKEN_ID_BYTES,
             "bytes_total": per_token * run.tokens, "file_bytes_total": files, "in_flight_bytes": in_flight}
 
@@ -240,21 +249,18 @@ def _times(run: RunFacts, rates: Rates, on_disk_share: float) -> dict[str, float
     return {"extract_s": extract, "train_s": train, "total_s": total}
 
 
-def make_plan(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rates | None = None) -> Plan:
-    rates = rates or Rates()
-    on_gpu = host.gpus > 0
-    states = _hidden_states(target, run)
-    trainer = _draft(target, run, on_gpu)
-    trainer.pop("_draft")
+def _modes(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rates, states: dict[str, Any],
+           trainer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each mode's disk, placement, problems and time for the hidden states `states` (one backend's bytes)."""
     prepared = run.tokens * sizes.PREPARED_BYTES_PER_TOKEN
     checkpoints = run.epochs * trainer["checkpoint_bytes"]
     other = prepared + checkpoints
     usable = int(DISK_SHARE * host.disk_free_bytes)
     offline_bytes = states["file_bytes_total"]
-    plan = Plan(run=run, host=host, target=target, rates=rates)
     hybrid_budget = run.disk_budget_bytes
     if hybrid_budget is None:  # what the plan would keep: the usable disk less everything else
         hybrid_budget = max(usable - other - states["in_flight_bytes"], 0)
+    modes = {}
     for mode in MODES:
         budget = hybrid_budget if mode == "hybrid" else run.disk_budget_bytes
         states_on_disk = sizes.on_disk(mode, offline_bytes, budget, states["in_flight_bytes"])
@@ -270,16 +276,11 @@ def make_plan(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rates 
                             f"{human(host.disk_free_bytes)} free (up to {DISK_SHARE:.0%} used)")
         placement = _placement(target, run, host, trainer["total_bytes"], mode)
         problems += placement["problems"]
-        plan.modes[mode] = {"hidden_state_bytes_on_disk": states_on_disk, "disk_bytes": states_on_disk + other,
-                            "on_disk_share": round(kept, 4), "budget_bytes": budget if mode != "offline" else
-                            run.disk_budget_bytes, "placement": placement, "fits": not problems,
-                            "problems": problems, **_times(run, rates, kept)}
-    plan.figures = {"hidden_states": states, "trainer": trainer,
-                    "disk": {"prepared_bytes": prepared, "checkpoints_bytes": checkpoints,
-                             "free_bytes": host.disk_free_bytes, "usable_bytes": usable},
-                    "server": _server_figures(target, run, host)}
-    plan.recommended = _recommend(plan)
-    return plan
+        modes[mode] = {"hidden_state_bytes_on_disk": states_on_disk, "disk_bytes": states_on_disk + other,
+                       "on_disk_share": round(kept, 4), "budget_bytes": budget if mode != "offline" else
+                       run.disk_budget_bytes, "placement": placement, "fits": not problems,
+                       "problems": problems, **_times(run, rates, kept)}
+    return modes
 
 
 def _server_figures(target: TargetFacts, run: RunFacts, host: HostFacts) -> dict[str, Any]:

@@ -38,9 +38,19 @@ def hidden_state_dtype(dtype_setting: str, on_gpu: bool) -> str:
     return "bfloat16" if dtype_setting == "bfloat16" else "float32"
 
 
+FP8 = "float8_e4m3fn"  # hidden_states.backend fp8 stores the states so (speculators' hs_connectors)
+FP8_SCALE_BYTES = 4  # ... with one float32 scale per token (hidden_states_scales [seq, 1, 1])
+BACKENDS = ("file", "fp8", "mooncake")
+
+
+def stored_dtype(dtype: str, backend: str) -> str:
+    """The dtype of the hidden states as a backend keeps them: fp8 quantises, file and mooncake keep the model's."""
+    return FP8 if backend == "fp8" else dtype
+
+
 def hidden_state_bytes_per_token(layers: int, hidden: int, dtype: str) -> int:
-    """The captured layers' states of one token: layers x hidden x dtype bytes."""
-    return layers * hidden * DTYPE_BYTES[dtype]
+    """The captured layers' states of one token: layers x hidden x dtype bytes (fp8: and its float32 scale)."""
+    return layers * hidden * DTYPE_BYTES[dtype] + (FP8_SCALE_BYTES if dtype == FP8 else 0)
 
 
 def hidden_state_file_bytes(tokens: int, files: int, layers: int, hidden: int, dtype: str) -> int:

@@ -5,20 +5,41 @@ Exit 0 when the run's hidden-state mode fits, 1 when it does not (the document s
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from specops.commandline import PLAN
+from specops.paths import workdir
 
 
 def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.data import open_run
-    from specops.pipeline.plan import plan_for
+    from specops.pipeline.data import open_run, planned_config
+    from specops.pipeline.run import Run
 
-    run = open_run(args.run)
-    made = plan_for(run, samples=args.samples)
+    run = Run(args.run)
+    # an embedded GPU-sized target not generated yet is planned from its config, made in memory: plan loads no
+    # model and writes nothing large (generating it is the run's first step's work)
+    config = planned_config(workdir(), run.config.embedded) if run.config.embedded is not None else None
+    if config is None:
+        return _plan(open_run(args.run) if run.config.embedded is not None else run, args.samples)
+    with tempfile.TemporaryDirectory(prefix="specops-plan-") as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(config))
+        planned = Run(args.run)
+        planned.config = planned.config.model_copy(update={"model": folder})
+        code, document = _plan(planned, args.samples)
+    size = document["target"]["weight_bytes"] / 1e9
+    document["target_note"] = (f"the embedded target ({run.config.embedded}) is not generated yet: planned from its "
+                               f"config; the run's first step generates it (~{size:.1f} GB in {run.model_path})")
+    return code, document
+
+
+def _plan(run: Any, samples: int | None) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline.plan import plan_for, planned_loads
+
+    made = plan_for(run, samples=samples)
     document = made.to_dict()
-    from specops.pipeline.plan import planned_loads
-
     document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes)  # the model loads, timed
     return (0 if document["ok"] else 1), document
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.commandline import RUN_CHECK
+from specops.commandline import RUN_CHECK, RUN_RESTORE
+from specops.errors import BadInput
 from specops.paths import workdir
 
 
@@ -47,7 +48,23 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     count = gpus.device_count()  # its port held: exit 2 before any job
     backend = args.backend or run.backend(count)
     vllm.check_before_run(run, backend, workdir(), later=later_needs(run, count, backend) if args.pipeline else ())
+    if args.launch:  # the launch's own checks that need no model (its checkpoint, rows it would retire)
+        from specops.pipeline.commands.prelaunch import before_launch
+
+        document["launch"] = before_launch(run, args.launch)
     return 0, document
+
+
+def run_restore(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """Bring a retired set (<run>/retired/<stamp>/) back; what is there now of those steps is retired in turn."""
+    from specops.jobs import runlock
+    from specops.pipeline.run import Manifest, Run
+
+    run = Run(args.run)
+    holder = runlock.live_holder(args.run)
+    if holder is not None:
+        raise BadInput(str(runlock.RunBusy(args.run, holder)))
+    return 0, {"ok": True, "run": args.run, **Manifest(run.paths.run_dir).restore(args.retired)}
 
 
 def register(subparsers: Any) -> None:
@@ -64,4 +81,5 @@ def register(subparsers: Any) -> None:
     show = run_commands.add_parser("show", help="the validated run config and derived values")
     show.add_argument("--run", required=True)
     show.set_defaults(handler=run_show)
+    RUN_RESTORE.add_to(run_commands, run_restore)  # flags: specops.commandline.RUN_RESTORE (the builder's too)
     RUN_CHECK.add_to(run_commands, run_check)  # flags: specops.commandline.RUN_CHECK (the builder's too)

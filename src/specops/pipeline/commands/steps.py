@@ -22,9 +22,18 @@ from specops.jobs.runlock import exclusive
 from specops.pipeline import open_run, run_reads
 
 
+def retiring(args: argparse.Namespace) -> None:
+    """prepare and extract do not train: rows that would drop a finished training are refused (exit 2, naming
+    --retire) unless --retire asks for it (Manifest.retire then says where the results went)."""
+    from specops.pipeline.run import GUARD
+
+    GUARD.set(not args.retire)
+
+
 def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import prepare
 
+    retiring(args)
     context = run_reads("prepare", args.run, args.samples)  # regenerate, when the run answers its prompts
     report = prepare(context.run, context.samples, args.strict)
     return 0, {"ok": True, "run": args.run, **report}
@@ -35,6 +44,7 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
     options = extraction.Options(batch_tokens=args.batch_tokens, stop_server=args.stop_server, port=args.port,
                                  processes=args.processes, part=args.part, require_whole=args.require_whole)
+    retiring(args)
     # regenerate and prepare as the pipeline runs them, with the run's settings (--backend the run's backend)
     context = run_reads("extract", args.run, args.samples, args.backend)
     report = extraction.extract(context.run, context.samples, context.backend, options)
@@ -91,7 +101,11 @@ def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
 
         return 0, {"ok": True, "run": args.run, **before_evaluation(
             run, choose_checkpoint(run.paths.checkpoints, args.checkpoint), settings)}
-    return 0, {"ok": True, "run": args.run, **before_training(run, train_plan(run), settings, serve=args.serve)}
+    plan = train_plan(run)
+    for needed, step in ((run.paths.prepared / "dataset_info.json", "prepare"), (plan.d2t_path, "vocab")):
+        if needed is not None and not needed.exists():  # the dry run reads them: one line, not its traceback
+            raise BadInput(f"{needed}: missing; run the {step} step first (invoke {step} --run {args.run})")
+    return 0, {"ok": True, "run": args.run, **before_training(run, plan, settings, serve=args.serve)}
 
 
 def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
@@ -128,7 +142,15 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         concurrency = parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
         document = sweep(open_run(args.run), tokens, concurrency, args.checkpoint, args.prompts, args.backend)
         return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document}
-    report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend)
+    if args.reproduce is not None:
+        from specops.pipeline.evaluation import reproduce
+
+        document = reproduce(open_run(args.run), args.reproduce)
+        return (0 if document["reproduced"] else 1), {"ok": document["reproduced"], "run": args.run, **document}
+    from specops.pipeline.evaluation import parse_pairs
+
+    report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend,
+                      sets=parse_pairs(args.sets))
     return 0, {"ok": True, "run": args.run, **report}
 
 

@@ -5,9 +5,17 @@ embedded tiny target with its chat data."""
 from specops.paths import workdir
 from specops.pipeline.data import heldout, regenerated
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
-from specops.pipeline.data.preparation import load_tokenizer, pipeline_step, prepare, render_ids, tokenise_with_mask
+from specops.pipeline.data.preparation import (
+    load_tokenizer,
+    pipeline_step,
+    prepare,
+    remakes,
+    render_ids,
+    retired_by_prepare,
+    tokenise_with_mask,
+)
 from specops.pipeline.data.tiny import generate as generate_tiny
-from specops.pipeline.data.tiny import generate_shape
+from specops.pipeline.data.tiny import generate_shape, planned_config
 from specops.pipeline.run import Run
 
 
@@ -22,4 +30,5 @@ def open_run(name: str) -> Run:
 
 
 __all__ = ["Conversation", "Malformed", "generate_shape", "generate_tiny", "heldout", "load_tokenizer", "open_run",
-           "pipeline_step", "prepare", "read_conversations", "regenerated", "render_ids", "tokenise_with_mask"]
+           "pipeline_step", "planned_config", "prepare", "read_conversations", "regenerated", "remakes", "render_ids",
+           "retired_by_prepare", "tokenise_with_mask"]

@@ -161,7 +161,31 @@ def prepare_inputs(run: Run) -> dict[str, Any]:
     }
 
 
-def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
+def remakes(run: Run, samples: int | None, covering: bool, inputs_hash: str | None = None) -> tuple[bool, bool]:
+    """(same source, whether prepare makes its rows again) for N = `samples`. `covering`: prepare runs only
+    as what a later step reads (`step extract`), so rows already prepared for a larger N serve (rows are taken
+    in file order: the first N of more rows are the N rows), and nothing trained on them is retired."""
+    manifest = Manifest(run.paths.run_dir)
+    record = manifest.record("prepare") or {}
+    inputs_hash = inputs_hash or config_hash(prepare_inputs(run))
+    same_source = manifest.is_current("prepare", inputs_hash) and (run.paths.prepared / "dataset_info.json").exists()
+    asked = record.get("counts", {}).get("samples_asked", "?")
+    if same_source and asked == samples:
+        return True, False
+    if same_source and covering and samples is not None and (asked is None or (
+            isinstance(asked, int) and asked >= samples)):
+        return True, False
+    return same_source, True
+
+
+def retired_by_prepare(same_source: bool) -> list[str]:
+    """The steps a re-made prepare drops: every dependant (extract's per-row files stay when only N changes)."""
+    from specops.pipeline.run import dependents
+
+    return [name for name in dependents("prepare") if not (same_source and name == "extract")]
+
+
+def prepare(run: Run, samples: int | None, strict: bool, covering: bool = False) -> dict[str, Any]:
     """Run the prepare step (or skip it when its inputs and its N are unchanged); the step's report.
 
     N = `samples`, the step context's (--samples, else the run's `samples`: applied by the engine); None:
@@ -171,10 +195,16 @@ def prepare(run: Run, samples: int | None, strict: bool) -> dict[str, Any]:
     inputs_hash = config_hash(inputs)
     manifest = Manifest(run.paths.run_dir)
     record = manifest.record("prepare") or {}
-    same_source = manifest.is_current("prepare", inputs_hash) and (run.paths.prepared / "dataset_info.json").exists()
-    if same_source and record.get("counts", {}).get("samples_asked", "?") == samples:
+    same_source, remake = remakes(run, samples, covering, inputs_hash)
+    if not remake:
+        malformed = record.get("counts", {}).get("malformed") or 0
+        if strict and malformed:  # skipped or not, --strict judges the data the rows come from
+            raise BadInput(f"{run.paths.resolve(run.config.data)}: {malformed} malformed records (--strict); the "
+                           f"lines are in {run.paths.prepare_report}")
         return {"step": "prepare", "status": "skipped: unchanged", "inputs_hash": inputs_hash,
                 "counts": record.get("counts", {})}
+    # a finished training these rows would retire: one line naming --retire, before any tokenizer loads
+    manifest.refuse_retiring(retired_by_prepare(same_source), "prepare")
 
     data_path = run.paths.resolve(run.config.data)
     if (data_path.suffix in (".json", ".jsonl") or data_path.exists()) and not data_path.is_file():
@@ -234,6 +264,6 @@ def load_tokenizer(run: Run) -> Any:
 
 
 def pipeline_step(context: StepContext) -> StepReport:
-    report = prepare(context.run, context.samples, False)
+    report = prepare(context.run, context.samples, False, covering=context.reading_for not in (None, "prepare"))
     counts = report.get("counts", {})
     return {**report, "figures": {"tokens": counts.get("tokens"), "loss_tokens": counts.get("loss_tokens")}}

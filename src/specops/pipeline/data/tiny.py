@@ -243,6 +243,31 @@ def is_complete(root: Path, shape: str = "tiny") -> bool:
         and (root / data_file_for(shape)).exists()
 
 
+def planned_config(root: Path, shape: str) -> dict[str, Any] | None:
+    """config.json of an embedded GPU shape not generated yet, made in memory from its dimensions (no weights,
+    nothing written): what `plan` reads instead of generating gigabytes. None: the tiny shape (a cached copy
+    of a few hundred KB, made as the first step makes it) or a shape already generated."""
+    if shape == "tiny" or is_complete(root, shape):
+        return None
+    tokenizer = build_tokenizer()
+    if shape in KIMI_SHAPES:
+        from specops.pipeline.data import tiny_kimi
+
+        return tiny_kimi.published_config(tiny_kimi.model_config(shape, tiny_kimi.vocab_for(shape, tokenizer)), shape)
+    config = llama_config(shape, len(tokenizer)).to_dict()
+    config["dtype"] = "bfloat16"
+    return config
+
+
+def _size(root: Path, shape: str) -> str:
+    """", ~3.4 GB": what a GPU shape's weights will take, said before they are generated (from its config)."""
+    from specops import planning
+
+    config = planned_config(root, shape) if shape in (*LLAMA_DIMENSIONS, "kimi-gpu") else None  # GPU sizes only
+    weights = None if config is None else planning.read_target(root / model_dir_for(shape), config).weight_bytes
+    return "" if weights is None else f", ~{weights / 1e9:.1f} GB"
+
+
 def generate_shape(root: Path, shape: str, force: bool = False) -> dict[str, Any]:
     """Write a GPU shape's model and its conversations under root, unless already complete."""
     if shape == "tiny":
@@ -254,7 +279,7 @@ def generate_shape(root: Path, shape: str, force: bool = False) -> dict[str, Any
     model_dir, data_file = root / model_dir_for(shape), root / data_file_for(shape)
     if is_complete(root, shape) and not force:
         return {"generated": False, "shape": shape, "model": str(model_dir), "data": str(data_file)}
-    print(f"generating a random Llama at {shape} dimensions in {model_dir}", file=sys.stderr)
+    print(f"generating a random Llama at {shape} dimensions{_size(root, shape)} in {model_dir}", file=sys.stderr)
     replace_folder(model_dir, lambda staging: _save_shape(staging, shape))
     atomic.write_text(data_file, "\n".join(chat_lines(count=SHAPE_CONVERSATIONS)) + "\n")
     return {"generated": True, "shape": shape, "model": str(model_dir), "data": str(data_file)}
@@ -270,7 +295,7 @@ def _generate_kimi(root: Path, shape: str, force: bool) -> dict[str, Any]:
         return {"generated": False, "shape": shape, "model": str(model_dir), "data": str(data_file)}
     import torch
 
-    print(f"generating a Kimi-K2.5-shaped target ({shape}) in {model_dir}", file=sys.stderr)
+    print(f"generating a Kimi-K2.5-shaped target ({shape}){_size(root, shape)} in {model_dir}", file=sys.stderr)
     tiny_kimi.generate(root, shape, build_tokenizer(), on_gpu=shape == "kimi-gpu" and torch.cuda.is_available())
     count = CONVERSATIONS if shape != "kimi-gpu" else SHAPE_CONVERSATIONS
     atomic.write_text(data_file, "\n".join(chat_lines(count=count)) + "\n")

@@ -82,7 +82,7 @@ def save(folder: Path, shape: str, tokenizer: Any, on_gpu: bool = False) -> None
     """The model, its config and its remote-code tokenizer into folder (a staging folder)."""
     import torch
 
-    vocab = GPU_VOCAB if shape == "kimi-gpu" else len(tokenizer) + TINY_EXTRA_VOCAB
+    vocab = vocab_for(shape, tokenizer)
     device = torch.device("cuda" if on_gpu else "cpu")
     model = _random_model(shape, vocab, device)
     if shape == "kimi-gpu":
@@ -93,24 +93,53 @@ def save(folder: Path, shape: str, tokenizer: Any, on_gpu: bool = False) -> None
     _write_tokenizer(folder, tokenizer)
 
 
+def vocab_for(shape: str, tokenizer: Any) -> int:
+    return GPU_VOCAB if shape == "kimi-gpu" else len(tokenizer) + TINY_EXTRA_VOCAB
+
+
+def model_config(shape: str, vocab: int) -> Any:
+    """The transformers config of the shape (no weights: `plan` reads it before anything is generated)."""
+    from transformers import DeepseekV3Config, Kimi_K25Config
+
+    text = text_config(shape, vocab)
+    if shape == "kimi-text":
+        return DeepseekV3Config(**text)
+    return Kimi_K25Config(text_config={**text, "model_type": "kimi_k2"}, vision_config=dict(VISION),
+                          projection_hidden_size=VISION["hidden_size"], tie_word_embeddings=False,
+                          image_token_id=vocab - 4, vision_start_token_id=vocab - 3,
+                          vision_end_token_id=vocab - 2, video_token_id=vocab - 1)
+
+
+def published_config(config: Any, shape: str) -> dict[str, Any]:
+    """config.json as the generated target's folder holds it."""
+    document = config.to_dict()
+    document["dtype"] = "bfloat16" if shape == "kimi-gpu" else "float32"
+    if shape == "kimi-text":
+        document["architectures"] = ["DeepseekV3ForCausalLM"]
+    else:
+        document["architectures"] = [ARCHITECTURE]
+        document["text_config"]["model_type"] = "kimi_k2"   # as published; transformers reads it as deepseek_v3
+        document["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
+    for key in ("transformers_version", "_name_or_path"):
+        document.pop(key, None)
+    return document
+
+
 def _random_model(shape: str, vocab: int, device: Any) -> Any:
     """Random weights whose greedy answers a one-layer draft can learn: every matrix normal(0, 0.08) at
     tiny width (confident, not noise, like the tiny Llama); at GPU width 0.02, the embedding N(0, 1)
     and the residual writes scaled down (tiny.random_llama says why). The router's bias is random too,
     so a checkpoint without it answers differently."""
     import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Kimi_K25Config, Kimi_K25ForConditionalGeneration
+    from transformers import DeepseekV3ForCausalLM, Kimi_K25ForConditionalGeneration
 
     text = text_config(shape, vocab)
     torch.manual_seed(1234)
     with torch.device(device):
+        config = model_config(shape, vocab)
         if shape == "kimi-text":
-            model = DeepseekV3ForCausalLM(DeepseekV3Config(**text))
+            model = DeepseekV3ForCausalLM(config)
         else:
-            config = Kimi_K25Config(text_config={**text, "model_type": "kimi_k2"}, vision_config=dict(VISION),
-                                    projection_hidden_size=VISION["hidden_size"], tie_word_embeddings=False,
-                                    image_token_id=vocab - 4, vision_start_token_id=vocab - 3,
-                                    vision_end_token_id=vocab - 2, video_token_id=vocab - 1)
             model = Kimi_K25ForConditionalGeneration(config)
     model = model.float()
     gpu_width = shape == "kimi-gpu"
@@ -217,16 +246,7 @@ def _write_weights(folder: Path, state: dict[str, Any], dtype: Any) -> None:
 
 
 def _write_config(folder: Path, model: Any, shape: str) -> None:
-    config = model.config.to_dict()
-    config["dtype"] = "bfloat16" if shape == "kimi-gpu" else "float32"
-    if shape == "kimi-text":
-        config["architectures"] = ["DeepseekV3ForCausalLM"]
-    else:
-        config["architectures"] = [ARCHITECTURE]
-        config["text_config"]["model_type"] = "kimi_k2"   # as published; transformers reads it as deepseek_v3
-        config["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
-    for key in ("transformers_version", "_name_or_path"):
-        config.pop(key, None)
+    config = published_config(model.config, shape)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 

@@ -11,12 +11,14 @@ training reuses its figures ("reused": true), and with vLLM starts one server le
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from specops import atomic
+from specops.errors import BadInput
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
 from specops.pipeline.run import Acceptance, EffectiveSettings, Run, StepContext, StepReport, config_hash
 
@@ -157,9 +159,12 @@ def chosen_checkpoint(run: Run, which: str) -> tuple[Path, dict[str, Any] | None
 
 
 def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-             backend: str | None = None, run_settings: EffectiveSettings | None = None) -> StepReport:
+             backend: str | None = None, run_settings: EffectiveSettings | None = None,
+             sets: dict[str, str] | None = None, exact_sets: bool = False, again: bool = False) -> StepReport:
     """`run_settings`: the run's effective settings (the pipeline's); without them, resolved here with
-    `backend` as this command's --backend."""
+    `backend` as this command's --backend. `sets`: benchmark sets (NAME: FILE) on top of evaluate.sets
+    (`exact_sets`: only these); `again`: evaluate even when the same inputs were scored (--reproduce)."""
+    from specops.pipeline.evaluation.benchmarks import chosen_sets, set_digests
     from specops.pipeline.evaluation.drafts import UNTRAINED, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
@@ -178,14 +183,18 @@ def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, 
     # A re-run decides without a tokenizer (importing transformers is most of a skip's seconds):
     # the last evaluation recorded the same inputs with its prompts' source in place of their ids.
     inputs = {**evaluate_inputs(run, folders, prompt_source(run, prompts), backend), "chosen": chosen.name}
+    benchmark_sets = chosen_sets(run, sets, exact_sets)
+    if benchmark_sets:  # only then: a run without sets keeps the inputs (and the skip) it had
+        inputs["sets"] = set_digests(benchmark_sets)
     quick_hash = config_hash(inputs)
     recorded = manifest.record("evaluate") or {}
-    if recorded.get("status") == "done" and recorded.get("quick_hash") == quick_hash and report_path.is_file():
+    if not again and recorded.get("status") == "done" and recorded.get("quick_hash") == quick_hash \
+            and report_path.is_file():
         return _skipped(report_path)
     token_ids = heldout_token_ids(run, prompts)
     inputs["prompts"] = config_hash(token_ids)  # the same inputs, the prompts by their ids
     inputs_hash = config_hash(inputs)
-    if manifest.is_current("evaluate", inputs_hash) and report_path.is_file():
+    if not again and manifest.is_current("evaluate", inputs_hash) and report_path.is_file():
         manifest.steps["evaluate"]["quick_hash"] = quick_hash  # the next re-run decides quickly
         manifest.save()
         return _skipped(report_path)
@@ -217,7 +226,7 @@ def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, 
                                      "serve": ([list(run.config.vllm.serve_args),
                                                 scorer.servers[-1].get("vllm_version")]
                                                if backend == "vllm" and scorer.servers else None)})
-        known = (manifest.document.get(UNTRAINED_SCORES) or {}).get(untrained_key)
+        known = None if again else (manifest.document.get(UNTRAINED_SCORES) or {}).get(untrained_key)
         if known is not None:  # the same untrained draft on the same prompts: greedy, so the same counts
             untrained = {**known, "reused": True}
             say(summary_line("untrained (scored before, same draft and prompts)", untrained))
@@ -227,6 +236,13 @@ def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, 
             if by != backend:
                 untrained["scored_by"] = "the hf replay (evaluate.untrained: replay; no server load of its own)"
             say(summary_line("untrained" + (" (the hf replay)" if by != backend else ""), untrained))
+        untrained_by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
+        set_results = {}
+        if benchmark_sets:
+            from specops.pipeline.evaluation.benchmarks import score_sets
+
+            set_results = score_sets(run, scorer, chosen, untrained_folder, benchmark_sets, prompts, untrained_by,
+                                     say)
         plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
                                title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
         document = {"report": trained, "untrained": untrained, "previous": previous,
@@ -234,6 +250,11 @@ def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, 
                     "best": best, "parity": [{key: item[key] for key in ("draft", "ok", "vllm")} for item in parity],
                     "servers": [{key: s.get(key) for key in ("job", "reused", "port", "vllm_version", "ready_s")}
                                 for s in scorer.servers]}
+        if set_results or settings.compare:
+            document["sets"] = set_results
+            document["compare"] = {label: dict(figures) for label, figures in settings.compare.items()}
+        document["record"] = str(write_record(run, chosen, backend, prompts, scorer, inputs, document,
+                                              benchmark_sets, checkpoint or settings.checkpoint))
         atomic.write_json(report_path, document)
         _progress(run, state="done", prompts=len(token_ids), backend=backend)
         manifest.steps["evaluate"]["quick_hash"] = quick_hash  # kept by the finish: it updates this record
@@ -250,6 +271,94 @@ def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, 
                                         untrained=untrained["mean_acceptance_length"], prompts=len(token_ids),
                                         backend=backend)
     return {**document, "step": "evaluate", "status": "done", "inputs_hash": inputs_hash}
+
+
+def write_record(run: Run, chosen: Path, backend: str, limit: int | None, scorer: Scorer, inputs: dict[str, Any],
+                 document: dict[str, Any], sets: dict[str, Path], which: str) -> Path:
+    """The provenance record beside the figures (evaluation/record.json): what --reproduce evaluates from."""
+    from specops.pipeline.data import heldout
+    from specops.pipeline.evaluation.provenance import RECORD_FILE, record
+    from specops.pipeline.evaluation.replay import ANSWER_BATCH
+    from specops.pipeline.run import file_digest
+
+    settings: dict[str, Any] = {"backend": backend, "checkpoint": which, "prompts": limit,
+                                "num_speculative_tokens": scorer.k, "max_tokens": scorer.max_tokens,
+                                "dtype": run.config.dtype,
+                                "untrained": run.config.evaluate.untrained if backend == "vllm" else None}
+    if scorer.target is not None:  # the hf replay scored something (every draft, or vllm's untrained floor)
+        parameter = next(scorer.target.parameters())
+        settings["replay"] = {"device": str(parameter.device), "target_dtype": str(parameter.dtype),
+                              "answer_batch": ANSWER_BATCH, "draft_attention": "sdpa", "decoding": "greedy"}
+    if scorer.servers:
+        settings["servers"] = [{"command": (getattr(server.get("server"), "record", None) or {}).get("command"),
+                                "job": server.get("job"), "vllm_version": server.get("vllm_version")}
+                               for server in scorer.servers]
+    prompts_file = run.paths.heldout / heldout.PROMPTS_FILE
+    prompt_sets: dict[str, Any] = {"heldout": {"file": str(prompts_file), "token_ids": inputs["prompts"],
+                                               "digest": file_digest(prompts_file) if prompts_file.is_file() else None}}
+    prompt_sets.update({name: {"file": str(path), "digest": file_digest(path)} for name, path in sets.items()})
+    figures = {"heldout": {"trained": document["report"]["mean_acceptance_length"],
+                           "untrained": document["untrained"]["mean_acceptance_length"]}}
+    for name, result in (document.get("sets") or {}).items():
+        figures[name] = {"trained": result["trained"]["mean_acceptance_length"],
+                         "untrained": result["untrained"]["mean_acceptance_length"]}
+    path = run.paths.evaluation / RECORD_FILE
+    atomic.write_json(path, record(run, checkpoint=chosen, checkpoint_digest=_digest(chosen), settings=settings,
+                                   prompt_sets=prompt_sets, figures=figures,
+                                   serve_version=scorer.servers[-1].get("vllm_version") if scorer.servers else None))
+    return path
+
+
+def _checkpoint_by_digest(run: Run, digest: str, record_file: Path) -> Path:
+    from specops.pipeline.evaluation.drafts import epoch_folders
+
+    for folder in epoch_folders(run.paths.checkpoints):
+        if _digest(folder) == digest:
+            return folder
+    raise BadInput(f"--reproduce: {record_file}: key 'checkpoint.digest' {digest}: no finished checkpoint of run "
+                   f"{run.paths.name} has these weights")
+
+
+def reproduce(run: Run, record_file: str | Path) -> dict[str, Any]:
+    """Evaluate again from a provenance record: its checkpoint (found by digest), settings and prompt sets;
+    the figures against the recorded ones, and every difference of versions, hardware and settings."""
+    from specops.pipeline.evaluation.provenance import RECORD_FILE, differences, figure_changes, read_record
+
+    path = Path(record_file)
+    old = read_record(path)
+    settings = old["settings"]
+    folder = _checkpoint_by_digest(run, old["checkpoint"]["digest"], path)
+    sets = {}
+    for name, entry in old["prompt_sets"].items():
+        if name == "heldout":
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise BadInput(f"--reproduce: {path}: key 'prompt_sets.{name}.file': missing")
+        sets[name] = entry["file"]
+    try:  # the record's k and answer length, whatever the run config says now
+        run.config.evaluate = run.config.evaluate.model_copy(update={
+            "num_speculative_tokens": int(settings["num_speculative_tokens"]),
+            "max_tokens": int(settings["max_tokens"])})
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"--reproduce: {path}: key 'settings.num_speculative_tokens'/'settings.max_tokens': "
+                       "missing or not a number") from None
+    say(f"reproducing {path}: checkpoint {folder.name} (digest {old['checkpoint']['digest']}), "
+        f"backend {settings.get('backend')}, sets {', '.join(sets) or 'none'}")
+    evaluate(run, checkpoint=folder.name, prompts=settings.get("prompts"), backend=settings.get("backend"),
+             sets=sets, exact_sets=True, again=True)
+    new_path = run.paths.evaluation / RECORD_FILE
+    new = json.loads(new_path.read_text())
+    changes = figure_changes(old, new)
+    differs = differences(old, new)
+    if changes:
+        say("the figures differ: " + "; ".join(changes))
+        say("what differs: " + ("; ".join(differs) or "nothing recorded (a kernel that is not deterministic?)"))
+    else:
+        say("the same figures" + (f"; recorded differences: {'; '.join(differs)}" if differs else ""))
+    return {"step": "evaluate", "status": "reproduced" if not changes else "figures differ",
+            "reproduced": not changes, "record": str(path), "new_record": str(new_path),
+            "figures": new["figures"], "recorded_figures": old["figures"], "figure_changes": changes,
+            "differences": differs}
 
 
 def _skipped(report_path: Path) -> StepReport:

@@ -18,7 +18,10 @@ from specops.pipeline.extraction.hidden_states import (
     BackgroundWriter,
     file_for,
     index_of,
+    inputs_backend,
+    read_sample,
     remove_temporaries,
+    stored_dtype,
     verify_header,
     write_sample,
 )
@@ -153,9 +156,12 @@ __all__ = [
     "extract_shard",
     "file_for",
     "index_of",
+    "inputs_backend",
     "pipeline_step",
     "plan_extraction",
+    "read_sample",
     "remove_temporaries",
+    "stored_dtype",
     "verify_header",
     "write_sample",
 ]

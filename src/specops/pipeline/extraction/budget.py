@@ -12,13 +12,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 GB = 10**9
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
 HEADER_BYTES = 512  # safetensors' 8-byte length and its JSON header (two tensors: ~200 bytes), rounded up
+FP8_SCALE_BYTES = 4  # backend fp8: one float32 scale per token (hs_connectors.fp8_utils)
 
 
 def row_bytes(tokens: int, layers: int, hidden: int, dtype: str) -> int:
-    """An upper bound of one row's file size."""
-    return HEADER_BYTES + 8 * tokens + tokens * layers * hidden * DTYPE_BYTES[dtype]
+    """An upper bound of one row's file size (`dtype` as stored: fp8 adds its per-token scales)."""
+    scales = FP8_SCALE_BYTES * tokens if dtype == "float8_e4m3fn" else 0
+    return HEADER_BYTES + 8 * tokens + scales + tokens * layers * hidden * DTYPE_BYTES[dtype]
 
 
 def budget_bytes(disk_budget_gb: float | None) -> int | None:

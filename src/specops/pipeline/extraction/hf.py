@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from specops import atomic
 from specops.errors import BadInput
 from specops.pipeline.extraction.hidden_states import BackgroundWriter, write_sample
-from specops.pipeline.extraction.plan import plan_extraction, prepared_rows, rows_to_extract
+from specops.pipeline.extraction.plan import backend_input, plan_extraction, prepared_rows, rows_to_extract
 from specops.pipeline.target import choose_device, decoder_parts, load_target
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
@@ -82,9 +82,11 @@ class Extractor:
     PINNED_BUFFERS = 3  # one being filled, one being written, one spare
 
     def __init__(self, model: torch.nn.Module, layer_ids: list[int], hidden_size: int, device: torch.device,
-                 dtype: torch.dtype, writer: BackgroundWriter, batch_tokens: int | None = None) -> None:
+                 dtype: torch.dtype, writer: BackgroundWriter, batch_tokens: int | None = None,
+                 fp8: bool = False) -> None:
         import torch
 
+        self.fp8 = fp8  # backend fp8: files quantised as hs_connectors' FP8 connector writes them
         self.torch = torch
         self.capture = LayerCapture(model, layer_ids)
         self.layers, self.hidden, self.device, self.dtype = len(layer_ids), hidden_size, device, dtype
@@ -148,7 +150,7 @@ class Extractor:
                     if index not in wanted:
                         continue
                     size = write_sample(folder, index, torch.tensor(tokens, dtype=torch.int64),
-                                        host[row, : len(tokens)])
+                                        host[row, : len(tokens)], fp8=self.fp8)
                     if on_written is not None:
                         on_written(len(tokens), size)
             finally:
@@ -227,7 +229,9 @@ def extract_inputs(run: Run, prepare_hash: str, device: torch.device, dtype: tor
 
     return {"prepare": prepare_hash, "model": run.config.model, "model_digest": model_digest(run.model_path),
             "layer_ids": run.layer_ids(), "dtype": str(dtype).removeprefix("torch."), "device": device.type,
-            "batch_tokens": batch_tokens, "window": WINDOW_ROWS, "backend": "hf"}
+            "batch_tokens": batch_tokens, "window": WINDOW_ROWS, "backend": "hf",
+            # only when not file: runs extracted before backends existed keep their hash
+            **backend_input(run)}
 
 
 def extract(run: Run, samples: int | None, batch_tokens: int | None = None, processes: int | None = None, *,
@@ -314,7 +318,8 @@ def run_batches(run: Run, dataset: datasets.Dataset, batches: list[list[int]], t
     """Run `batches` in this process, writing the files of the rows in `todo`."""
     model = load_target(run, device, dtype)
     writer = BackgroundWriter(threads=2 if device.type == "cuda" else 1, depth=2)
-    extractor = Extractor(model, layer_ids, hidden, device, dtype, writer, batch_tokens)
+    extractor = Extractor(model, layer_ids, hidden, device, dtype, writer, batch_tokens,
+                          fp8=run.config.hidden_states.backend == "fp8")
     progress.start()  # after loading the model: rates and ETA are of the extraction itself
     lock = threading.Lock()
 

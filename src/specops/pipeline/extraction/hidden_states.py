@@ -6,6 +6,11 @@ One file per prepared sample i: `hs_{i}.safetensors` holding
 (speculators.train.data.ArrowDataset loads it through hs_connectors.FileTransfer, which reads
 `<hidden-states-path>/hs_{i}.safetensors`, and checks it with data_generation.offline.check_hidden_states.)
 
+With `hidden_states.backend: fp8` the same file holds hidden_states as float8_e4m3fn and a third tensor,
+    hidden_states_scales  float32 [seq, 1, 1]   (one scale per token over all layers and the hidden size)
+as speculators' hs_connectors writes it (FP8HiddenStatesConnector, fp8_utils.quantize_tensor_to_fp8) and reads it
+back dequantised (FP8Transfer); `read_sample` reads through those same classes.
+
 A file appears under its final name only once complete (temp name, fsync, rename), so a reader
 or a resumed run never sees half a file; `verify_header` checks what a killed or foreign writer
 left behind without reading the tensors.
@@ -21,8 +26,38 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "int64": "I64"}
+SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "int64": "I64",
+                      "float8_e4m3fn": "F8_E4M3"}
 TEMP_PREFIX = ".hs_"
+FP8 = "float8_e4m3fn"  # the stored dtype of backend fp8's hidden states
+SCALES_KEY = "hidden_states_scales"  # hs_connectors.fp8_utils.SCALES_KEY (the face stays free of torch)
+
+
+def stored_dtype(dtype: str, backend: str | None) -> str:
+    """The dtype a row's hidden_states tensor has in its file: the model's, or fp8 for backend fp8."""
+    return FP8 if backend == "fp8" else dtype
+
+
+def inputs_backend(inputs: dict) -> str:
+    """The hidden-states backend an extract record's inputs name (absent: file, as before backends existed)."""
+    return inputs.get("hidden_states_backend", "file")
+
+
+def read_sample(folder: Path, index: int, backend: str = "file", dtype=None) -> dict:
+    """Row `index`'s tensors as the trainer reads them: through speculators' own hs_connectors transfer
+    (FileTransfer, or FP8Transfer dequantising to `dtype`, default float32, and dropping the scales)."""
+    from hs_connectors import FileTransfer, FP8Transfer
+
+    if backend == "fp8":
+        import torch
+
+        transfer = FP8Transfer(folder, dequantize_dtype=dtype or torch.float32)
+    else:
+        transfer = FileTransfer(folder)
+    sample = transfer.get_cached(index)
+    if sample is None:
+        raise FileNotFoundError(str(file_for(folder, index)))
+    return sample
 
 
 def file_for(folder: Path, index: int) -> Path:
@@ -36,14 +71,20 @@ def index_of(path: Path) -> int | None:
     return int(stem[3:])
 
 
-def write_sample(folder: Path, index: int, token_ids, hidden_states) -> int:
-    """Write one sample atomically; returns the bytes written."""
+def write_sample(folder: Path, index: int, token_ids, hidden_states, fp8: bool = False) -> int:
+    """Write one sample atomically; returns the bytes written. fp8: quantised as hs_connectors' FP8 connector
+    does (its own quantize_tensor_to_fp8: per-token scales)."""
     from safetensors.torch import save_file
 
+    tensors = {"token_ids": token_ids, "hidden_states": hidden_states}
+    if fp8:
+        from hs_connectors.fp8_utils import quantize_tensor_to_fp8
+
+        tensors["hidden_states"], tensors[SCALES_KEY] = quantize_tensor_to_fp8(hidden_states)
     target = file_for(folder, index)
     temp = folder / f"{TEMP_PREFIX}{index}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        save_file({"token_ids": token_ids, "hidden_states": hidden_states}, str(temp))
+        save_file(tensors, str(temp))
         with temp.open("rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temp, target)
@@ -84,10 +125,12 @@ def verify_header(path: Path, seq_len: int, n_layers: int, hidden: int, dtype: s
     except (OSError, ValueError) as exc:
         return f"unreadable header ({type(exc).__name__})"
     header.pop("__metadata__", None)
-    if set(header) != {"token_ids", "hidden_states"}:
-        return f"keys are {sorted(header)}, expected ['hidden_states', 'token_ids']"
     expected = {"token_ids": ("I64", [seq_len]),
                 "hidden_states": (SAFETENSORS_DTYPES.get(dtype, dtype), [seq_len, n_layers, hidden])}
+    if dtype == FP8:
+        expected[SCALES_KEY] = ("F32", [seq_len, 1, 1])
+    if set(header) != set(expected):
+        return f"keys are {sorted(header)}, expected {sorted(expected)}"
     end = 0
     for key, (want_dtype, want_shape) in expected.items():
         entry = header[key]

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.errors import BadInput, CheckFailed
-from specops.pipeline.extraction.hidden_states import file_for, remove_temporaries, verify_header
+from specops.pipeline.extraction.hidden_states import (
+    file_for,
+    inputs_backend,
+    remove_temporaries,
+    stored_dtype,
+    verify_header,
+)
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Manifest, Outcome, Run, StepReport
@@ -46,6 +52,13 @@ def prepared_rows(run: Run, samples: int | None) -> tuple[str, list[int]]:
                    "prepare step with that --samples first (`step extract` runs it)")
 
 
+def backend_input(run: Run) -> dict[str, str]:
+    """The extract inputs' hidden-states backend: absent for file (inputs_backend reads absent as file), so runs
+    extracted before backends existed keep their hash."""
+    backend = run.config.hidden_states.backend
+    return {} if backend == "file" else {"hidden_states_backend": backend}
+
+
 def row_count(lengths: list[int]) -> int:
     """N: every row `prepared_rows` read (rows 0..N-1 of prepare's output)."""
     return len(lengths)
@@ -59,6 +72,7 @@ def rows_to_extract(run: Run, lengths: list[int], dtype: str, host_gpus: int) ->
     from specops.pipeline.target import hidden_size
 
     settings = run.config.hidden_states
+    dtype = stored_dtype(dtype, settings.backend)
     if settings.mode == "offline":
         return row_count(lengths)
     if settings.mode == "online":
@@ -105,6 +119,11 @@ class ExtractionPlan:
         return self.inputs["dtype"]
 
     @property
+    def file_dtype(self) -> str:
+        """The hidden_states dtype in the files (fp8 for backend fp8)."""
+        return stored_dtype(self.dtype, inputs_backend(self.inputs))
+
+    @property
     def unchanged(self) -> bool:
         return (self.current and not self.problems and self.manifest.is_current("extract", self.inputs_hash)
                 and self.manifest.record("extract").get("counts", {}).get("samples", 0) >= self.count)
@@ -132,7 +151,8 @@ class ExtractionPlan:
 
     def check_written(self, rows: set[int] | None = None) -> dict[int, str]:
         """Files not whole after writing: of rows 0..count-1, or of `rows` only (one host's share)."""
-        problems = check_files(self.folder, self.lengths, self.count, len(self.layer_ids), self.hidden, self.dtype)
+        problems = check_files(self.folder, self.lengths, self.count, len(self.layer_ids), self.hidden,
+                               self.file_dtype)
         return {row: why for row, why in problems.items() if rows is None or row in rows}
 
     def share(self, part: tuple[int, int], rows: set[int]) -> dict[str, Any]:
@@ -177,5 +197,6 @@ def plan_extraction(run: Run, lengths: list[int], count: int, inputs: dict[str, 
     problems: dict[int, str] = {}
     if current:
         remove_temporaries(folder)
-        problems = check_files(folder, lengths, count, len(inputs["layer_ids"]), hidden, inputs["dtype"])
+        problems = check_files(folder, lengths, count, len(inputs["layer_ids"]), hidden,
+                               stored_dtype(inputs["dtype"], inputs_backend(inputs)))
     return ExtractionPlan(manifest, inputs, inputs_hash, lengths, count, hidden, folder, current, problems)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -43,6 +44,15 @@ DRY_RUN_RECORD = "dry_run.json"
 SERVED_RECORD = "served.json"
 SERVED_METHOD = "eagle3"  # what specops passes in --speculative-config (vllm room's eagle3_config)
 
+
+
+def failure_line(output: str) -> str:
+    """What a failed command said, on one line: its exception's own line ("FileNotFoundError: ..."), not the
+    frame of a rich traceback box; else its last plain lines."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    plain = [line for line in lines if not line.startswith(("│", "╭", "╰", "┃"))]
+    errors = [line for line in plain if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*:", line)]
+    return errors[-1] if errors else " | ".join(plain[-3:])
 
 def say(message: str) -> None:
     print(f"parity: {message}", file=sys.stderr, flush=True)
@@ -142,9 +152,8 @@ def dry_run_draft(run: Run, plan: TrainPlan) -> Path:
         done = subprocess.run(full, capture_output=True, text=True, env=command.train_environment(),
                               stdin=subprocess.DEVNULL)
         if done.returncode != 0 or not (staging / "config.json").is_file():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             raise CheckFailed(f"parity: speculators train --dry-run failed (exit {done.returncode}): "
-                              + " | ".join(tail))
+                              + failure_line(done.stdout + done.stderr))
         say(f"speculators train --dry-run wrote the untrained draft in {time.perf_counter() - started:.1f} s")
 
     atomic.replace_folder(out, write)

@@ -3,11 +3,9 @@ inputs, and its effective settings on this host (run config + command line + hos
 Every other room reads a run through this face."""
 
 from specops.pipeline.run.config import (
-    RegenerateSettings,
     Run,
     RunConfig,
     RunPaths,
-    StopIf,
     check_run_name,
     config_hash,
     default_backend,
@@ -18,7 +16,7 @@ from specops.pipeline.run.config import (
 )
 from specops.pipeline.run.context import Hosts, OneHost, StepContext, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
-from specops.pipeline.run.manifest import Manifest, Outcome, dependents, package_versions
+from specops.pipeline.run.manifest import GUARD, Manifest, Outcome, dependents, package_versions
 from specops.pipeline.run.reports import (
     Acceptance,
     DraftCounts,
@@ -31,10 +29,11 @@ from specops.pipeline.run.reports import (
     StepReport,
     TrainCounts,
 )
+from specops.pipeline.run.sections import RegenerateSettings, StopIf
 from specops.pipeline.run.settings import EffectiveSettings, resolve
 
-__all__ = ["Acceptance", "DraftCounts", "EffectiveSettings", "EvaluateCounts", "ExtractCounts", "Figures", "Hosts",
-           "Manifest", "OneHost", "Outcome", "PrepareCounts", "RegenerateCounts", "RegenerateSettings", "Run",
+__all__ = ["GUARD", "Acceptance", "DraftCounts", "EffectiveSettings", "EvaluateCounts", "ExtractCounts", "Figures",
+           "Hosts", "Manifest", "OneHost", "Outcome", "PrepareCounts", "RegenerateCounts", "RegenerateSettings", "Run",
            "RunConfig", "RunPaths", "StepContext", "StepRecord", "StepReport", "StopIf", "TrainCounts",
            "check_run_name", "config_hash", "default_backend", "dependents", "derive_layer_ids", "file_digest",
            "file_sha256", "load_run_config", "model_digest", "package_versions", "read_model_config", "resolve",

@@ -73,6 +73,7 @@ class StepContext:
     hosts: Hosts = field(default_factory=OneHost)
     reports: dict[str, StepReport] = field(default_factory=dict)  # earlier steps' reports, this pipeline
     training: TorchrunNode | None = None  # this host's torchrun node when the training spans the hosts
+    reading_for: str | None = None  # `step X` running the steps X reads (engine.run_reads): X; the pipeline: None
 
     @property
     def backend(self) -> str:

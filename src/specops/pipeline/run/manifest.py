@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from specops import atomic, steps
+from specops.errors import BadInput
 from specops.installed import version_of
 from specops.paths import workdir
 from specops.pipeline.run.reports import StepRecord
@@ -29,6 +32,16 @@ DEPENDS_ON: dict[str, list[str]] = steps.depends_on()
 OUTPUTS: dict[str, list[str]] = steps.outputs()
 # Outputs too costly to delete outright: moved aside instead.
 KEEP_ASIDE = {"checkpoints"}
+# A trained draft is never retired silently. A step whose re-run drops a finished training moves the dropped
+# steps' outputs and records to <run>/retired/<stamp>/ and says so (undone by `invoke restore`); the commands
+# that do not train (`step prepare|extract`) set GUARD and refuse instead (exit 2, naming --retire) unless
+# given --retire.
+GUARD: ContextVar[bool] = ContextVar("guard_trained_draft", default=False)
+RETIRE_FLAG = "--retire"
+# What a retirement sets aside: the trained draft and what describes it (vocab, evaluation). What they were made
+# from (prepared rows, hidden states: often hundreds of GB) is made again from the run config, as before.
+RESULTS = ("vocab", "train", "evaluate")
+RETIRED = "retired"
 
 PACKAGES = ["torch", "transformers", "tokenizers", "datasets", "safetensors", "speculators", "vllm", "specops"]
 
@@ -104,7 +117,11 @@ class Manifest:
         keep: dependents whose outputs stay valid through this re-run (per-row files when only the
         number of rows changes); every other dependent is dropped."""
         previous = self.inputs_hash(step)
-        if previous is not None and previous != inputs_hash:
+        changed = previous is not None and previous != inputs_hash
+        dropping = [name for name in ([step] if changed else []) + dependents(step) if changed or name not in keep]
+        if self.trained_draft(dropping):
+            self.retire(dropping, because=step)
+        if changed:
             self.invalidate(step)
         elif previous is None and step != "validate":
             self._remove_outputs(step)  # outputs without a record cannot be trusted
@@ -137,6 +154,82 @@ class Manifest:
             self._finish(step, started, outcome.counts, status="failed")
             raise
         outcome.record = self._finish(step, started, outcome.counts, status=outcome.status)
+
+    def trained_draft(self, dropping: list[str]) -> str | None:
+        """What of a finished training `dropping` would drop ("6 epochs in checkpoints/"), else None."""
+        record = self.record("train")
+        folder = self.run_dir / "checkpoints"
+        if "train" not in dropping or not record or not folder.is_dir():
+            return None
+        epochs = (record.get("counts") or {}).get("epochs")
+        return f"{epochs} epoch(s) in {folder}" if epochs else None
+
+    def refuse_retiring(self, dropping: list[str], because: str) -> None:
+        """Exit 2 (one line naming --retire) when re-running `because` would drop a finished training, under GUARD."""
+        trained = self.trained_draft(dropping)
+        if trained and GUARD.get():
+            others = " and ".join(name for name in dropping if name in RESULTS and name != "train") or "other"
+            raise BadInput(f"{self.run_dir.name}: the {because} step would retire the trained draft ({trained}) "
+                           f"and its {others} results; pass "
+                           f"{RETIRE_FLAG} to set them aside in {self.run_dir / RETIRED}/ (undo: "
+                           f"`invoke restore --run {self.run_dir.name}`), or ask for what was "
+                           "trained on (e.g. the --samples it used)")
+
+    def retire(self, dropping: list[str], because: str) -> Path:
+        """Move the outputs and records of `dropping` to <run>/retired/<stamp>/ and say so (refused under GUARD:
+        `step prepare|extract` without --retire); `invoke restore` (agent: `run restore`) brings them back."""
+        self.refuse_retiring(dropping, because)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        into, number = self.run_dir / RETIRED / stamp, 1
+        while into.exists():  # two retirements in one second
+            number += 1
+            into = self.run_dir / RETIRED / f"{stamp}-{number}"
+        into.mkdir(parents=True)
+        moved = []
+        kept = [name for name in dropping if name in RESULTS]  # the rest (hidden states, ...) is made again
+        for name in kept:
+            for folder in OUTPUTS.get(name, []):
+                path = self.run_dir / folder
+                if path.exists():
+                    (into / folder).parent.mkdir(parents=True, exist_ok=True)
+                    path.rename(into / folder)
+                    moved.append(folder)
+        records = {name: self.steps[name] for name in kept if name in self.steps}
+        atomic.write_json(into / "manifest.json", {"because": because, "steps": records, "folders": moved,
+                                                   "retired_at": now()})
+        print(f"specops: retired {', '.join(records) or 'nothing recorded'} ({', '.join(moved) or 'no folders'}) "
+              f"to {into}; undo: invoke restore --run {self.run_dir.name} --retired {into.name}",
+              file=sys.stderr)
+        return into
+
+    def restore(self, stamp: str | None) -> dict[str, Any]:
+        """Bring a retired set back (the newest without `stamp`): what is there now of those steps is retired
+        in its turn, so nothing is lost either way."""
+        root = self.run_dir / RETIRED
+        found = root.iterdir() if root.is_dir() else iter(())
+        sets = sorted(path.name for path in found if (path / "manifest.json").is_file())
+        if not sets or (stamp is not None and stamp not in sets):
+            known = ", ".join(sets) or "none"
+            raise BadInput(f"--retired: {stamp or 'a retired set'} not found in {root} (there: {known})")
+        source = root / (stamp or sets[-1])
+        document = json.loads((source / "manifest.json").read_text())
+        names = list(document["steps"])
+        current = [name for name in names if name in self.steps
+                   or any((self.run_dir / folder).exists() for folder in OUTPUTS.get(name, []))]
+        swapped = None
+        if current:
+            token = GUARD.set(False)
+            try:
+                swapped = self.retire(current, because="restore")
+            finally:
+                GUARD.reset(token)
+        for folder in document["folders"]:
+            (source / folder).rename(self.run_dir / folder)
+        self.steps.update(document["steps"])
+        self.save()
+        shutil.rmtree(source)
+        return {"restored": names, "folders": document["folders"], "from": str(source),
+                "retired_now": str(swapped) if swapped else None}
 
     def invalidate(self, step: str) -> list[str]:
         """Forget step and everything downstream of it, outputs included."""

@@ -71,6 +71,9 @@ class TrainPlan:
     loader_workers: int | None = None  # None: speculators' default (12) on a GPU, 0 on a CPU host
     extra_args: tuple[str, ...] = field(default=())
     generation: Generation | None = None  # None: offline, every row's file on disk (--on-missing raise)
+    # speculators' --hidden-states-backend (an hs_connectors backend: fp8 reads the quantised files dequantised,
+    # mooncake a store); None: its default, file
+    hidden_states_backend: str | None = None
 
 
 def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_layers: int) -> tuple[int, ...]:
@@ -142,6 +145,8 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
         "--verifier-name-or-path", plan.verifier,
         "--data-path", str(plan.data_path),
         "--hidden-states-path", str(plan.hidden_states_path),
+        *(["--hidden-states-backend", plan.hidden_states_backend]
+          if plan.hidden_states_backend not in (None, "file") else []),
         # offline: never let the trainer call an inference server
         *(plan.generation.args() if plan.generation else ["--on-missing", "raise"]),
         "--save-path", str(plan.save_path),

@@ -116,6 +116,7 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
         loader_workers=config.train.loader_workers,
         extra_args=tuple(config.train.extra_args),
         generation=generation_for(run),
+        hidden_states_backend=None if config.hidden_states.backend == "file" else config.hidden_states.backend,
     )
 
 
@@ -130,7 +131,8 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: TorchrunNod
     # keep their hash (and are not trained again).
     settings = {key: _within(run.paths.workdir, value) if relative else str(value)
                 for key, value in vars(replace(plan, epochs=0, generation=None)).items()
-                if not (value is None and key in ("optimizer", "log_freq", "loader_workers", "generation"))}
+                if not (value is None and key in ("optimizer", "log_freq", "loader_workers", "generation",
+                                                  "hidden_states_backend"))}
     inputs = {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
               "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
     if plan.generation is not None:  # offline runs keep the hash they had before online mode existed
@@ -240,7 +242,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         known = epochs_room.recorded(plan.save_path).get(stop_if.epoch)
         line = epochs_room.stop_line(stop_if, stop_if.epoch, known) if known else None
         if line:
-            raise CheckFailed(f"{line} (recorded; --fresh or a changed run config trains again)")
+            raise CheckFailed(f"{line} (recorded; `invoke train --fresh` or a changed run config trains again)")
     # one node of a group checks for all (the same command): the rendezvous host
     parity = gate(plan, gpus) if gate is not None and (nodes is None or nodes.rank == 0) else None
     serving = online.serve(run, placement) if placement is not None else None

@@ -131,7 +131,7 @@ class Projector:
         """Next-token argmax per position, on the CPU."""
         return self.logits(final).argmax(-1).cpu()
 
-    def bounds(self, final: Any, roundings: float) -> tuple[Any, Any]:
+    def bounds(self, final: Any, roundings: float, unit: float | None = None) -> tuple[Any, Any]:
         """(fp32 logits [T, vocab], how far rounding can move each logit [T, vocab]) of at most
         ROW_CHUNK positions, on the head's device.
 
@@ -145,7 +145,8 @@ class Projector:
         """
         import torch
 
-        unit = float(torch.finfo(final.dtype).eps) / 2
+        if unit is None:  # else the stored dtype's, given (fp8 files are read dequantised to fp32)
+            unit = float(torch.finfo(final.dtype).eps) / 2
         device = self.head_weight.device
         weight = self.norm_weight.to(device).float()
         with torch.inference_mode():
@@ -388,7 +389,8 @@ class Agreement:
                          max(self.unit_roundoff, other.unit_roundoff))
 
 
-def decidable_choices(projector: Projector, final: Any, roundings: float = ROUNDINGS) -> tuple[Any, Any, Any]:
+def decidable_choices(projector: Projector, final: Any, roundings: float = ROUNDINGS,
+                      unit: float | None = None) -> tuple[Any, Any, Any]:
     """(argmax [T], decidable [T] bool, tolerance [T]), on the CPU.
 
     Each logit is an interval z_i +- spread_i (Projector.bounds); a position is decidable when the
@@ -400,7 +402,7 @@ def decidable_choices(projector: Projector, final: Any, roundings: float = ROUND
 
     tops, decided, tolerances = [], [], []
     for start in range(0, final.shape[0], ROW_CHUNK):
-        logits, spread = projector.bounds(final[start:start + ROW_CHUNK], roundings)
+        logits, spread = projector.bounds(final[start:start + ROW_CHUNK], roundings, unit)
         top = logits.argmax(-1)[:, None]
         lower = (logits.gather(-1, top) - spread.gather(-1, top)).squeeze(-1)
         upper, rival = (logits + spread).scatter(-1, top, float("-inf")).max(-1)
@@ -411,13 +413,17 @@ def decidable_choices(projector: Projector, final: Any, roundings: float = ROUND
 
 
 def agreement(projector: Projector, reference: Any, tokens: Any, hidden_states: Any,
-              roundings: float = ROUNDINGS) -> Agreement:
-    """The projected choices against the reference's, at every position and at the decidable ones."""
+              roundings: float = ROUNDINGS, stored: Any = None) -> Agreement:
+    """The projected choices against the reference's, at every position and at the decidable ones.
+
+    stored  the dtype the states were stored in when they come dequantised (fp8 files read as fp32): its unit
+            roundoff decides which positions are decidable; default: the states' own dtype."""
     import torch
 
     final = hidden_states[:, -1]
-    kind = {"dtype": str(final.dtype).removeprefix("torch."), "unit_roundoff": float(torch.finfo(final.dtype).eps) / 2}
-    projected, decidable, tolerance = decidable_choices(projector, final, roundings)
+    stored = stored or final.dtype
+    kind = {"dtype": str(stored).removeprefix("torch."), "unit_roundoff": float(torch.finfo(stored).eps) / 2}
+    projected, decidable, tolerance = decidable_choices(projector, final, roundings, kind["unit_roundoff"])
     wanted = reference.choices(tokens)
     compared = min(int(wanted.numel()), int(projected.numel()))
     if compared == 0:

@@ -115,9 +115,38 @@ def speculative_config(layer_ids: list[int]) -> dict[str, Any]:
             "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
 
 
-def kv_transfer_config(staging: Path) -> dict[str, Any]:
-    return {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
-            "kv_connector_extra_config": {"shared_storage_path": str(staging)}}
+def kv_transfer_config(staging: Path, backend: str = "file") -> dict[str, Any]:
+    """The server's --kv_transfer_config for the run's `hidden_states.backend`, as speculators' own hs_connectors
+    backend builds it (HiddenStatesBackend.registry[name]: its launch args, then build_kv_transfer_config).
+
+    file is vLLM's own ExampleHiddenStatesConnector, written out here so that a file run's command needs neither
+    hs_connectors nor torch imported (tests/vllm/test_hidden_state_backends.py proves it equals FileBackend's).
+    """
+    if backend == "file":
+        return {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(staging)}}
+    return connector_backend_config(backend, staging)
+
+
+def connector_backend_config(backend: str, staging: Path) -> dict[str, Any]:
+    """hs_connectors' own kv_transfer_config for `backend`, its launch args at their defaults but the staging
+    folder (file and fp8 write there; mooncake takes its master and protocol defaults)."""
+    import argparse
+
+    try:
+        from hs_connectors import HiddenStatesBackend
+    except ImportError as exc:
+        raise BadInput(f"hidden_states.backend: {backend} needs hs-connectors (speculators' transfer backends) in "
+                       f"this env: {exc}") from None
+    chosen = HiddenStatesBackend.registry.get(backend)
+    if chosen is None:
+        raise BadInput(f"hidden_states.backend: {backend!r} is not one of hs_connectors' "
+                       f"{', '.join(sorted(HiddenStatesBackend.registry))}")
+    parser = argparse.ArgumentParser(add_help=False)
+    chosen.add_launch_args(parser)
+    known = {action.dest for action in parser._actions}
+    args = parser.parse_args(["--hidden-states-path", str(staging)] if "hidden_states_path" in known else [])
+    return chosen.build_kv_transfer_config(args)
 
 
 def parallel_args(sizes: ParallelSizes) -> list[str]:
@@ -189,7 +218,8 @@ def build_serve_command(run: Run, host_gpus: int, port: int, workdir: str | os.P
             "--host", "127.0.0.1", "--port", str(port),
             "--dtype", serve_dtype(run, host_gpus),
             "--speculative_config", json.dumps(speculative_config(run.layer_ids()), separators=(",", ":")),
-            "--kv_transfer_config", json.dumps(kv_transfer_config(staging), separators=(",", ":")),
+            "--kv_transfer_config", json.dumps(kv_transfer_config(staging, run.config.hidden_states.backend),
+                                               separators=(",", ":")),
             *parallel_args(sizes),
             # every row's states computed fresh: the same server answers regenerate's chat requests first, and
             # a prefix-cache hit on one of their blocks hands back states computed in another batch and prefill

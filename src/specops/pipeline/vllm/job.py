@@ -73,7 +73,10 @@ def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, versi
             "vllm_version": version, "port": port,
             "tensor_parallel": _flag_value(argv, "--tensor-parallel-size"),
             "data_parallel": _flag_value(argv, "--data-parallel-size") or "1",
-            "staging": str(staging_dir(run)), "vllm_program": argv[0]}
+            "staging": str(staging_dir(run)), "vllm_program": argv[0],
+            # the connector the server writes through (left out for file: servers recorded before it was a key)
+            **({"hidden_states_backend": run.config.hidden_states.backend}
+               if run.config.hidden_states.backend != "file" else {})}
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
