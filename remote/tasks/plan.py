@@ -70,7 +70,16 @@ def summary(document: dict[str, Any]) -> str:
     verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
     free = document["host_facts"]["disk_free_bytes"]
     return (f"{document['mode']} {verdict}; disk {size(mode['disk_bytes'])} of {size(free)} free; "
-            f"recommends {document['recommended'].get('mode')}")
+            f"recommends {recommends(document)}")
+
+
+def recommends(document: dict[str, Any]) -> str:
+    """The recommended mode, or the nearest backend, mode and rows that fit when none does as written."""
+    recommended = document["recommended"]
+    nearest = recommended.get("nearest")
+    if recommended.get("mode") is not None or not nearest:
+        return str(recommended.get("mode"))
+    return f"none as written (nearest: {nearest['backend']} {nearest['mode']}, {_rows_of(nearest, document)} rows)"
 
 
 def loads_title(loads: dict[str, Any]) -> str:
@@ -84,6 +93,75 @@ def load_time(load: dict[str, Any]) -> str:
     if load.get("uses"):
         return f"none: {load['uses']} serves it"
     return duration(load["seconds"]) + (f"; first stops {load['replaces']}" if load.get("replaces") else "")
+
+
+def _where(placement: dict[str, Any]) -> str:
+    return placement["kind"] + (f" ({placement['server_gpus']}+{placement['trainer_gpus']} GPUs)"
+                                if placement["kind"] == "split" else "")
+
+
+def modes_table(document: dict[str, Any]):
+    from remote import render as out
+
+    modes = out.table("hidden-state modes", ["mode", "fits", "disk", "hidden states on disk", "placement", "time",
+                                            "why not"])
+    for name, mode in document["modes"].items():
+        label = f"{name} (the run's)" if name == document["mode"] else name
+        modes.add_row(label, out.status_text(mode["fits"], "yes" if mode["fits"] else "no"), size(mode["disk_bytes"]),
+                      size(mode["hidden_state_bytes_on_disk"]), _where(mode["placement"]), duration(mode["total_s"]),
+                      "; ".join(mode["problems"]))
+    return modes
+
+
+def rows_table(document: dict[str, Any]):
+    """Every hidden-state backend x mode: its disk, server loads, time, placement, and why it does not fit."""
+    from remote import render as out
+
+    table = out.table("hidden-state backends x modes", ["backend", "mode", "fits", "disk", "hidden states on disk",
+                                                        "B a token", "server loads", "placement", "time", "why not"])
+    ours = (document.get("backend", "file"), document["mode"])
+    for row in document["rows"]:
+        placement = document["modes"][row["mode"]]["placement"] if (row["backend"], row["mode"]) == ours else None
+        label = row["mode"] + (" (the run's)" if (row["backend"], row["mode"]) == ours else "")
+        table.add_row(row["backend"], label, out.status_text(row["fits"], "yes" if row["fits"] else "no"),
+                      size(row["disk_bytes"]), size(row["hidden_state_bytes_on_disk"]),
+                      f"{row['bytes_per_token']:,}" if row.get("bytes_per_token") else "-",
+                      str(row.get("server_loads", "-")), _where(placement) if placement else row["placement"],
+                      duration(row["total_s"]), "; ".join(row["problems"]) or row.get("needs", ""))
+    return table
+
+
+def _rows_of(alternative: dict[str, Any], document: dict[str, Any]) -> str:
+    samples = alternative.get("samples") or document["data"]["samples"]
+    return f"{samples:,} of {document['data']['samples']:,}"
+
+
+def alternatives_table(document: dict[str, Any]):
+    """The nearest changes that fit when the run's own choice does not: each with its disk, loads and time."""
+    from remote import render as out
+
+    table = out.table(f"what fits instead of {document.get('backend', 'file')} {document['mode']}",
+                      ["backend", "mode", "rows", "hosts", "disk a host", "server loads", "time", "change"])
+    for alternative in document["alternatives"]:
+        table.add_row(alternative["backend"], alternative["mode"], _rows_of(alternative, document),
+                      str(alternative.get("hosts", 1)), size(alternative["disk_bytes"]),
+                      str(alternative.get("server_loads", "-")), duration(alternative["total_s"]),
+                      alternative.get("change", ""))
+    return table
+
+
+def recommended_line(document: dict[str, Any]) -> str:
+    """The plan's choice in one line: the recommended mode, or, when none fits as the run is written, the
+    nearest that does on this host alone with its disk, loads and time."""
+    recommended = document["recommended"]
+    nearest = recommended.get("nearest")
+    if recommended.get("mode") is not None or not nearest:
+        return f"recommended: [bold]{recommended.get('mode')}[/] — {recommended.get('reason')}"
+    loads = nearest.get("server_loads")
+    return (f"recommended: [bold]none as written; nearest {nearest['backend']} {nearest['mode']} with "
+            f"{_rows_of(nearest, document)} rows[/] — disk {size(nearest['disk_bytes'])}, {loads} server "
+            f"load{'s' if loads != 1 else ''}, time {duration(nearest['total_s'])} ({nearest['change']}); "
+            f"as written: {recommended.get('reason')}")
 
 
 def render(document: dict[str, Any]) -> None:
@@ -109,17 +187,12 @@ def render(document: dict[str, Any]) -> None:
                   f"trained), {trainer['optimizer']} state {size(trainer['optimizer_bytes'])}, activations "
                   f"{size(trainer['activation_bytes'])} at {trainer['tokens_per_step']} tokens a step")
     console.print(facts)
-    modes = out.table("hidden-state modes", ["mode", "fits", "disk", "hidden states on disk", "placement", "time",
-                                            "why not"])
-    for name, mode in document["modes"].items():
-        placement = mode["placement"]
-        where = placement["kind"] + (f" ({placement['server_gpus']}+{placement['trainer_gpus']} GPUs)"
-                                     if placement["kind"] == "split" else "")
-        label = f"{name} (the run's)" if name == document["mode"] else name
-        modes.add_row(label, out.status_text(mode["fits"], "yes" if mode["fits"] else "no"), size(mode["disk_bytes"]),
-                      size(mode["hidden_state_bytes_on_disk"]), where, duration(mode["total_s"]),
-                      "; ".join(mode["problems"]))
-    console.print(modes)
+    if document.get("rows"):
+        console.print(rows_table(document))
+    else:  # an agent from before the backend rows: its modes alone
+        console.print(modes_table(document))
+    if document.get("alternatives"):
+        console.print(alternatives_table(document))
     loads = document.get("loads")
     if loads and loads["loads"]:
         table = out.table(loads_title(loads), ["serves", "for", "time"])
@@ -130,8 +203,7 @@ def render(document: dict[str, Any]) -> None:
     rates = document["rates"]
     console.print("rates: " + "; ".join(f"{name} {rate['tokens_per_s'] or '?'} tokens/s ({rate['source']})"
                                        for name, rate in rates.items()))
-    recommended = document["recommended"]
-    console.print(f"recommended: [bold]{recommended.get('mode')}[/] — {recommended.get('reason')}")
+    console.print(recommended_line(document), soft_wrap=True)  # one line, however long
     verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
     console.print(out.status_text(document["ok"], f"the run's mode {document['mode']} {verdict}"))
 

@@ -98,3 +98,75 @@ def test_plan_of_a_kimi_shaped_target_from_its_config_files_alone(cli: Cli, tmp_
     assert (plan["server"]["tensor_parallel"], plan["trainer"]["draft_params"]) == (8, 2_543_378_432)
     assert plan["recommended"]["mode"] == "offline"
     assert plan["modes"]["offline"]["total_s"] == 20_000_000 / 20_000 + 10 * 20_000_000 / 40_000
+
+
+def _nothing_large(workdir: Path) -> None:
+    """The host's workdir holds the synced agent and small records: no model, no file of 1 MB or more."""
+    largest = max((path.stat().st_size for path in workdir.rglob("*") if path.is_file()), default=0)
+    assert largest < 1024 * 1024 and not (workdir / "models").exists()
+
+
+def _kimi_runs(tmp_path: Path, **changes: object) -> Path:
+    """runs/kimi-k25.yaml as shipped, `changes` applied (top-level keys; hidden_states merged), in a runs folder."""
+    shipped = yaml.safe_load((REPO / "runs" / "kimi-k25.yaml").read_text())
+    states = {**shipped["hidden_states"], **changes.pop("hidden_states", {})}  # type: ignore[dict-item]
+    folder = tmp_path / "kimi-runs"
+    folder.mkdir(exist_ok=True)
+    (folder / "kimi-k25.yaml").write_text(yaml.safe_dump({**shipped, **changes, "hidden_states": states}))
+    return folder
+
+
+def test_the_plan_table_names_every_backend_and_what_fits_instead(cli: Cli, tmp_path: Path) -> None:
+    """The shipped Kimi-K2.5 run (its config.json alone, in tests/planning/kimi-k2.5) at issue 40's 20,000 rows,
+    as written with the file backend: no row fits; the table gives every backend x mode and the nearest that fit."""
+    runs = _kimi_runs(tmp_path, model=str(Path(__file__).parent / "kimi-k2.5"), samples=20_000,
+                      hidden_states={"backend": "file"})
+    shown = cli("plan", "--host", "local", "--run", "kimi-k25", timeout=300, SPECOPS_RUNS_DIR=str(runs))
+    assert shown.exit_code == 1, shown.stderr[-3000:]  # the run's mode does not fit: a plan all the same
+    text = shown.stdout
+    rows = text[text.index("hidden-state backends x modes"):text.index("what fits instead of file offline")]
+    for backend, mode, disk in (("file", "offline (the run's)", "4.72 TB"), ("fp8", "offline", "2.38 TB"),
+                                ("mooncake", "online", "")):
+        cells = [[cell.strip() for cell in line.split("│")[1:]] for line in rows.splitlines()]
+        assert any(row[:2] == [backend, mode] and disk in row[3] for row in cells), (backend, mode, rows)
+    assert "keeps no files" in rows and "the server needs 73.4 GiB per" in rows
+    alternatives = text[text.index("what fits instead of file offline"):text.index("model loads:")]
+    fp8_rows = [line for line in alternatives.splitlines() if line.startswith("│ fp8 ")]
+    assert any("401 of 20,000" in line and "71.94 GB" in line for line in fp8_rows), alternatives
+    assert "the most rows that fit: 401 of" in alternatives and "1 more host (train role)" in alternatives
+    assert "50 more host(s)" in alternatives  # fp8 split over 51 hosts
+    recommended = next(line for line in text.splitlines() if line.startswith("recommended:"))
+    assert recommended.startswith("recommended: none as written; nearest fp8 offline with 401 of 20,000 rows — "
+                                  "disk 71.94 GB, 1 server load, time unknown")
+    assert "as written: no mode fits this host" in recommended
+
+    planned = cli("plan", "--host", "local", "--run", "kimi-k25", "--json", timeout=300, SPECOPS_RUNS_DIR=str(runs))
+    document = planned.json()  # the JSON keeps its keys; rows and alternatives are the table's source
+    assert planned.exit_code == 1 and {"modes", "recommended", "rows", "alternatives", "loads"} <= set(document)
+    assert document["recommended"]["nearest"]["samples"] == 401
+    # planned from config.json alone: nothing generated, loaded or written beyond the synced agent and records
+    _nothing_large(tmp_path / "local-workdir")
+
+
+def test_the_shipped_kimi_run_fits_its_plan_host(cli: Cli, tmp_path: Path) -> None:
+    """runs/kimi-k25.yaml as shipped (fp8 offline, its samples) fits the host its plan: names."""
+    runs = _kimi_runs(tmp_path, model=str(Path(__file__).parent / "kimi-k2.5"))
+    planned = cli("plan", "--host", "local", "--run", "kimi-k25", "--json", timeout=300, SPECOPS_RUNS_DIR=str(runs))
+    assert planned.exit_code == 0, planned.stdout[-3000:]
+    document = planned.json()
+    assert (document["backend"], document["mode"], document["recommended"]["mode"]) == ("fp8", "offline", "offline")
+    assert document["alternatives"] == []
+
+
+@pytest.mark.skipif(Path("/models/Kimi-K2.5/config.json").exists(), reason="the checkpoint is on this machine")
+def test_a_checkpoint_not_on_the_host_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    """`invoke plan --run kimi-k25` where /models/Kimi-K2.5 is absent: one line naming the key and the file, exit 2,
+    nothing written."""
+    runs = _kimi_runs(tmp_path)
+    for extra in ((), ("--json",)):
+        result = cli("plan", "--host", "local", "--run", "kimi-k25", *extra, timeout=300, SPECOPS_RUNS_DIR=str(runs))
+        assert result.exit_code == 2, result.stderr[-3000:]
+        line = result.stderr.strip()
+        assert "\n" not in line and line.startswith(f"specops: {runs / 'kimi-k25.yaml'}: model: "
+                                                    "/models/Kimi-K2.5/config.json not found")
+    _nothing_large(tmp_path / "local-workdir")

@@ -211,7 +211,8 @@ def plan_for(run: Run, *, samples: int | None = None, estimate: bool = True) -> 
     """The run's plan on this host (BadInput when the target's config is not here to read)."""
     config_file = run.model_path / "config.json"
     if not config_file.is_file():
-        raise BadInput(f"{run.label}: model: {config_file} not found: the plan reads the target's config")
+        raise BadInput(f"{run.label}: model: {config_file} not found: the plan reads the target's config (that file "
+                       "alone is enough: no weights are read or written)")
     rows = rows_asked(run, samples)
     if rows is None:
         raise BadInput(f"{run.label}: samples: not set, and {run.config.data} is no local file to count "

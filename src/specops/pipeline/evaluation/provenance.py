@@ -105,6 +105,11 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
         for key, item in value.items():
             found.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
         return found
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        found = {}  # the servers, the patch sets: item by item, so one line names what changed in which
+        for index, item in enumerate(value):
+            found.update(_flat(item, f"{prefix}[{index}]"))
+        return found
     return {prefix: value}
 
 
@@ -115,8 +120,8 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for part in PARTS:
         before, after = _flat(old.get(part), part), _flat(new.get(part), part)
         for key in sorted(set(before) | set(after)):
-            if key.endswith((".path", ".file")) or key == "settings.checkpoint":
-                continue  # where a file lies, or how the checkpoint was named, is not what it holds (digests say)
+            if key.endswith((".path", ".file", ".job")) or key == "settings.checkpoint":
+                continue  # where a file lies, how the checkpoint was named, which job served: not what it holds
             if before.get(key) != after.get(key):
                 lines.append(f"{key}: {before.get(key, '(absent)')} -> {after.get(key, '(absent)')}")
     return lines

@@ -290,9 +290,15 @@ def write_record(run: Run, chosen: Path, backend: str, limit: int | None, scorer
         settings["replay"] = {"device": str(parameter.device), "target_dtype": str(parameter.dtype),
                               "answer_batch": ANSWER_BATCH, "draft_attention": "sdpa", "decoding": "greedy"}
     if scorer.servers:
-        settings["servers"] = [{"command": (getattr(server.get("server"), "record", None) or {}).get("command"),
+        import shlex
+
+        # the job record keeps the server's argv (no "command" key): the exact command, as a shell would run it
+        # once per job: the held-out prompts and every set may be served by one reused server
+        used = {server.get("job"): server for server in scorer.servers}.values()
+        argvs = [(getattr(server.get("server"), "record", None) or {}).get("argv") for server in used]
+        settings["servers"] = [{"command": shlex.join(argv) if argv else None,
                                 "job": server.get("job"), "vllm_version": server.get("vllm_version")}
-                               for server in scorer.servers]
+                               for server, argv in zip(used, argvs, strict=True)]
     prompts_file = run.paths.heldout / heldout.PROMPTS_FILE
     prompt_sets: dict[str, Any] = {"heldout": {"file": str(prompts_file), "token_ids": inputs["prompts"],
                                                "digest": file_digest(prompts_file) if prompts_file.is_file() else None}}
