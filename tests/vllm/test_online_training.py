@@ -260,7 +260,8 @@ def test_hybrid_trains_on_the_files_the_budget_holds_and_generates_the_rest(onli
     # a little over: the budget is read in GB and must not round below the half's bytes
     edit_run(config, hidden_states={"mode": "hybrid", "disk_budget_gb": (allowance + 1000) / 1e9})
     steps = Steps(root)
-    code, extracted, _ = steps.run("extract")
+    # new extraction inputs retire the online run's trained draft: said with --retire, as a user must
+    code, extracted, _ = steps.run("extract", "--retire")
     assert code == 0, extracted
     assert extracted["counts"]["samples"] == half
     on_disk = sorted(run_dir.joinpath("hidden_states").glob("hs_*.safetensors"))

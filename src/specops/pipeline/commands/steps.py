@@ -90,12 +90,15 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
     """The parity gate on its own: the draft training will write (or a checkpoint) against the installed vLLM."""
-    from specops.pipeline.parity import before_evaluation, before_training
+    from specops.pipeline.parity import before_evaluation, before_training, check_servable
     from specops.pipeline.run import resolve
     from specops.pipeline.training import train_plan
 
     run = open_run(args.run)
     settings = resolve(run)
+    # a draft this host's vLLM cannot serve is refused first: it needs no data, and no data would change it
+    check_servable(run, settings, asked=args.serve is True,
+                   when="before training" if args.checkpoint is None else "before evaluating")
     if args.checkpoint is not None:
         from specops.pipeline.evaluation import choose_checkpoint
 
