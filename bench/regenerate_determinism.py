@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--experts", default="eager,batched_mm,grouped_mm")
     parser.add_argument("--attention", default="sdpa,eager")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sdpa-backends", default="", help="comma list of torch SDPBackend names to allow "
+                        "(e.g. MATH, EFFICIENT_ATTENTION, CUDNN_ATTENTION); default: torch's choice")
     args = parser.parse_args()
     import transformers
 
@@ -122,10 +124,17 @@ def main() -> None:
                 model = None
                 try:
                     model = build(experts, attention, args.device)
-                    row = {"experts": experts, "attention": attention, "deterministic": deterministic,
-                           **first_difference(model, ids, mask),
-                           "rows_differing": generations_differ(model, ids, mask, args.new_tokens),
-                           "of": args.batch}
+                    from contextlib import nullcontext
+
+                    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                    allowed = [getattr(SDPBackend, name) for name in args.sdpa_backends.split(",") if name]
+                    with sdpa_kernel(allowed) if allowed else nullcontext():
+                        row = {"experts": experts, "attention": attention, "deterministic": deterministic,
+                               "sdpa_backends": args.sdpa_backends or "torch's choice",
+                               **first_difference(model, ids, mask),
+                               "rows_differing": generations_differ(model, ids, mask, args.new_tokens),
+                               "of": args.batch}
                 except Exception as exc:  # an implementation this transformers lacks: said, the rest goes on
                     row = {"experts": experts, "attention": attention, "deterministic": deterministic,
                            "error": f"{type(exc).__name__}: {str(exc)[:200]}"}

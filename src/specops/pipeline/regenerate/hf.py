@@ -63,7 +63,7 @@ class Generator:
 
     def complete(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], str]]:
         """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it."""
-        from specops.pipeline.target import left_padded
+        from specops.pipeline.target import left_padded, repeatable_attention
 
         torch = self.torch
         ids, mask = left_padded(prompts, self.pad)
@@ -73,7 +73,8 @@ class Generator:
         if settings.temperature > 0:
             torch.manual_seed(seed)
             options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0}
-        with torch.no_grad():
+        # the same rows answer alike on every run: SDPA's cuDNN backend does not (issue 42)
+        with torch.no_grad(), repeatable_attention(self.device):
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                       max_new_tokens=settings.max_tokens, eos_token_id=self.eos,
                                       pad_token_id=self.pad, **options)
