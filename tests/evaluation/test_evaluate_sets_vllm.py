@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.evaluation.conftest import copy_of
-from tests.evaluation.test_evaluate_sets import write_sets
 from tests.support.agent import agent_env
+from tests.support.sets import write_sets
+from tests.support.vllm import spec_decode_total
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
@@ -31,13 +32,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 PROMPTS, MAX_TOKENS, K = 2, 16, 3
 
 
-def _counter(metrics: str, name: str, position: int | None = None) -> int:
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith(f"vllm:spec_decode_{name}_total") and (
-                position is None or f'position="{position}"' in line):
-            total += float(line.rsplit(" ", 1)[1])
-    return round(total)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +97,7 @@ def test_one_server_load_and_its_counters_are_the_figures(served_sets) -> None:
     assert len(jobs) == 1 and all(server["reused"] for server in document["servers"][1:])
     counted = [document["report"], *(result["trained"] for result in document["sets"].values())]
     for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-        assert sum(figures[name] for figures in counted) == _counter(metrics, name)
+        assert sum(figures[name] for figures in counted) == spec_decode_total(metrics, name)
     drafts = document["sets"]["humaneval"]["trained"]["num_drafts"]
     assert drafts > 0
 

@@ -19,6 +19,7 @@ import pytest
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
 from tests.support.runs import edit_run
+from tests.support.vllm import spec_decode_total
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
@@ -49,24 +50,16 @@ def served(evaluated, patched_vllm, tmp_path_factory) -> dict:
         assert code == 0, stopped
 
 
-def _counter(metrics: str, name: str, position: int | None = None) -> float:
-    total = 0.0
-    for line in metrics.splitlines():
-        if not line.startswith(f"vllm:spec_decode_{name}_total"):
-            continue
-        if position is not None and f'position="{position}"' not in line:
-            continue
-        total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_the_reported_acceptance_is_what_the_servers_own_counters_say(served) -> None:
     untrained = served["document"]["untrained"]  # the last server: it saw only these requests
     metrics = served["metrics"]
-    assert untrained["num_drafts"] == _counter(metrics, "num_drafts") > 0
-    assert untrained["num_draft_tokens"] == _counter(metrics, "num_draft_tokens")
-    assert untrained["num_accepted_tokens"] == _counter(metrics, "num_accepted_tokens")
-    per_position = [_counter(metrics, "num_accepted_tokens_per_pos", p) / untrained["num_drafts"] for p in range(3)]
+    assert untrained["num_drafts"] == spec_decode_total(metrics, "num_drafts") > 0
+    assert untrained["num_draft_tokens"] == spec_decode_total(metrics, "num_draft_tokens")
+    assert untrained["num_accepted_tokens"] == spec_decode_total(metrics, "num_accepted_tokens")
+    per_position = [spec_decode_total(metrics, "num_accepted_tokens_per_pos", p) / untrained["num_drafts"]
+                    for p in range(3)]
     assert untrained["per_position_acceptance"] == [round(value, 4) for value in per_position]
     trained = served["document"]["report"]
     counters = trained["server_counters"]  # the /metrics deltas around the trained draft's requests

@@ -15,6 +15,7 @@ import pytest
 
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
+from tests.support.vllm import spec_decode_total
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
@@ -22,13 +23,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 PROMPTS, MAX_TOKENS = 3, 16
 
 
-def _counter(metrics: str, name: str, position: int | None = None) -> int:
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith(f"vllm:spec_decode_{name}_total") and (
-                position is None or f'position="{position}"' in line):
-            total += float(line.rsplit(" ", 1)[1])
-    return round(total)
 
 
 def test_a_vllm_sweep_reports_what_each_server_counted(evaluated, patched_vllm, tmp_path) -> None:
@@ -53,11 +47,11 @@ def test_a_vllm_sweep_reports_what_each_server_counted(evaluated, patched_vllm, 
     assert sweep["backend"] == "vllm" and sweep["prompts"] == PROMPTS and sweep["max_tokens"] == MAX_TOKENS
     one, two = sweep["cells"]
     assert (one["num_speculative_tokens"], two["num_speculative_tokens"]) == (1, 2)
-    assert two["num_drafts"] == _counter(metrics, "num_drafts") > 0
-    assert two["num_draft_tokens"] == _counter(metrics, "num_draft_tokens") == 2 * two["num_drafts"]
-    assert two["num_accepted_tokens"] == _counter(metrics, "num_accepted_tokens")
+    assert two["num_drafts"] == spec_decode_total(metrics, "num_drafts") > 0
+    assert two["num_draft_tokens"] == spec_decode_total(metrics, "num_draft_tokens") == 2 * two["num_drafts"]
+    assert two["num_accepted_tokens"] == spec_decode_total(metrics, "num_accepted_tokens")
     assert two["per_position_acceptance"] == [
-        round(_counter(metrics, "num_accepted_tokens_per_pos", p) / two["num_drafts"], 4) for p in range(2)]
+        round(spec_decode_total(metrics, "num_accepted_tokens_per_pos", p) / two["num_drafts"], 4) for p in range(2)]
     for cell in (one, two):
         assert cell["counts_from"] == "metrics_deltas"
         if cell["per_request"] is not None:  # the responses' own sums, where this vLLM gives them, agree

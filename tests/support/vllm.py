@@ -188,3 +188,14 @@ def shared_vllm(patched_vllm: dict, tmp_path_factory: pytest.TempPathFactory) ->
         yield shared
     finally:
         shared.stop()
+
+
+def spec_decode_total(metrics: str, name: str, position: int | None = None) -> float:
+    """A `vllm:spec_decode_<name>_total` counter summed over its series in the server's /metrics text (one
+    position's series with `position`), read independently of the product's own parser."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(f"vllm:spec_decode_{name}_total") and (
+                position is None or f'position="{position}"' in line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

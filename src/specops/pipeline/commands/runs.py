@@ -8,7 +8,6 @@ import argparse
 from typing import Any
 
 from specops.commandline import RUN_CHECK, RUN_RESTORE
-from specops.errors import BadInput
 from specops.paths import workdir
 
 
@@ -61,10 +60,9 @@ def run_restore(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.run import Manifest, Run
 
     run = Run(args.run)
-    holder = runlock.live_holder(args.run)
-    if holder is not None:
-        raise BadInput(str(runlock.RunBusy(args.run, holder)))
-    return 0, {"ok": True, "run": args.run, **Manifest(run.paths.run_dir).restore(args.retired)}
+    # held while it swaps folders, as a step is: a step started in another terminal meanwhile is refused
+    with runlock.held(args.run, "run restore"):
+        return 0, {"ok": True, "run": args.run, **Manifest(run.paths.run_dir).restore(args.retired)}
 
 
 def register(subparsers: Any) -> None:
