@@ -3,7 +3,7 @@ through the vllm backend with the server specops builds (vLLM's native rotary) a
 own `--compilation-config {"custom_ops":["all"]}`, what --enforce-eager alone gives). For each: the pipeline,
 its validate (fidelity against the server's own next-token choices, batched as extraction sends them) and
 `step validate --reference hf` (against a transformers forward), and the hf replay's acceptance of the draft
-trained on those states (specops.cpu_rotary says why).
+trained on those states (specops/doctor/_cpu_rotary.py says why).
 
     .venv/bin/python bench/mla_rotary.py [--samples 24] [--epochs 2] [--workdir DIR]
 

@@ -54,7 +54,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def visible_gpus() -> int:
-    from specops.gpus import device_count as count
+    from specops.host.gpus import device_count as count
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return min(count(), len([d for d in visible.split(",") if d])) if visible is not None else count()

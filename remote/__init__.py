@@ -1,6 +1,6 @@
 """The control side: runs on the workstation, drives hosts over SSH. Never imports torch, vllm or speculators.
 
-The contract both sides share, `specops.protocol` (stdlib only), lives in this checkout's src/;
+The contract both sides share, `specops.contract.protocol` (stdlib only), lives in this checkout's src/;
 it is put on the path here so every entry point (invoke, bench, tests) imports the same file.
 """
 

@@ -19,8 +19,8 @@ from remote import journal
 from remote.errors import AgentError
 from remote.inventory import Host
 from remote.ssh import Connection
-from specops import commandline
-from specops.protocol import AgentExit
+from specops.contract import commandline
+from specops.contract.protocol import AgentExit
 
 # Positional parameters keep every value quoted: $1 workdir, $2 bundle hash, $3 python, $4 install
 # script (or empty), then the agent's own arguments. A leading ~/ means the remote user's home.

@@ -21,7 +21,7 @@ from remote.files import swap_folder
 from remote.inventory import REPO_ROOT, Host
 from remote.names import inside, safe_name
 from remote.ssh import Connection
-from specops import commandline
+from specops.contract import commandline
 
 
 def fetched_root() -> Path:

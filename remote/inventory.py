@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from remote.errors import BadInput
-from specops.protocol import name_problem
+from specops.contract.protocol import name_problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO_ROOT / "inventory.yaml"

@@ -22,8 +22,8 @@ from remote.errors import AgentError, BadInput, ConnectError
 from remote.inventory import Host, Inventory
 from remote.names import inside, safe_name
 from remote.session import HostSession
-from specops import commandline
-from specops.protocol import ACTIVE_STATES
+from specops.contract import commandline
+from specops.contract.protocol import ACTIVE_STATES
 
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 _BACKWARD_BLOCK = 1 << 16
@@ -35,7 +35,8 @@ def _agent_failure(host: Host, document: dict[str, Any], exit_code: int) -> Exce
 
 
 def job_call(conn: Any, host: Host, argv: Sequence[str]) -> dict[str, Any]:
-    """One `job ...` agent command (argv from specops.commandline); its document, or its one-line error raised."""
+    """One `job ...` agent command (argv from specops.contract.commandline); its document, or its one-line
+    error raised."""
     result = agent_call(conn, host, argv)
     if result.exit_code != 0 or result.document.get("ok") is False:
         raise _agent_failure(host, result.document, result.exit_code)

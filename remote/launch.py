@@ -20,8 +20,8 @@ from remote.jobs import follow_log, job_call
 from remote.revision import current_revision
 from remote.session import HostSession
 from remote.ssh import Connection
-from specops import commandline
-from specops.protocol import JobState
+from specops.contract import commandline
+from specops.contract.protocol import JobState
 
 
 @dataclass

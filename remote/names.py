@@ -1,12 +1,12 @@
 """Names that become local paths (hosts, runs, jobs): checked where they are read, and every path
-built from them checked to stay inside its root. One pattern for both sides: specops.protocol."""
+built from them checked to stay inside its root. One pattern for both sides: specops.contract.protocol."""
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
 from remote.errors import BadInput, SpecopsError
-from specops.protocol import name_problem, stays_inside
+from specops.contract.protocol import name_problem, stays_inside
 
 
 def safe_name(value: object, where: str) -> str:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from remote.errors import AgentError, BadInput
 from remote.several_hosts import each, first_failure
 from remote.training_nodes import RDZV_PORT
-from specops import commandline
-from specops.progress import say
+from specops.contract import commandline
+from specops.contract.progress import say
 
 __all__ = ["RDZV_PORT", "attach_or_launch", "members", "pipeline_on_hosts"]
 
@@ -91,7 +91,7 @@ def members(inventory: Inventory, run: str, host_flag: str | None, hosts_flag: s
 def running_engine(session: HostSession, run: str) -> dict[str, Any] | None:
     """This host's active pipeline job of `run`, if any."""
     from remote.jobs import job_call
-    from specops.protocol import ACTIVE_STATES
+    from specops.contract.protocol import ACTIVE_STATES
 
     listed = job_call(session.conn, session.host, commandline.job_list(all=True))["jobs"]
     active = [job for job in listed if job["name"] == JOB and job.get("run") == run and job["state"] in ACTIVE_STATES]
@@ -177,7 +177,7 @@ def pipeline_on_hosts(hosts: list[Host], inventory: Inventory, run: str, check: 
     from remote.fetch import fetch_run
     from remote.launch import follow
     from remote.session import HostSession
-    from specops.protocol import JobState
+    from specops.contract.protocol import JobState
 
     started = time.perf_counter()
     build_bundle()  # once, before the threads: each would otherwise hash the checkout itself

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from invoke.exceptions import Exit
 
 from remote.errors import BadInput, SpecopsError
-from specops.commandline import BadArgument
+from specops.contract.commandline import BadArgument
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory

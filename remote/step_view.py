@@ -5,7 +5,7 @@
 - Third-party lines (speculators' loguru records, progress bars of Hugging Face loaders, vLLM's and
   Python's log records and warnings) are not shown: the view is specops' own lines and progress.
   They stay in the job's log (`invoke logs`); should the step fail, its last ones are shown.
-- Between the host's trainer markers (specops.protocol.TRAINER_START/END), speculators' raw output
+- Between the host's trainer markers (specops.contract.protocol.TRAINER_START/END), speculators' raw output
   (three wide INFO lines a step) becomes one rich progress bar per epoch: step, loss, acc@0,
   tokens/s, ETA, and once the epoch is scored its mean acceptance length on held-out prompts
   (TRAINER_ACCEPTANCE). The raw output stays in the job's log (`invoke logs`); should the trainer
@@ -19,7 +19,7 @@ import re
 from collections import deque
 from typing import IO, Any
 
-from specops.protocol import (
+from specops.contract.protocol import (
     TRAINER_ACCEPTANCE,
     TRAINER_END,
     TRAINER_METRIC,

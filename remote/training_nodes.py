@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput
-from specops import commandline
-from specops.protocol import Endpoint
+from specops.contract import commandline
+from specops.contract.protocol import Endpoint
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -41,7 +41,7 @@ def train_across(members: list[Host], inventory: Inventory, run: str, check: Che
     jobs stopped, checkpoints synced, one node job per host launched together and watched as one.
     (the document, the failure's one line or None)."""
     from remote.several_hosts import first_failure
-    from specops.progress import say
+    from specops.contract.progress import say
 
     started = time.perf_counter()
     names = ", ".join(member.name for member in members)
@@ -199,7 +199,7 @@ class TrainingNodes:
     def stop_stale(self, run: str) -> list[str]:
         """Stop a train job of this run still running anywhere (a survivor of a partition, say)."""
         from remote.jobs import job_call
-        from specops.protocol import ACTIVE_STATES
+        from specops.contract.protocol import ACTIVE_STATES
 
         def stop(session: HostSession) -> bool:
             listed = job_call(session.conn, session.host, commandline.job_list(all=True))["jobs"]
@@ -262,7 +262,7 @@ class TrainingNodes:
 
     def watch(self, on_poll: Callable[[dict[str, Any]], None] | None = None, what: str = "train") -> TrainingOutcome:
         """Until every job succeeded, or one host's job failed or the host went silent: then stop the rest."""
-        from specops.protocol import JobState
+        from specops.contract.protocol import JobState
 
         while True:
             records = self.records()
@@ -288,7 +288,7 @@ def first_to_fail(records: dict[str, Any]) -> str | None:
     """The host that ended the group: one gone silent (its peers' failures follow from it), else the one
     whose job ended first other than succeeded — a killed node's peers fail a moment later in their
     collectives, and a poll may see them all ended at once. None while nothing failed."""
-    from specops.protocol import ACTIVE_STATES, JobState
+    from specops.contract.protocol import ACTIVE_STATES, JobState
 
     silent = [name for name, value in records.items() if isinstance(value, Exception)]
     if silent:

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/house_figures.py [ROOT]
 
-- agent flag declarations: a hand-written builder's keyword in specops/commandline.py (each also an
+- agent flag declarations: a hand-written builder's keyword in specops/contract/commandline.py (each also an
   `add_argument("--flag")` of the agent's parser: the round-trip test pairs them), `add_argument` calls
   with a literal --flag under src/specops, and `Flag(...)` entries of a command spec (one makes both);
 - cross-flag rule checks: raises whose message says two flags go together or exclude each other;

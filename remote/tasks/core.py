@@ -7,7 +7,7 @@ from invoke import task
 from remote.errors import BadInput
 from remote.session import emit_json, reports_errors
 from remote.tasks.shared import exchange_once
-from specops import commandline
+from specops.contract import commandline
 
 
 @task(help={"json": "one JSON document on stdout"})

@@ -9,8 +9,9 @@ from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, host_connection, host_session, reports_errors
-from remote.tasks.shared import exchange_once, positive
-from specops import commandline
+from remote.tasks.shared import exchange_once
+from specops.contract import commandline
+from specops.contract.values import whole_flag
 
 
 def _command_after_double_dash() -> list[str]:
@@ -60,7 +61,7 @@ def status(c, host=None, json=False, all=False, hosts=None, all_hosts=False):
     from remote.inventory import load_inventory
     from remote.several_hosts import chosen_hosts, run_across
     from remote.tasks.shared import render_epochs
-    from specops.protocol import ACTIVE_STATES, JobState
+    from specops.contract.protocol import ACTIVE_STATES, JobState
 
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_hosts)
@@ -148,7 +149,7 @@ def status_document(conn, host, all_jobs: bool) -> dict:
 
 def jobs_summary(document: dict) -> str:
     """One line of a host's jobs: counts by state, then each active job with its progress and ETA."""
-    from specops.protocol import ACTIVE_STATES
+    from specops.contract.protocol import ACTIVE_STATES
 
     jobs = document.get("jobs") or []
     if not jobs:
@@ -172,7 +173,7 @@ def jobs_summary(document: dict) -> str:
 
 def total_eta(rows) -> dict:
     """The group's ETA: the slowest host's active job decides when the whole run's step is done."""
-    from specops.protocol import ACTIVE_STATES
+    from specops.contract.protocol import ACTIVE_STATES
 
     etas = [job["progress"]["eta_s"] for row in rows for job in row.document.get("jobs") or []
             if job["state"] in ACTIVE_STATES and (job.get("progress") or {}).get("eta_s") is not None]
@@ -218,7 +219,7 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
     from remote.jobs import follow_log, job_call
     from remote.launch import follow
 
-    lines = positive(lines, "--lines")
+    lines = whole_flag(lines, "--lines")
     collected: list[str] = []
     show = collected.append if json else lambda text: (sys.stdout.write(text), sys.stdout.flush())
     # one connection: find the job, then tail or follow it; a tail only reads (a shared master may carry it)
@@ -262,7 +263,7 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
     from remote.jobs import job_call
     from remote.names import safe_name
     from remote.several_hosts import chosen_hosts, run_across
-    from specops.protocol import ACTIVE_STATES
+    from specops.contract.protocol import ACTIVE_STATES
 
     if job is not None:
         safe_name(job, "--job")

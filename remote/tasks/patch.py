@@ -14,7 +14,7 @@ from invoke import task
 
 from remote.errors import BadInput, ConnectError
 from remote.session import emit_json, host_connection, reports_errors
-from specops import commandline
+from specops.contract import commandline
 
 ACTIONS = ("apply", "verify", "status", "revert", "new")
 MANY_HOST_ACTIONS = ("verify", "status")  # the read-only ones; a change is made one host at a time

@@ -24,9 +24,10 @@ from remote.tasks.pipeline_views import (
     render_summary,
     render_sweep,
 )
-from remote.tasks.shared import check_run, positive, preflight, render_epochs
-from specops import commandline
-from specops.protocol import JobState
+from remote.tasks.shared import check_run, preflight, render_epochs
+from specops.contract import commandline
+from specops.contract.protocol import JobState
+from specops.contract.values import whole_flag
 
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "run": "run config runs/NAME.yaml (default: the host's run)",
@@ -36,7 +37,7 @@ STEP_HELP = {"host": "inventory host (default: the inventory's default)",
 
 
 def chosen_run(session: HostSession, run: str | None) -> str:
-    """--run, else the host's run (inventory); the builders of specops.commandline check the name."""
+    """--run, else the host's run (inventory); the builders of specops.contract.commandline check the name."""
     return run or session.host.run
 
 
@@ -44,7 +45,7 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
                  env_role: str | None = None, role_pythons: dict[str, str] | None = None,
                  wait: bool = False, backend: str | None = None) -> dict[str, Any] | None:
-    """Launch `python -m specops <argv>` (built by specops.commandline) as job `name`, follow it, return its
+    """Launch `python -m specops <argv>` (built by specops.contract.commandline) as job `name`, follow it, return its
     JSON result.
 
     All on the session's one connection. role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to
@@ -222,7 +223,7 @@ def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, 
     if gpus is not None or detach:
         raise BadInput("--hosts: --gpus and --detach are per host; each node trains on all its GPUs, followed")
     run_name = run or members[0].run
-    rdzv_port, epochs = positive(port, "--port") or training_nodes.RDZV_PORT, positive(epochs, "--epochs")
+    rdzv_port, epochs = whole_flag(port, "--port") or training_nodes.RDZV_PORT, whole_flag(epochs, "--epochs")
 
     def check(conn, member):  # the config and the plan's fit, then the doctor: exit 2 before any job
         check_run(conn, member, run_name)
@@ -278,8 +279,8 @@ def set_pairs(items: list[str] | None) -> dict[str, str] | None:
 
 
 def with_steps(body):
-    """The task's docstring lists the steps of the step table (specops.steps), the one place they are."""
-    from specops.steps import sequence
+    """The task's docstring lists the steps of the step table (specops.contract.step_table), the one place they are."""
+    from specops.contract.step_table import sequence
 
     body.__doc__ = body.__doc__.replace("{steps}", sequence())
     return body
@@ -313,10 +314,10 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     if wait and len(chosen) > 1:
         raise BadInput("--wait: one host at a time (across hosts the engines meet at a rendezvous that would "
                        "not wait that long)")
-    chosen_samples = positive(samples, "--samples")
+    chosen_samples = whole_flag(samples, "--samples")
     launch_argv = commandline.pipeline(run=run_name, samples=chosen_samples,
                                        backend=backend or None)  # checked before any host
-    rendezvous_port = positive(port, "--port") or RDZV_PORT
+    rendezvous_port = whole_flag(port, "--port") or RDZV_PORT
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
         checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None,

@@ -13,7 +13,8 @@ from invoke import task
 
 from remote.errors import BadInput
 from remote.session import emit_json, reports_errors
-from remote.tasks.shared import local_config_name, positive
+from remote.tasks.shared import local_config_name
+from specops.contract.values import whole_flag
 
 PLAN_TIMEOUT_S = 600  # estimating tokens loads the tokenizer: seconds, a minute on a busy host
 
@@ -24,7 +25,7 @@ def plan_call(run: str | None, samples: int | None):
     def exchange(host, conn) -> tuple[int, dict[str, Any]]:
         from remote.agent import agent_call
         from remote.errors import BadInput
-        from specops import commandline
+        from specops.contract import commandline
 
         run_name = run or host.run
         result = agent_call(conn, host, commandline.plan(run=run_name, samples=samples), timeout=PLAN_TIMEOUT_S)
@@ -222,7 +223,7 @@ def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=Fals
     from remote.several_hosts import chosen_hosts, run_across
     from remote.tasks.shared import exchange_once
 
-    rows = positive(samples, "--samples")
+    rows = whole_flag(samples, "--samples")
     inventory = load_inventory()
     several = chosen_hosts(inventory, host, hosts, all_)
     if several is not None:

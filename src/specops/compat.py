@@ -19,9 +19,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from specops.contract.errors import BadInput
 from specops.doctor import PIPELINE, RunSettings
 from specops.doctor.checks import run_doctor
-from specops.errors import BadInput
 
 # the doctor's checks that need no run (no model folder, no host): what the releases alone decide
 STACK = ("api", "capability", "serving")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops.protocol import TERMINAL_STATES
+from specops.contract.protocol import TERMINAL_STATES
 from tests.support.agent import wait_until
 from tests.support.cli import Cli
 from tests.support.repo import REPO

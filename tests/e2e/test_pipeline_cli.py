@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops import steps
+from specops.contract import step_table
 from tests.support.cli import Cli
 from tests.support.finished import copy_of
 from tests.support.repo import REPO
@@ -100,7 +100,7 @@ def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str, 
 
 def _assert_all_skipped(summary: dict) -> None:
     statuses = {name: info["status"] for name, info in summary["steps"].items()}
-    for step in (step.name for step in steps.STEPS if step.recorded):
+    for step in (step.name for step in step_table.STEPS if step.recorded):
         assert statuses[step] == "skipped: unchanged", statuses
 
 

@@ -103,15 +103,15 @@ def test_detached_the_engine_finishes_on_the_hosts_and_the_same_command_attaches
 
 
 def test_a_run_naming_two_hosts_runs_every_step_and_fetches_a_loadable_checkpoint(across: tuple) -> None:
-    from specops import steps
+    from specops.contract import step_table
     from tests.e2e.test_pipeline_cli import _assert_loads_with_speculators
 
     _cli, _env, root, result, _detached, _killed_at = across
     assert result.exit_code == 0, result.stderr[-4000:]
     summary = result.json()
     assert summary["ok"] is True and summary["hosts"] == ["gpu1", "gpu2"] and summary["samples"] == SAMPLES
-    assert list(summary["steps"]) == steps.names()
-    assert list(summary["on_hosts"]["gpu2"]) == steps.names()
+    assert list(summary["steps"]) == step_table.names()
+    assert list(summary["on_hosts"]["gpu2"]) == step_table.names()
     assert summary["on_hosts"]["gpu2"]["validate"] == "on gpu1"  # the first host's step
     assert summary["fidelity"] >= 0.98
     for host in ("gpu1", "gpu2"):  # both nodes trained in one group of two

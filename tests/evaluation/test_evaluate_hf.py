@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from specops import steps
+from specops.contract import step_table
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env, one_document
 from tests.support.agent import run_agent as agent
@@ -26,7 +26,7 @@ KEYS = {"mean_acceptance_length", "acceptance_rate", "per_position_acceptance", 
 
 def test_the_pipeline_ends_with_the_trained_draft_clearly_above_the_untrained_one(evaluated) -> None:
     root, summary = evaluated
-    assert list(summary["steps"]) == steps.names()  # every step of the table ran, in its order
+    assert list(summary["steps"]) == step_table.names()  # every step of the table ran, in its order
     evaluation = summary["evaluation"]
     trained, untrained = evaluation["report"], evaluation["untrained"]
     assert KEYS <= set(trained) and KEYS <= set(untrained)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from specops import cli
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from tests.support.agent import SRC
 
 

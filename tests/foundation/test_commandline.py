@@ -1,4 +1,4 @@
-"""Every builder of the agent's command line (specops.commandline) round-trips through the agent's own
+"""Every builder of the agent's command line (specops.contract.commandline) round-trips through the agent's own
 parser (specops.cli): what the agent parses is what the control side built.
 
 The builders are discovered from the module: a new builder without cases here fails
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from specops import cli, commandline
-from specops.commandline import BadArgument
-from specops.protocol import Endpoint
+from specops import cli
+from specops.contract import commandline
+from specops.contract.commandline import BadArgument
+from specops.contract.protocol import Endpoint
 
 RUN = "tiny"
 
@@ -205,7 +206,7 @@ def test_a_value_no_agent_command_takes_is_refused_naming_its_flag(build: Any, f
 def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> None:
     """One rule, declared once in the command's spec: the builder refuses the values with the same line
     the agent refuses their command line with, before the step's handler (or its run lock) is reached."""
-    from specops.errors import BadInput
+    from specops.contract.errors import BadInput
 
     parsed = parse(argv)
     with pytest.raises(BadInput) as agent_refused:
@@ -233,7 +234,7 @@ def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> No
 def test_the_host_commands_rules_refuse_alike_on_both_sides(argv: list[str], name: str,
                                                              values: dict[str, Any]) -> None:
     """job launch, doctor and patch: their rules are their specs' too, one line on either side."""
-    from specops.errors import BadInput
+    from specops.contract.errors import BadInput
 
     parsed = parse(argv)
     with pytest.raises(BadInput) as agent_refused:
@@ -245,8 +246,8 @@ def test_the_host_commands_rules_refuse_alike_on_both_sides(argv: list[str], nam
 
 @pytest.mark.parametrize("endpoint", ["h", "h:99999"])
 def test_a_rendezvous_endpoint_is_parsed_once_where_the_agent_reads_it(endpoint: str) -> None:
-    """--rdzv-endpoint reaches the training as an Endpoint (specops.torchrun.TorchrunNode), or one line."""
-    from specops.errors import BadInput
+    """--rdzv-endpoint reaches the training as an Endpoint (specops.pipeline.hosts.TorchrunNode), or one line."""
+    from specops.contract.errors import BadInput
 
     with pytest.raises(BadInput, match=f"^--rdzv-endpoint: '{endpoint}' is not HOST:PORT$"):
         parse(["step", "train", "--run", RUN, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", endpoint,

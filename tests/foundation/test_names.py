@@ -1,4 +1,4 @@
-"""Host, run, job and patch-set names: one safe pattern (specops.protocol), checked where each is read
+"""Host, run, job and patch-set names: one safe pattern (specops.contract.protocol), checked where each is read
 (one line, exit 2, nothing written), and every path built from a name kept inside its root."""
 
 from __future__ import annotations

@@ -58,8 +58,7 @@ def test_the_agents_job_list_imports_only_what_listing_needs(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     listed, modules = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
     assert listed["ok"] is True and listed["jobs"] == []
-    for later in ("specops.jobs.launching", "specops.jobs.stopping", "specops.jobs.wrapper", "specops.flags",
-                  "secrets", "dataclasses"):
+    for later in ("specops.jobs.launching", "specops.jobs.stopping", "specops.jobs.wrapper", "secrets", "dataclasses"):
         assert later not in modules, later
 
 

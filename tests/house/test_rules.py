@@ -49,8 +49,9 @@ def test_the_import_contracts_hold() -> None:
 
 @pytest.mark.parametrize(("module", "violation", "reported"), [
     ("remote/agent.py", "import torch", "remote.agent -> torch"),
+    ("remote/agent.py", "from specops.host import gpus", "remote.agent -> specops.host.gpus"),
     ("src/specops/doctor/__init__.py", "import specops.pipeline.run", "specops.doctor -> specops.pipeline.run"),
-    ("src/specops/protocol.py", "import remote.agent", "specops.protocol -> remote.agent"),
+    ("src/specops/contract/protocol.py", "import remote.agent", "specops.contract.protocol -> remote.agent"),
     ("src/specops/check.py", "from specops.analysis import _index", "specops.check -> specops.analysis._index"),
     ("src/specops/pipeline/training/steps.py", "from specops.pipeline.data.heldout import PROMPTS_FILE",
      "specops.pipeline.training.steps -> specops.pipeline.data.heldout"),

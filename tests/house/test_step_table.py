@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from specops import steps
+from specops.contract import step_table
 from specops.pipeline import engine
 from specops.pipeline.run import EffectiveSettings, StepContext
 
 
 def test_every_row_has_its_rooms_function_and_no_function_lacks_a_row() -> None:
     functions = engine.step_functions()
-    assert list(functions) == steps.names()
+    assert list(functions) == step_table.names()
     assert all(callable(function) and function.__module__.startswith("specops.pipeline.")
                for function in functions.values())
 
@@ -33,7 +33,7 @@ def _context(reports: dict) -> StepContext:
 def test_the_summary_shows_each_rows_figures_none_where_the_step_did_not_run() -> None:
     shown = engine.figures(_context({"prepare": {"figures": {"tokens": 10, "loss_tokens": 4}}}))
     assert shown["tokens"] == 10 and shown["loss_tokens"] == 4
-    assert {name for row in steps.STEPS for name in row.figures} <= set(shown)
+    assert {name for row in step_table.STEPS for name in row.figures} <= set(shown)
     assert shown["fidelity"] is None and shown["evaluation"] is None
     assert shown["hidden_state_bytes"] == 0 and shown["checkpoints"] == "/nonexistent/checkpoints"
 
@@ -46,7 +46,7 @@ def test_a_figure_missing_from_its_row_is_the_rooms_mistake_named_at_once() -> N
 def test_a_saver_step_runs_where_an_earlier_report_says_the_checkpoint_was_saved() -> None:
     from specops.pipeline.run import OneHost
 
-    evaluate = steps.step("evaluate")
+    evaluate = step_table.step("evaluate")
     hosts = OneHost(rank=1, count=2, names=["a", "b"])
     hf = EffectiveSettings.fixed("hf")
     assert engine.runs_here(evaluate, StepContext(_Run(), None, hf, hosts, {"train": {"saver": 0}})) == "a"

@@ -11,7 +11,7 @@ import pytest
 from remote.inventory import Host, load_inventory
 from remote.jobs import follow_log, job_call, mirror_path
 from remote.ssh import open_connection
-from specops import commandline
+from specops.contract import commandline
 from tests.support.agent import Agent, python_job, wait_until
 from tests.support.sshd import SshServer
 

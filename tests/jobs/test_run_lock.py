@@ -36,8 +36,8 @@ def test_a_second_job_of_a_run_is_refused_naming_the_first_and_nothing_is_writte
     assert len(agent.records_on_disk()) == 1 and len(list((agent.workdir / "logs").iterdir())) == 1
     assert lock_file(agent, "r1")["job"] == first["id"]
 
+    from specops.contract.protocol import RUN_SERVICES
     from specops.pipeline.vllm import SERVER_JOB
-    from specops.protocol import RUN_SERVICES
 
     assert SERVER_JOB in RUN_SERVICES  # the job the extract and evaluate steps start for the run they hold
     server = agent.launch(SERVER_JOB, SLEEPER, "--run", "r1")  # the run's service, not a step of it

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.patching.spec import load_set, load_sets
 
 SET = 'package = "demo"\nversion = ">=1.0,<2"\nhost = "cpu"\n[requires]\ntorch = ">=2.9"\n'

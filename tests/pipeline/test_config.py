@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.run import config_hash, derive_layer_ids, load_run_config, text_config
 from tests.support.agent import REPO
 from tests.support.agent import run_agent as agent

@@ -127,7 +127,7 @@ def test_resume_regenerates_a_truncated_file_and_skips_when_all_is_whole(extract
 
 def test_extraction_reads_prepares_rows_and_never_runs_prepare(tiny_workdir, extracted, tmp_path):
     """The step table runs prepare before extract; the extraction room only reads what prepare wrote."""
-    from specops.errors import BadInput
+    from specops.contract.errors import BadInput
     from specops.pipeline.extraction.hf import extract
 
     root = copy_workdir(tiny_workdir, tmp_path / "unprepared")

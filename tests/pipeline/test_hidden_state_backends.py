@@ -13,7 +13,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.extraction import file_for, read_sample, verify_header, write_sample
 from specops.pipeline.extraction.budget import row_bytes
 from specops.pipeline.run.config import load_run_config

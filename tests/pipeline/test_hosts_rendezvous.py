@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 from specops.pipeline import hosts as rendezvous
 from specops.pipeline.shares import shares_fit
 from tests.support.sshd import free_port

@@ -13,11 +13,11 @@ import json
 import shutil
 from pathlib import Path
 
-from specops import steps
+from specops.contract import step_table
 from tests.support.agent import run_agent
 from tests.support.finished import copy_of
 
-STEPS = [step.name for step in steps.STEPS if step.recorded]
+STEPS = [step.name for step in step_table.STEPS if step.recorded]
 
 
 def test_a_copy_of_a_finished_run_elsewhere_skips_every_step(finished: tuple[Path, dict], tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Parallel sizes (specops.parallel): vLLM's rules for tensor and data parallelism, defaults from the
+"""Parallel sizes (specops.planning): vLLM's rules for tensor and data parallelism, defaults from the
 host's GPUs and the model's size, and the deterministic row ranges that shard extraction."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.parallel import ModelShape, ParallelSizes, default_sizes, resolve_sizes, row_ranges, size_problems
+from specops.planning import ModelShape, ParallelSizes, default_sizes, resolve_sizes, row_ranges, size_problems
 
 GIB = 1024**3
 H200 = 141 * GIB

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specops.protocol import TERMINAL_STATES
+from specops.contract.protocol import TERMINAL_STATES
 from tests.support.repo import REPO, SRC
 
 __all__ = ["REPO", "SRC", "Agent", "agent_env", "group_alive", "python_job", "run_agent", "start_agent", "wait_until"]

@@ -94,7 +94,7 @@ def test_the_epoch_bar_and_table_show_the_epochs_acceptance() -> None:
     import io
 
     from remote.step_view import StepView
-    from specops.protocol import TRAINER_ACCEPTANCE, TRAINER_END, TRAINER_START
+    from specops.contract.protocol import TRAINER_ACCEPTANCE, TRAINER_END, TRAINER_START
 
     out = io.StringIO()
     view = StepView(out)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.contract.protocol import Endpoint
 from specops.patching.spec import load_set
+from specops.pipeline.hosts import TorchrunNode
 from specops.pipeline.training import metrics, plot
 from specops.pipeline.training.command import TrainPlan, aux_layer_ids, build_train_command
-from specops.protocol import Endpoint
-from specops.torchrun import TorchrunNode
 from tests.support.repo import REPO
 
 PLAN = TrainPlan(
@@ -25,7 +25,7 @@ PLAN = TrainPlan(
 
 def node(count: int, rank: int, endpoint: str, rdzv_id: str, local_addr: str | None = None,
          interface: str | None = None) -> TorchrunNode:
-    """A node as the agent's command line makes it (its endpoint parsed there, specops.commandline)."""
+    """A node as the agent's command line makes it (its endpoint parsed there, specops.contract.commandline)."""
     return TorchrunNode(count, rank, Endpoint.parse(endpoint), rdzv_id, local_addr, interface)
 
 
@@ -81,7 +81,7 @@ def test_a_node_with_a_training_address_binds_it_and_node_0_hosts_the_rendezvous
 
 
 def test_the_collectives_use_the_interface_named_or_the_one_holding_the_address() -> None:
-    from specops.netif import addresses
+    from specops.host.netif import addresses
     from specops.pipeline.training.command import collectives_environment
 
     assert collectives_environment(node(2, 0, "h:1", "r", None, "lo")) == {

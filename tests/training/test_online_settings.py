@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.extraction import budget
 from specops.pipeline.extraction.hidden_states import write_sample
 from specops.pipeline.run import load_run_config
@@ -134,13 +134,13 @@ def test_how_the_trainer_ended_is_said_in_words():
 
 @pytest.mark.parametrize(("mode", "extracts"), [("offline", True), ("hybrid", True), ("online", False)])
 def test_the_step_table_runs_extract_and_validate_unless_online(tmp_path, monkeypatch, mode, extracts):
-    from specops import steps
+    from specops.contract import step_table
 
     monkeypatch.setenv("SPECOPS_WORKDIR", str(tmp_path))
     config = load_run_config(write_config(tmp_path, f"hidden_states:\n  mode: {mode}\n  disk_budget_gb: 1\n"))
     for name in ("extract", "validate"):
-        assert steps.enabled(steps.step(name), config) is extracts
-    assert steps.enabled(steps.step("train"), config)
+        assert step_table.enabled(step_table.step(name), config) is extracts
+    assert step_table.enabled(step_table.step("train"), config)
 
 
 def test_the_watch_stops_the_trainer_once_the_bytes_on_disk_pass_the_budget(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from remote.step_view import StepView
 from remote.tasks.jobs import online_line
+from specops.contract.protocol import TRAINER_ONLINE, TRAINER_START
 from specops.jobs.liveness import online_progress
-from specops.protocol import TRAINER_ONLINE, TRAINER_START
 
 STEP_LINE = ("[17:18:32] INFO     train/loss_0=0.445, train/full_acc_0=0.5, train/loss=1.309, profile/fetch_ms=900.0, "
              "profile/tokens_per_s={tokens}, profile/fetch_frac={fetch}, epoch=0, global_step={step}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 from tests.support.finished import copy_of
 
 

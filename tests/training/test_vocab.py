@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.training.vocab import build_mapping, build_vocab, coverage
 
 # token id -> count: 10 and 11 tie (smaller id first), 3 is seen once, most ids never.

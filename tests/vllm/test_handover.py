@@ -140,7 +140,7 @@ def test_a_kept_server_the_next_run_cannot_use_passes_its_launch_and_is_stopped_
 _LAUNCH_OWN = """
 import json, sys
 from specops.jobs.tmux import TmuxServer
-from specops.paths import workdir
+from specops.host.paths import workdir
 from specops.pipeline.run import Run
 from specops.pipeline.vllm.job import find_or_launch
 port = {port}

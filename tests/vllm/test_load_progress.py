@@ -9,7 +9,7 @@ from pathlib import Path
 from remote.step_view import is_third_party
 from remote.tasks.jobs import load_line
 from specops.jobs.liveness import server_load
-from specops.serverlog import load_stage
+from specops.jobs.serverlog import load_stage
 
 # a real load's milestones, in order (the lines between them left out), and what each says
 LOAD = [

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.vllm import sharing
 from tests.support.agent import REPO, wait_until
 
@@ -39,7 +39,7 @@ def test_another_path_and_staging_fit_and_what_vllm_sees_does_not() -> None:
 
 _HOLD = """
 import sys, time
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.vllm import sharing
 sharing.hold(sys.argv[1], "vllm-server-1", "run other (/elsewhere)")
 print("held", flush=True)

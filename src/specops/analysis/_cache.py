@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
+from specops.host import atomic
 
 FORMAT = 1
 CODE = Path(__file__).resolve().parents[1]  # specops/: the analysis code is part of every key

@@ -11,10 +11,12 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from specops.contract.errors import BadInput
 from specops.doctor._attention import CPUINFO_ENV, AttentionReading, host_has_amx, read_attention
 from specops.doctor._aux_layers import AuxRule, aux_rule
 from specops.doctor._capture import Capture, aux_capture
 from specops.doctor._contract import PIPELINE
+from specops.doctor._cpu_rotary import native_rotary_args
 from specops.doctor._serve_env import (
     SERVE_PYTHON_ENV,
     chosen_serve_python,
@@ -26,7 +28,6 @@ from specops.doctor._serve_env import (
 from specops.doctor._serving import EVALUATE_ANYWAY
 from specops.doctor.checks import CHECKS, run_doctor
 from specops.doctor.settings import RunSettings, parse_run_json
-from specops.errors import BadInput
 
 RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
@@ -34,7 +35,7 @@ STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
            "AttentionReading", "AuxRule", "Capture", "RunSettings", "aux_capture", "aux_rule", "chosen_serve_python",
            "diagnose", "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build",
-           "parse_run_json", "read_attention", "site_path", "vllm_path", "vllm_version"]
+           "native_rotary_args", "parse_run_json", "read_attention", "site_path", "vllm_path", "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,

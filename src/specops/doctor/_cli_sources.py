@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specops.analysis import DefTarget, ModuleIndex
-from specops.installed import distributions, normalise
+from specops.host.installed import distributions, normalise
 
 MAX_HOPS = 3  # calls followed below the subcommand's own parser set-up
 

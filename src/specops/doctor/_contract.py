@@ -97,7 +97,7 @@ def required_by(index: ModuleIndex, package: str, dependency: str) -> bool:
     """Whether the installed `package` declares `dependency` (Requires-Dist in its METADATA): hs_connectors is part
     of speculators' contract with vLLM only for the speculators releases that use it (0.8 and later), not beside
     an older speculators that merely shares the env with it."""
-    from specops.installed import distributions, normalise
+    from specops.host.installed import distributions, normalise
 
     found = distributions(index.search_path).get(normalise(package))
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from specops.analysis import ModuleIndex, cache, package_files
 from specops.doctor._report import Item
 from specops.doctor._serve_env import VLLM_DISTRIBUTIONS, interpreter_path
-from specops.installed import distributions, normalise
+from specops.host.installed import distributions, normalise
 
 SUBCOMMAND = ("serve", "--help")  # the launch's subcommand, and no model: argument parsing alone
 TIMEOUT_S = 120.0  # importing vLLM's CLI on a loaded 2-core host: ~7 s; a hang is a finding of its own

@@ -1,6 +1,6 @@
 """Check 4b: the run's parallel sizes against the host's GPUs and the target's heads and experts.
 
-The rules are specops.parallel's (vLLM's own); the pipeline builds its `vllm serve` flags from the
+The rules are specops.planning's parallel sizes (vLLM's own); the pipeline builds its `vllm serve` flags from the
 same sizes, so what the doctor passes is what will be launched.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from specops.doctor._model import read_json
 from specops.doctor._report import Item
 from specops.doctor.settings import RunSettings
-from specops.parallel import ModelShape, ParallelSizes, size_problems
+from specops.planning import ModelShape, ParallelSizes, size_problems
 
 
 def check_parallel(settings: RunSettings) -> list[Item]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from specops import planning
 from specops.doctor._report import Item
 from specops.doctor.settings import RunSettings
-from specops.gpus import read as read_gpus
+from specops.host.gpus import read as read_gpus
 
 GIB = 1024**3
 

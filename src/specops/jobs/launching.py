@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import specops
-from specops import atomic, gpus, paths
+from specops.contract.protocol import ACTIVE_STATES, JobRecord, JobState
+from specops.host import atomic, gpus, paths
 from specops.jobs import liveness, records, runlock, threads
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 _START_WAIT_S = 5.0
 _POLL_S = 0.05

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from specops.contract.protocol import ACTIVE_STATES, JobRecord, JobState
 from specops.jobs import logtail, processes, records
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 
 def refresh(record: JobRecord, server: TmuxServer) -> JobRecord:
@@ -80,7 +80,7 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
         return None
     import json
 
-    from specops import paths
+    from specops.host import paths
 
     if record.get("name") in ("train", "pipeline"):
         online = online_progress(paths.workdir() / "runs" / record["run"])
@@ -107,7 +107,7 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
 def server_load(record: JobRecord) -> dict[str, Any]:
     """A vLLM server still loading (no ready_s recorded yet): its latest milestone from its own log and the
     seconds since its job started, for `status`."""
-    from specops.serverlog import load_stage
+    from specops.jobs.serverlog import load_stage
 
     since = record.get("started") or record["created"]
     elapsed = (datetime.now(UTC) - records.parse_iso(since)).total_seconds()
@@ -138,7 +138,7 @@ def online_progress(run_dir: Path) -> dict[str, Any] | None:
     profile/fetch_frac, from the newest step line of train.log), and which one waits for the other."""
     import json
 
-    from specops.protocol import TRAINER_METRIC, WAITS_FOR_DATA
+    from specops.contract.protocol import TRAINER_METRIC, WAITS_FOR_DATA
 
     try:
         state = json.loads((run_dir / "online.json").read_text())

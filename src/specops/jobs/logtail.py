@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specops.protocol import ACTIVE_STATES
+from specops.contract.protocol import ACTIVE_STATES
 
 MAX_CHUNK = 1 << 20  # a "line" longer than this goes out in pieces rather than never
 _BACKWARD_BLOCK = 1 << 16

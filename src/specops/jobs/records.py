@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specops import atomic, paths
-from specops.errors import BadInput
-from specops.protocol import JobRecord
+from specops.contract.errors import BadInput
+from specops.contract.protocol import JobRecord
+from specops.host import atomic, paths
 
 # Ids double as file names and tmux session names: tmux rejects '.' and ':' in session names.
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")

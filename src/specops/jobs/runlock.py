@@ -26,11 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specops import atomic, paths
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.contract.protocol import ACTIVE_STATES, JOB_ID_VARIABLE, RUN_SERVICES, name_problem
+from specops.host import atomic, paths
 from specops.jobs import liveness, processes, records
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JOB_ID_VARIABLE, RUN_SERVICES, name_problem
 
 POLL_S = 0.5
 

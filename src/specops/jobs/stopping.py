@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from specops.contract.protocol import ACTIVE_STATES, JobRecord, JobState
 from specops.jobs import liveness, processes, records
 from specops.jobs.launching import wait_while_pending
 from specops.jobs.tmux import TmuxServer
-from specops.protocol import ACTIVE_STATES, JobRecord, JobState
 
 _PENDING_WAIT_S = 5.0
 _WRAPPER_RECORD_WAIT_S = 5.0

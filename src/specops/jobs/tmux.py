@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 
 _TIMEOUT_S = 30
 # A server whose last session just ended is exiting; a client that reached it then gets this answer.

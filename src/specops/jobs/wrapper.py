@@ -15,8 +15,8 @@ import signal
 import subprocess
 from collections.abc import Callable
 
+from specops.contract.protocol import JOB_ID_VARIABLE, JobRecord, JobState
 from specops.jobs import processes, records, runlock
-from specops.protocol import JOB_ID_VARIABLE, JobRecord, JobState
 
 # What a shell reports when it cannot find or cannot execute a command.
 _NOT_FOUND = 127

@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.contract.protocol import name_problem
+from specops.host import atomic
 from specops.patching.rewrite import apply_patches
 from specops.patching.selection import Environment
 from specops.patching.spec import SET_FILE, load_patch, load_set
-from specops.protocol import name_problem
 
 Hunk = tuple[int, int, int, int]  # old[i1:i2] -> new[j1:j2], in lines
 

@@ -15,9 +15,9 @@ ACTIONS = (*sets.ACTIONS, "new")
 
 
 def register(subparsers: Any) -> None:
-    """`patch`: its flags and the rule of which flag goes with which action are PATCH in specops.commandline
+    """`patch`: its flags and the rule of which flag goes with which action are PATCH in specops.contract.commandline
     (the builder's too)."""
-    from specops.commandline import PATCH
+    from specops.contract.commandline import PATCH
 
     PATCH.add_to(subparsers, handle, description=__doc__)
 

@@ -10,8 +10,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specops import atomic
-from specops.installed import normalise
+from specops.host import atomic
+from specops.host.installed import normalise
 from specops.patching import records
 from specops.patching.records import SetRecord, sha256
 from specops.patching.rewrite import Misfit, apply_patches, unified_diff

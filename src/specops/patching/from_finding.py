@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.analysis import Instance, ModuleIndex, Scope, check_calls, check_imports, check_instance_calls, types_of
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 PLACEHOLDER = "None  # specops: placeholder, derive {name} here"
 _PROBLEM = re.compile(r"(unexpected keyword|missing required parameter) '(\w+)'")

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from specops.analysis import ModuleIndex
-from specops.errors import BadInput
-from specops.gpus import host_kind
-from specops.installed import distributions
+from specops.contract.errors import BadInput
+from specops.host.gpus import host_kind
+from specops.host.installed import distributions
 from specops.patching.selection import Environment, fit
 from specops.patching.spec import Patch, load_sets
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops import atomic, paths
+from specops.host import atomic, paths
 
 
 def sha256(data: bytes) -> str:

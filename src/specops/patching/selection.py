@@ -8,8 +8,8 @@ from functools import cached_property
 from pathlib import Path
 
 from specops.analysis import ModuleIndex
-from specops.gpus import host_kind
-from specops.installed import Distribution, distributions, normalise
+from specops.host.gpus import host_kind
+from specops.host.installed import Distribution, distributions, normalise
 from specops.patching.spec import PatchSet
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specops import paths
+from specops.host import paths
 from specops.patching import engine
 from specops.patching.checks import verify
 from specops.patching.selection import Environment, Fit, fit

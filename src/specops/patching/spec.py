@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.contract.protocol import name_problem
 from specops.patching.specifiers import InvalidVersion, SpecifierSet
-from specops.protocol import name_problem
 
 SET_FILE = "set.toml"
 HOSTS = ("any", "cpu", "gpu")

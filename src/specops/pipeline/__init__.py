@@ -1,4 +1,4 @@
-"""The pipeline: a run's steps on this host, in the order of the step table (specops.steps).
+"""The pipeline: a run's steps on this host, in the order of the step table (specops.contract.step_table).
 
 This is the face other packages import; each function loads its room only when called (the agent
 imports a command's modules on every call, and the rooms pull in pydantic, torch or datasets).
@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from specops.pipeline.hosts import TorchrunNode
     from specops.pipeline.run import Hosts, Run, StepContext
-    from specops.torchrun import TorchrunNode
 
 
 def open_run(name: str) -> Run:

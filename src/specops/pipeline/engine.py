@@ -1,7 +1,7 @@
 """`python -m specops pipeline --run NAME`: every step of a run, in the step table's order, on this host;
 with `--hosts A,B --node-rank I --rendezvous HOST0:PORT --group ID`, this host's node of a run across them.
 
-The order, the scopes and when a step is on come from the step table (specops.steps); each step's own
+The order, the scopes and when a step is on come from the step table (specops.contract.step_table); each step's own
 room does the work (`pipeline_step(context)`, imported by `step_functions`). Each step skips itself when
 its inputs are unchanged (the manifest decides), so a second pipeline is quick; the first failing step
 stops the pipeline with its reason, on every host. A step's report declares what the summary shows of it
@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput, CheckFailed
-from specops.progress import say
-from specops.steps import STEPS, Scope, Step, enabled, step
+from specops.contract.errors import BadInput, CheckFailed
+from specops.contract.progress import say
+from specops.contract.step_table import STEPS, Scope, Step, enabled, step
 
 if TYPE_CHECKING:
+    from specops.pipeline.hosts import TorchrunNode
     from specops.pipeline.run import EffectiveSettings, Figures, Hosts, Run, StepContext, StepReport
-    from specops.torchrun import TorchrunNode
 
 StepFunction = Callable[["StepContext"], "StepReport"]
 
@@ -104,8 +104,8 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     if hosts.count > 1:
         summary.update(hosts=hosts.names, host=context.name, node_rank=hosts.rank)
     started_all, since = time.perf_counter(), time.time()
-    from specops.gpus import device_count
-    from specops.paths import workdir
+    from specops.host.gpus import device_count
+    from specops.host.paths import workdir
     from specops.pipeline import vllm
     from specops.pipeline.plan import later_needs
 
@@ -131,7 +131,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                 results[entry.name] = {"status": f"on {elsewhere}"}
             else:
                 if entry.name == "prepare" and hosts.count == 1 and context.backend == "vllm":
-                    from specops.gpus import device_count
+                    from specops.host.gpus import device_count
 
                     if vllm.launch_ahead(run, device_count()):  # extract's server loads while prepare runs
                         # and so does vocab; only steps after this one move (enumerate reads `order` as it goes)

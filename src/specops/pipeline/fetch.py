@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
+from specops.contract.protocol import name_problem, stays_inside
+from specops.host import atomic
 from specops.pipeline.run import Run, file_sha256
 from specops.pipeline.training import command as train
 from specops.pipeline.training import metrics_report
-from specops.protocol import name_problem, stays_inside
 
 TRAINING_STATE = ("optimizer_state_dict.pt", "scheduler_state_dict.pt")
 SNAPSHOTS = "fetch"

@@ -4,24 +4,30 @@ Every host runs the same engine as its own tmux job (node rank i of K), torchrun
 at torch's TCPStore, hosted by node 0's engine (the store torchrun's c10d rendezvous uses too). Through
 it they wait for each other between steps (barriers), share small JSON (each host's plan of a share)
 and copy files to the hosts that lack them (each written beside its final name, then renamed in:
-specops.atomic). No node depends on the workstation that launched it.
+specops.host.atomic). No node depends on the workstation that launched it.
 
 A node that fails publishes why before it exits; the others stop at their next wait naming it. A node
 killed -9, or a host cut off, stops beating: the others give up on it after SILENT_S and say so.
+
+The training of such a run, and `step train --nnodes K`, is a torchrun group across the same hosts: its
+member here is a `TorchrunNode` (standard library only: the run room's `StepContext.training` and the
+training room read it without the rendezvous).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.errors import CheckFailed
-from specops.protocol import stays_inside
+from specops.contract.errors import CheckFailed
+from specops.contract.protocol import Endpoint, stays_inside
+from specops.host import atomic
 
 BEAT_S = 2.0
 SILENT_S = 60.0     # no beat for this long: the node's engine is gone (killed, its host down or cut off)
@@ -186,3 +192,44 @@ class Rendezvous:
         atomic.write_bytes(path, data)  # beside, then renamed in: a cut copy never has the final name
         self.store.add(self._key(tag, owner, index, "acks"), 1)
         return len(data)
+
+
+@dataclass(frozen=True)
+class TorchrunNode:
+    """This host's place in a training over several hosts: torchrun's c10d rendezvous at node 0. Made from
+    `step train --nnodes K --node-rank I --rdzv-endpoint HOST0:PORT --rdzv-id ID` or from the pipeline's node
+    (whose training meets at its rendezvous PORT+1); its endpoint is parsed once where the command line is
+    read (specops.contract.commandline) and written out again only on torchrun's own command line."""
+
+    count: int  # --nnodes
+    rank: int  # --node-rank (c10d assigns ranks itself; node 0 is the one hosting the rendezvous)
+    endpoint: Endpoint  # HOST0:PORT, reachable from every node
+    rdzv_id: str  # one id per launch of the group, so a stale node never joins a new group
+    # The host's training network (inventory train_address / train_interface). With an address, the
+    # node binds and advertises it (--local-addr) and node 0 hosts the rendezvous store explicitly:
+    # torch's guesses go by the hostname, which may resolve to loopback or to another network.
+    local_addr: str | None = None
+    interface: str | None = None
+
+    def problems(self) -> list[str]:
+        """What makes this placement impossible, each a line naming the flag (empty: none)."""
+        found = []
+        if self.local_addr is not None:
+            try:
+                ipaddress.ip_address(self.local_addr)
+            except ValueError:
+                found.append(f"--local-addr: {self.local_addr!r} is not an IP address")
+        if self.interface is not None and not is_interface_name(self.interface):
+            found.append(f"--interface: {self.interface!r} is not a network interface name")
+        if self.count < 2:
+            found.append(f"--nnodes: a training over hosts needs at least 2, got {self.count}")
+        if not 0 <= self.rank < self.count:
+            found.append(f"--node-rank: {self.rank} is not in 0..{self.count - 1}")
+        if not self.rdzv_id or not self.rdzv_id.replace("-", "").replace("_", "").isalnum():
+            found.append(f"--rdzv-id: {self.rdzv_id!r} is not a simple id (letters, digits, - and _)")
+        return found
+
+
+def is_interface_name(name: str) -> bool:
+    """A network interface name as Linux allows it (IFNAMSIZ: at most 15 bytes, no '/' or spaces)."""
+    return 0 < len(name) <= 15 and all(char.isalnum() or char in "._-:@" for char in name)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext, StepReport
@@ -58,7 +58,7 @@ def agent_in(python: str, args: list[str]) -> tuple[int, dict[str, Any], str]:
     """`python -m specops ARGS` run by another env's interpreter, with this very copy of the agent on its path
     (as jobs' wrappers run it): (exit code, its JSON document, its stderr)."""
     package_root = Path(__file__).resolve().parents[2]  # the folder holding specops/
-    from specops import paths
+    from specops.host import paths
 
     env = {**os.environ, "SPECOPS_WORKDIR": str(paths.workdir()),
            "PYTHONPATH": os.pathsep.join([str(package_root), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -79,7 +79,7 @@ def agent_in(python: str, args: list[str]) -> tuple[int, dict[str, Any], str]:
 
 
 def _in_env(python: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    from specops import commandline
+    from specops.contract import commandline
     from specops.patching.sets import default_patches_dir
 
     patches_dir = str(default_patches_dir().resolve())  # this workdir's sets, whatever env reads them

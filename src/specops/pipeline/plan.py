@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops import planning
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -36,7 +36,7 @@ def existing_ancestor(path: Path) -> Path:
 def host_facts(run: Run) -> planning.HostFacts:
     """This host's GPUs (count, the smallest one's memory) and the free disk under the run's folder;
     what the run config's `plan:` names instead wins (a host not at hand, or a test's pretend host)."""
-    from specops import gpus as gpu_reader
+    from specops.host import gpus as gpu_reader
 
     given = run.config.plan
     reading = gpu_reader.read()

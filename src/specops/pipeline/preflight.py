@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specops.contract.errors import BadInput
 from specops.doctor import RunSettings
-from specops.errors import BadInput
 
 if TYPE_CHECKING:
     from specops.pipeline.run import EffectiveSettings, Run

@@ -1,4 +1,4 @@
-"""The shares of a step that runs a share per host (specops.steps Scope.SHARE_PER_HOST): whether the hosts'
+"""The shares of a step that runs a share per host (the step table's SHARE_PER_HOST): whether the hosts'
 shares fit together. Share logic only: the transport between the hosts is pipeline.hosts (the rendezvous),
 which carries each host's plan (`all_gather`) and its files (`exchange`) and knows nothing of shares.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 
 
 def shares_fit(step: str, plans: list[dict[str, Any]], names: list[str], amount: str, differ: str) -> None:

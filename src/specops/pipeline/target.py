@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:  # run configs need pydantic, which the bench's bare GPU image may lack
     from specops.pipeline.run import Run

@@ -6,10 +6,21 @@ run's settings and the host's GPUs and disk. Standard library only (the doctor r
     make_plan(target, run, host, rates)     -> Plan          every figure, per mode; .to_dict() is `plan --json`
     fits(plan) / plan.problems                               whether the run's own mode fits, and why not
     hidden_state_dtype, hidden_state_file_bytes, on_disk     the arithmetic the doctor's storage check shares
+    resolve_sizes / default_sizes / size_problems            vLLM's tensor and data parallel sizes (ParallelSizes)
+    row_ranges(count, parts)                                 rows cut into contiguous shares (hosts, processes)
 """
 
 from specops.planning._loads import Load, LoadRate, load_rate, plan_loads
 from specops.planning._options import make_plan
+from specops.planning._parallel import (
+    ModelShape,
+    ParallelSizes,
+    default_sizes,
+    resolve_sizes,
+    row_ranges,
+    size_problems,
+    tp_fits_heads,
+)
 from specops.planning._plan import (
     MODES,
     PLACEMENTS,
@@ -52,11 +63,14 @@ __all__ = [
     "HostFacts",
     "Load",
     "LoadRate",
+    "ModelShape",
+    "ParallelSizes",
     "Plan",
     "Rate",
     "Rates",
     "RunFacts",
     "TargetFacts",
+    "default_sizes",
     "draft_size",
     "fits",
     "hidden_state_bytes_per_token",
@@ -69,6 +83,10 @@ __all__ = [
     "plan_loads",
     "read_headers",
     "read_target",
+    "resolve_sizes",
+    "row_ranges",
     "safetensors_header",
+    "size_problems",
     "text_config",
+    "tp_fits_heads",
 ]

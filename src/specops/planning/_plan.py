@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specops.parallel import ModelShape, ParallelSizes, resolve_sizes, tp_fits_heads
 from specops.planning import _sizes as sizes
+from specops.planning._parallel import ModelShape, ParallelSizes, resolve_sizes, tp_fits_heads
 from specops.planning._target import DTYPE_BYTES, TargetFacts
 
 MODES = ("offline", "online", "hybrid")

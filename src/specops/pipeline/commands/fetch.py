@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.commandline import FETCH_LIST
+from specops.contract.commandline import FETCH_LIST
 
 
 def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -17,4 +17,4 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers: Any) -> None:
-    FETCH_LIST.add_to(subparsers, _handle)  # flags: specops.commandline.FETCH_LIST (the builder's too)
+    FETCH_LIST.add_to(subparsers, _handle)  # flags: specops.contract.commandline.FETCH_LIST (the builder's too)

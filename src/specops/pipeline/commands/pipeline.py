@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.commandline import PIPELINE
+from specops.contract.commandline import PIPELINE
+from specops.contract.step_table import sequence
 from specops.jobs.runlock import exclusive
-from specops.steps import sequence
 
 
 def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -18,10 +18,9 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     skip = frozenset(["patches"] if args.skip_patches else [])
     if not args.hosts:
         return run_pipeline(args.run, args.samples, skip, args.backend)
-    from specops.pipeline.hosts import Rendezvous
-    from specops.torchrun import TorchrunNode
+    from specops.pipeline.hosts import Rendezvous, TorchrunNode
 
-    # the spec (specops.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint;
+    # the spec (specops.contract.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint;
     # the training's torchrun meets at the port after it
     endpoint = args.rendezvous
     training = TorchrunNode(len(args.hosts), args.node_rank, endpoint.next_port(), args.group, args.local_addr,
@@ -34,6 +33,6 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers: Any) -> None:
-    """`pipeline`: its flags and rules are PIPELINE in specops.commandline (the builder's too)."""
+    """`pipeline`: its flags and rules are PIPELINE in specops.contract.commandline (the builder's too)."""
     PIPELINE.add_to(subparsers, exclusive(_handle), help=f"every step of a run ({sequence()}), each skipped when "
                     "unchanged")

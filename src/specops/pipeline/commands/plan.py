@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specops.commandline import PLAN
-from specops.paths import workdir
+from specops.contract.commandline import PLAN
+from specops.host.paths import workdir
 
 
 def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -45,4 +45,4 @@ def _plan(run: Any, samples: int | None) -> tuple[int, dict[str, Any]]:
 
 
 def register(subparsers: Any) -> None:
-    PLAN.add_to(subparsers, plan)  # flags: specops.commandline.PLAN (the builder's too)
+    PLAN.add_to(subparsers, plan)  # flags: specops.contract.commandline.PLAN (the builder's too)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from specops.commandline import PIPELINE, STEPS
-from specops.errors import BadInput
+from specops.contract.commandline import PIPELINE, STEPS
+from specops.contract.errors import BadInput
 from specops.pipeline.run import Run
 
 

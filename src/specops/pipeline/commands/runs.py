@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.commandline import RUN_CHECK, RUN_RESTORE
-from specops.paths import workdir
+from specops.contract.commandline import RUN_CHECK, RUN_RESTORE
+from specops.host.paths import workdir
 
 
 def tiny(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -18,7 +18,7 @@ def tiny(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops import gpus
+    from specops.host import gpus
     from specops.pipeline.run import Run
 
     return 0, {"ok": True, **Run(args.run).describe(gpus.device_count())}
@@ -41,7 +41,7 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.plan import later_needs, refuse_unfit
 
     document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
-    from specops import gpus
+    from specops.host import gpus
     from specops.pipeline import vllm
 
     count = gpus.device_count()  # its port held: exit 2 before any job
@@ -79,5 +79,5 @@ def register(subparsers: Any) -> None:
     show = run_commands.add_parser("show", help="the validated run config and derived values")
     show.add_argument("--run", required=True)
     show.set_defaults(handler=run_show)
-    RUN_RESTORE.add_to(run_commands, run_restore)  # flags: specops.commandline.RUN_RESTORE (the builder's too)
-    RUN_CHECK.add_to(run_commands, run_check)  # flags: specops.commandline.RUN_CHECK (the builder's too)
+    RUN_RESTORE.add_to(run_commands, run_restore)  # flags: specops.contract.commandline.RUN_RESTORE (the builder's too)
+    RUN_CHECK.add_to(run_commands, run_check)  # flags: specops.contract.commandline.RUN_CHECK (the builder's too)

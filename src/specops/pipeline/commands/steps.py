@@ -1,6 +1,6 @@
 """`python -m specops step <name> --run NAME ...`: one step of a run on this host.
 
-Each step's flags and cross-flag rules are its spec in specops.commandline (STEPS), the same the control
+Each step's flags and cross-flag rules are its spec in specops.contract.commandline (STEPS), the same the control
 side's builders are made from; `python -m specops step NAME --help` lists them. `step prepare` and
 `step extract` first run the steps they read as the pipeline would on one host (pipeline.run_reads:
 regenerate when the run turns it on, prepare), then their own room's work with their flags.
@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specops.commandline import STEPS
-from specops.errors import BadInput
+from specops.contract.commandline import STEPS
+from specops.contract.errors import BadInput
 from specops.jobs.runlock import exclusive
 from specops.pipeline import open_run, run_reads
 
@@ -72,12 +72,12 @@ def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
 
 
 def step_train(args: argparse.Namespace) -> tuple[int, dict]:
+    from specops.pipeline.hosts import TorchrunNode
     from specops.pipeline.run import Run
     from specops.pipeline.training import train_step
-    from specops.torchrun import TorchrunNode
 
     nodes = None
-    if args.nnodes is not None:  # the spec (specops.commandline) saw --node-rank, --rdzv-id and parsed the endpoint
+    if args.nnodes is not None:  # the spec saw --node-rank, --rdzv-id and parsed the endpoint
         nodes = TorchrunNode(args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id, args.local_addr,
                              args.interface)
         if nodes.problems():
@@ -165,7 +165,7 @@ HANDLERS = {"regenerate": exclusive(step_regenerate), "prepare": exclusive(step_
 
 
 def register(subparsers: Any) -> None:
-    """`step <name>`: each step's flags and rules are its spec in specops.commandline (the builder's too)."""
+    """`step <name>`: each step's flags and rules are its spec in specops.contract.commandline (the builder's too)."""
     step = subparsers.add_parser("step", help="run one pipeline step of a run on this host")
     steps = step.add_subparsers(dest="step", required=True)
     for name, command in STEPS.items():

@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specops import gpus
-from specops.commandline import VLLM_EXTRACT
-from specops.errors import BadInput
-from specops.flags import non_negative_int, positive_int, positive_seconds
+from specops.contract.commandline import VLLM_EXTRACT
+from specops.contract.errors import BadInput
+from specops.contract.values import non_negative_int, positive_int, positive_seconds
+from specops.host import gpus
+from specops.host.paths import workdir
 from specops.jobs.runlock import exclusive
-from specops.paths import workdir
 from specops.pipeline import open_run
 
 
@@ -115,4 +115,4 @@ def register(subparsers: Any) -> None:
     source.add_argument("--job", help="the server's job id (its log is read)")
     wait.set_defaults(handler=vllm_wait)
 
-    VLLM_EXTRACT.add_to(commands, exclusive(vllm_extract))  # flags and rules: specops.commandline.VLLM_EXTRACT
+    VLLM_EXTRACT.add_to(commands, exclusive(vllm_extract))  # flags and rules: specops.contract.commandline.VLLM_EXTRACT

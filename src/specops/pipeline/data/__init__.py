@@ -2,7 +2,7 @@
 masks, token frequencies; the held-out prompts set aside; rows from regenerated answers), and the
 embedded tiny target with its chat data."""
 
-from specops.paths import workdir
+from specops.host.paths import workdir
 from specops.pipeline.data import heldout, regenerated
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
 from specops.pipeline.data.preparation import (

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
+from specops.host import atomic
 from specops.pipeline.data.conversations import Conversation
 
 PROMPTS_FILE = "prompts.jsonl"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.atomic import replace_folder
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host import atomic
+from specops.host.atomic import replace_folder
 from specops.pipeline.data import heldout
 from specops.pipeline.data.conversations import Conversation, Malformed, read_conversations
 from specops.pipeline.data.regenerated import regenerated_rows

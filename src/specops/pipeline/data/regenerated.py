@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.data.conversations import Malformed
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.atomic import replace_folder
+from specops.host import atomic
+from specops.host.atomic import replace_folder
 
 MODEL_DIR = "models/tiny-llama"
 DATA_FILE = "data/tiny-chat.jsonl"

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specops.atomic import replace_folder
+from specops.host.atomic import replace_folder
 
 KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu")
 ARCHITECTURE = "KimiK25ForConditionalGeneration"  # the published name, the one vLLM's registry uses

@@ -28,7 +28,7 @@ def chosen_sets(run: Run, given: dict[str, str] | None, exact: bool = False) -> 
 
 
 def set_digests(sets: dict[str, Path]) -> dict[str, str]:
-    from specops.errors import BadInput
+    from specops.contract.errors import BadInput
     from specops.pipeline.run import file_digest
 
     for name, path in sets.items():

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     import torch
@@ -103,7 +103,7 @@ def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
     model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
     model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)
     model = model.to(trained.fc.weight.dtype)
-    from specops.atomic import replace_folder
+    from specops.host.atomic import replace_folder
 
     replace_folder(out, lambda staging: model.save_pretrained(str(staging)))
     return out

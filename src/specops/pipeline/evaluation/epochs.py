@@ -17,10 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from specops.contract.progress import speaker
 from specops.pipeline.run import Acceptance, Run, config_hash
-from specops.progress import speaker
 
-say = speaker("evaluate")  # progress lines for people (specops.progress)
+say = speaker("evaluate")  # progress lines for people (specops.contract.progress)
 
 
 class EpochScorer:

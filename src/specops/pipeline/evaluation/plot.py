@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.atomic import write_bytes
+from specops.host.atomic import write_bytes
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Acceptance

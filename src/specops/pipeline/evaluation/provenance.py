@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -25,7 +25,7 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_t
 
 def hardware() -> dict[str, Any]:
     """The host's GPUs (names) or its CPU's model and the flags that pick kernels."""
-    from specops import gpus
+    from specops.host import gpus
 
     kind = gpus.host_kind()
     found: dict[str, Any] = {"kind": kind, "machine": platform.machine()}

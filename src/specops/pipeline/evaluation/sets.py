@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 # the keys a line may carry its turns under, in the order they are tried
 SHAPES = ("turns", "question", "prompt", "messages", "conversations")

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specops import atomic
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host import atomic
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
 from specops.pipeline.run import Acceptance, EffectiveSettings, Run, StepContext, StepReport, config_hash
 

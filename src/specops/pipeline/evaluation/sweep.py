@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host import atomic
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -37,7 +37,7 @@ def say(message: str) -> None:
 
 def parse_sweep(text: str) -> list[int]:
     """`num_speculative_tokens=1,2,3` -> [1, 2, 3] (bad input: one line naming what is wrong)."""
-    from specops.sweeps import sweep_setting
+    from specops.contract.values import sweep_setting
 
     try:
         return sweep_setting(text)
@@ -47,7 +47,7 @@ def parse_sweep(text: str) -> list[int]:
 
 def parse_counts(text: str, flag: str) -> list[int]:
     """`1,8` -> [1, 8]: whole numbers > 0, each once, in the order given."""
-    from specops.sweeps import positive_list
+    from specops.contract.values import positive_list
 
     try:
         return positive_list(text, flag)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.extraction.budget import budget_bytes, bytes_on_disk
 from specops.pipeline.extraction.hidden_states import (
     BackgroundWriter,

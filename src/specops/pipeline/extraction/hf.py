@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host import atomic
 from specops.pipeline.extraction.hidden_states import BackgroundWriter, write_sample
 from specops.pipeline.extraction.plan import backend_input, plan_extraction, prepared_rows, rows_to_extract
 from specops.pipeline.target import choose_device, decoder_parts, load_target
@@ -298,7 +298,7 @@ def extract(run: Run, samples: int | None, batch_tokens: int | None = None, proc
 
 def _gpu_count(device: torch.device) -> int:
     """GPUs of the host as the trainer sees them (0 on a CPU host)."""
-    from specops import gpus
+    from specops.host import gpus
 
     return gpus.device_count() if device.type == "cuda" else 0
 

@@ -1,7 +1,7 @@
 """The hf backend on several GPUs: one process per GPU, each running its own whole batches.
 
 The one-process batch plan (hf.plan_batches) is cut into contiguous runs of batches
-(specops.parallel.row_ranges over the batch list), one run per process; every batch is formed
+(specops.planning.row_ranges over the batch list), one run per process; every batch is formed
 exactly as one process would form it, so each row's file holds the same bytes whichever process
 wrote it. The parent writes the cut to `<run>/extract-shards.json`, starts
 `python -m specops step extract-shard --run R --shard I` per GPU (CUDA_VISIBLE_DEVICES=I), sums
@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic, commandline
-from specops.errors import CheckFailed
-from specops.parallel import row_ranges
+from specops.contract import commandline
+from specops.contract.errors import CheckFailed
+from specops.host import atomic
+from specops.planning import row_ranges
 
 if TYPE_CHECKING:
     from specops.pipeline.extraction.plan import ExtractionPlan

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
 from specops.pipeline.extraction.hidden_states import (
     file_for,
     inputs_backend,

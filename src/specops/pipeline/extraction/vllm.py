@@ -31,9 +31,8 @@ import sys
 import time
 from typing import Any
 
-from specops import atomic, gpus
-from specops.errors import CheckFailed
-from specops.parallel import row_ranges
+from specops.contract.errors import CheckFailed
+from specops.host import atomic, gpus
 from specops.pipeline import vllm
 from specops.pipeline.extraction.hidden_states import file_for
 from specops.pipeline.extraction.plan import (
@@ -44,6 +43,7 @@ from specops.pipeline.extraction.plan import (
     rows_to_extract,
 )
 from specops.pipeline.run import ExtractCounts, Run, StepReport, model_digest
+from specops.planning import row_ranges
 
 DEFAULT_REQUEST_TIMEOUT_S = 600
 # speculators' closing line: "Timing: 1.1s elapsed, 9.2 samples/s, avg vLLM request 350 ms, ..."

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 SPECULATORS_CONFIG = "speculators.models.eagle3.config"
 

@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
+from specops.contract.errors import CheckFailed
 from specops.doctor import EVALUATE_ANYWAY
-from specops.errors import CheckFailed
+from specops.host import atomic
 from specops.pipeline.parity import checks, draft
 from specops.pipeline.parity.vllm_reading import VllmReading, read_vllm
 

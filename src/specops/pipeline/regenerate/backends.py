@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -63,7 +63,7 @@ class VllmBackend:
                                    port=self.port)
         import json
 
-        from specops import atomic
+        from specops.host import atomic
         from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
         from specops.pipeline.regenerate.source import SOURCE_FILE
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
+from specops.host import atomic
 from specops.pipeline.data import regenerated
 
 if TYPE_CHECKING:

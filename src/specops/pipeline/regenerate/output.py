@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from specops import atomic
+from specops.host import atomic
 from specops.pipeline.data import regenerated
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ copies every share onto every host (the rendezvous' exchange) and joins them; `r
 (`step regenerate --require-whole`) then checks the merged answers cover every conversation and records
 the step done, so prepare after it finds regenerate current.
 
-The cut is specops.parallel.row_ranges over the source's batches of `concurrency` rows, in source
+The cut is specops.planning.row_ranges over the source's batches of `concurrency` rows, in source
 order: each share is a contiguous run of whole one-host batches, so the hf backend answers every
 batch with the very rows and seed one host uses and the merged file is the one-host file byte for
 byte (a batch split between hosts would pad its prompts differently). The vllm backend answers a
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specops import atomic
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
+from specops.host import atomic
 from specops.pipeline.shares import shares_fit
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ PARTS = "parts"
 
 def share_span(total: int, batch: int, part: tuple[int, int]) -> tuple[int, int]:
     """Source rows [start, stop) of share `part` = (index, count): whole batches of `batch` rows."""
-    from specops.parallel import row_ranges
+    from specops.planning import row_ranges
 
     batches = -(-total // batch)
     first, last = row_ranges(batches, part[1])[part[0]]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, TypedDict
 
-from specops import atomic
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host import atomic
 from specops.pipeline.data import Conversation, Malformed, heldout, read_conversations, regenerated
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from specops.errors import CheckFailed
+from specops.contract.errors import CheckFailed
 from specops.pipeline.regenerate.backends import Backend, backend_for
 from specops.pipeline.regenerate.inputs import regenerate_inputs
 from specops.pipeline.run import Run, StepContext, StepRecord, StepReport, config_hash, dependents, shares_of

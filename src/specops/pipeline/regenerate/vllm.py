@@ -56,8 +56,8 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     """speculators' client over the source; with `samples`, over its first conversations only (as many as
     rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the
     conversations answered before), and the report's `answered` says how many."""
-    from specops import atomic, gpus
-    from specops.errors import CheckFailed
+    from specops.contract.errors import CheckFailed
+    from specops.host import atomic, gpus
     from specops.pipeline import vllm
     from specops.pipeline.data import regenerated
     from specops.pipeline.regenerate.output import tidy

@@ -15,9 +15,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from specops.errors import BadInput
-from specops.parallel import ModelShape, ParallelSizes, resolve_sizes
-from specops.paths import workdir
+from specops.contract.errors import BadInput
+from specops.contract.protocol import name_problem
+from specops.host.paths import workdir
 from specops.pipeline.run.known import known_runs
 from specops.pipeline.run.sections import (
     DraftSettings,
@@ -30,7 +30,7 @@ from specops.pipeline.run.sections import (
     VllmSettings,
     _Strict,
 )
-from specops.protocol import name_problem
+from specops.planning import ModelShape, ParallelSizes, resolve_sizes
 
 
 class RunConfig(_Strict):

@@ -1,7 +1,7 @@
 """What the engine hands a step: the run, its effective settings (resolved once), and the hosts the run spans.
 
 A step's own room holds its pipeline function, `pipeline_step(context) -> report` (the engine imports it
-by the step table's name, specops.steps); the report's `figures` are what the pipeline's summary shows
+by the step table's name, specops.contract.step_table); the report's `figures` are what the pipeline's summary shows
 of the step (their names are in its row). With one host, `context.hosts` is `OneHost`: every exchange is a no-op. With K
 hosts it is the rendezvous of the engine's nodes (pipeline.hosts): a step whose scope is a share per
 host writes its share, then makes the shares whole through it.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specops.torchrun import TorchrunNode
+from specops.pipeline.hosts import TorchrunNode
 
 if TYPE_CHECKING:
     from specops.pipeline.run.config import Run

@@ -20,16 +20,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specops import atomic, steps
-from specops.errors import BadInput
-from specops.installed import version_of
-from specops.paths import workdir
+from specops.contract import step_table
+from specops.contract.errors import BadInput
+from specops.host import atomic
+from specops.host.installed import version_of
+from specops.host.paths import workdir
 from specops.pipeline.run.reports import StepRecord
 
 # Which steps read the outputs of which, and each step's output folders (relative to the run folder):
 # from the step table, the one place that lists the steps.
-DEPENDS_ON: dict[str, list[str]] = steps.depends_on()
-OUTPUTS: dict[str, list[str]] = steps.outputs()
+DEPENDS_ON: dict[str, list[str]] = step_table.depends_on()
+OUTPUTS: dict[str, list[str]] = step_table.outputs()
 # Outputs too costly to delete outright: moved aside instead.
 KEEP_ASIDE = {"checkpoints"}
 # A trained draft is never retired silently. A step whose re-run drops a finished training moves the dropped

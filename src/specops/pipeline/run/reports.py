@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-# What the summary shows of a step, by the names in its row of the step table (specops.steps). A figure is
+# What the summary shows of a step, by the names in its row of the step table (specops.contract.step_table). A figure is
 # whatever JSON the step's room measured: the engine copies it, it never reads inside.
 Figures = dict[str, object]
 

@@ -58,7 +58,7 @@ class VllmSettings(_Strict):
     # stopped by hand; an idle timeout (seconds, or "30m", "2h", "90s"): it stops itself once unused that long
     keep_server: bool | int = False
     # vLLM's own parallelism (--tensor-parallel-size / --data-parallel-size); left out, they are derived
-    # from the host's GPUs and the model's size (specops.parallel.default_sizes)
+    # from the host's GPUs and the model's size (specops.planning.default_sizes)
     tensor_parallel: int | None = Field(None, gt=0)
     data_parallel: int | None = Field(None, gt=0)
 

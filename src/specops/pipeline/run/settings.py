@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     from specops.doctor import AttentionReading
@@ -87,7 +87,7 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
     from specops.planning import hidden_state_dtype
 
     if gpus is None:
-        from specops.gpus import device_count
+        from specops.host.gpus import device_count
 
         gpus = device_count()
     config, origins, notes = run.config, {}, []

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput
-from specops.torchrun import TorchrunNode
+from specops.contract.errors import BadInput
+from specops.pipeline.hosts import TorchrunNode
 
 LOG_FILE = "train.log"
 CHECKPOINT_FILES = ("model.safetensors", "config.json", "optimizer_state_dict.pt", "training_state.json")
@@ -104,7 +104,7 @@ def collectives_environment(nodes: TorchrunNode) -> dict[str, str]:
 
     Empty without either (torch's own choice). An address no interface of this host holds, or an interface
     it lacks, is bad input: the inventory names another host's, or the host's network changed."""
-    from specops.netif import addresses, interface_of
+    from specops.host.netif import addresses, interface_of
 
     holder = None
     if nodes.local_addr is not None:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
-from specops.protocol import TRAINER_ACCEPTANCE
+from specops.contract.protocol import TRAINER_ACCEPTANCE
+from specops.host import atomic
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
     from specops.pipeline.run import Acceptance, StopIf

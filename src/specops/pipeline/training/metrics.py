@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops.protocol import TRAINER_METRIC
+from specops.contract.protocol import TRAINER_METRIC
 
 LAUNCH_MARK = "### specops launch"
 _TOKEN = TRAINER_METRIC  # written once, in the protocol: the control side's progress bar reads the same

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
-from specops.errors import BadInput
-from specops.protocol import TRAINER_ONLINE
+from specops.contract.errors import BadInput
+from specops.contract.protocol import TRAINER_ONLINE
+from specops.host import atomic
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run

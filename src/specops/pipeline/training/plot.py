@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from specops.atomic import write_bytes
+from specops.host.atomic import write_bytes
 from specops.pipeline.training.metrics import TrainingLog, loss_per_step
 
 PLOT_FILE = "loss.png"

@@ -15,19 +15,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import gpus
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
+from specops.contract.protocol import TRAINER_END, TRAINER_START
+from specops.host import gpus
 from specops.pipeline.training import command as train
 from specops.pipeline.training import epochs as epochs_room
 from specops.pipeline.training import metrics, online, plot, vocab
-from specops.protocol import TRAINER_END, TRAINER_START
 
 TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
 DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
 
 if TYPE_CHECKING:  # the run room needs pydantic; the training benches import this room without it
+    from specops.pipeline.hosts import TorchrunNode
     from specops.pipeline.run import Hosts, Manifest, Run, StepContext, StepReport
-    from specops.torchrun import TorchrunNode
 
 Gate = Callable[[train.TrainPlan, int], dict[str, Any]]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from specops.atomic import write_bytes, write_json
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.host.atomic import write_bytes, write_json
 
 REPORT_SIZES = (8192, 16384, 32768, 65536)
 REPORT_FILE = "vocab.json"

@@ -20,8 +20,8 @@ import json
 import sys
 from typing import Any
 
-from specops import atomic
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
+from specops.host import atomic
 from specops.pipeline import vllm
 from specops.pipeline.extraction import file_for, inputs_backend, read_sample, stored_dtype, verify_header
 from specops.pipeline.run import Manifest, Run, StepContext, StepReport, config_hash

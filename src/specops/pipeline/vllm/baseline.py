@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops import atomic
+from specops.host import atomic
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run

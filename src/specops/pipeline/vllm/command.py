@@ -22,12 +22,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specops.cpu_rotary import native_rotary_args
-from specops.doctor import CPUINFO_ENV
-from specops.errors import BadInput
-from specops.parallel import ParallelSizes
+from specops.contract.errors import BadInput
+from specops.doctor import CPUINFO_ENV, native_rotary_args
 from specops.pipeline.run import Run
 from specops.pipeline.target import dtype_name
+from specops.planning import ParallelSizes
 
 # vLLM releases from which the render endpoint (/v1/chat/completions/render, used by
 # `speculators prepare-data --render-endpoint`) is only served with --enable-scale-out.
@@ -159,7 +158,7 @@ def parallel_args(sizes: ParallelSizes) -> list[str]:
 
 def gpu_memory_bytes() -> int | None:
     """The smallest GPU's total memory (a replica must fit on every GPU), None without nvidia-smi."""
-    from specops import gpus
+    from specops.host import gpus
 
     reading = gpus.read()
     totals = [row["memory_total_mib"] for row in reading.gpus if row.get("memory_total_mib")]
@@ -177,7 +176,7 @@ def is_mla_target(run: Run) -> bool:
 
 def cpu_args(run: Run, host_gpus: int) -> list[str]:
     """What a CPU host's server needs: eager mode (no graph capture: it starts in ~40 s instead of minutes)
-    and, for an MLA target, vLLM's native rotary (specops.cpu_rotary) unless the run's serve_args set the
+    and, for an MLA target, vLLM's native rotary (specops/doctor/_cpu_rotary.py) unless the run's serve_args set the
     compilation config themselves."""
     if host_gpus:
         return []

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.paths import workdir
-from specops.progress import speaker
+from specops.contract.progress import speaker
+from specops.host.paths import workdir
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 1800.0
 
 
-say = speaker("vllm")  # progress lines for people (specops.progress)
+say = speaker("vllm")  # progress lines for people (specops.contract.progress)
 
 
 def eagle3_config(draft: Path, tokens: int) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, po
 
     Returns {"job", "reused", "port", "endpoint", "pgid", "vllm_version", "ready_s", "log", "model"}.
     """
-    from specops.gpus import device_count
+    from specops.host.gpus import device_count
     from specops.pipeline.vllm.job import serve_env, start_job
 
     gpus = device_count()

@@ -21,13 +21,13 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from specops import commandline
-from specops.errors import CheckFailed
-from specops.paths import workdir
+from specops.contract import commandline
+from specops.contract.errors import CheckFailed
+from specops.contract.progress import speaker
+from specops.host.paths import workdir
 from specops.pipeline.vllm import sharing
 from specops.pipeline.vllm.captures import sweep_stopped
 from specops.pipeline.vllm.ports import kept_for, port_holder
-from specops.progress import speaker
 
 if TYPE_CHECKING:
     from specops.pipeline.run import Run

@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput, CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
+from specops.contract.progress import speaker
+from specops.contract.protocol import ACTIVE_STATES
+from specops.contract.protocol import JobRecord as Record
+from specops.host.paths import workdir
 from specops.jobs import launching, liveness, processes, records, stopping
 from specops.jobs.tmux import TmuxServer
-from specops.paths import workdir
 from specops.pipeline.run import Run, model_digest, tokenizer_digest
 from specops.pipeline.vllm import handover, sharing
 from specops.pipeline.vllm.captures import sweep_stopped
@@ -48,9 +51,6 @@ from specops.pipeline.vllm.command import (
 )
 from specops.pipeline.vllm.ports import port_holder, refuse_held_port
 from specops.pipeline.vllm.readiness import port_owner, served_models, wait_ready
-from specops.progress import speaker
-from specops.protocol import ACTIVE_STATES
-from specops.protocol import JobRecord as Record
 
 SERVER_JOB = "vllm-server"
 STOP_GRACE_S = 20.0
@@ -61,7 +61,7 @@ _RECORD_WAIT_S = 10.0
 _POLL_S = 0.1
 
 
-say = speaker("extract")  # progress lines for people (specops.progress)
+say = speaker("extract")  # progress lines for people (specops.contract.progress)
 
 
 def server_signature(run: Run, argv: list[str], host_gpus: int, port: int, version: str | None) -> dict[str, Any]:
@@ -398,7 +398,7 @@ def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
 def _borrowed_extraction_server(run: Run) -> sharing.Borrowed | None:
     """Another run's extraction server on this run's port that captured what this run's files hold: the same
     weights, tokenizer and layer ids. Only for a run that extracts through vLLM (its own server would be one)."""
-    from specops.gpus import device_count
+    from specops.host.gpus import device_count
 
     if run.backend(device_count()) != "vllm":
         return None

@@ -22,13 +22,13 @@ import sys
 import time
 from typing import Any
 
+from specops.contract.protocol import ACTIVE_STATES
+from specops.host.paths import workdir
 from specops.jobs import liveness, records, stopping
 from specops.jobs.tmux import TmuxServer
-from specops.paths import workdir
 from specops.pipeline.vllm import sharing
 from specops.pipeline.vllm.captures import sweep_stopped
 from specops.pipeline.vllm.counters import request_counters
-from specops.protocol import ACTIVE_STATES
 
 KEEPER_JOB = "vllm-keeper"
 STOP_GRACE_S = 20.0

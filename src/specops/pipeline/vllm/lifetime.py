@@ -61,9 +61,9 @@ def keep_server(run: Run, idle_s: int | None) -> dict[str, Any] | None:
     run has no server running."""
     import sys
 
+    from specops.host.paths import workdir
     from specops.jobs import launching
     from specops.jobs.tmux import TmuxServer
-    from specops.paths import workdir
     from specops.pipeline.vllm.keeper import KEEPER_JOB
 
     server = TmuxServer(workdir())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 from specops.pipeline.vllm import sharing
 from specops.pipeline.vllm.readiness import listening_inodes, socket_owners
 

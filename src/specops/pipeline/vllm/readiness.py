@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.jobs import processes
-from specops.serverlog import load_stage
+from specops.jobs.serverlog import load_stage
 
 DEFAULT_READY_TIMEOUT_S = 1800.0  # real loads of a large target take ~18 min
 TAIL_LINES = 40

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
+from specops.contract.progress import speaker
 from specops.jobs import records
-from specops.progress import speaker
 
 # left out of the comparison between runs: see the module docstring
 NOT_COMPARED = ("model", "staging")

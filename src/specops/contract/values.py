@@ -1,6 +1,11 @@
-"""The kinds of value an agent flag takes: each a `Kind` (specops.commandspec) — the control side's check
-(the value as the agent will parse it, or BadArgument naming the flag), the agent's parse, the text between
-them. The command specs (specops.commandline) name them. Standard library only: remote/ imports this too.
+"""The kinds of value an agent flag takes, and the one parser of each, for both sides.
+
+Each flag's kind is a `Kind` (specops.contract.commandspec): the control side's check (the value as the
+agent will parse it, or BadArgument naming the flag), the agent's parse, the text between them. The
+command specs (specops.contract.commandline) name them. The parsers underneath (`whole_number`,
+`positive_list`, `sweep_setting`) raise ValueError saying what is wrong; each side names the flag its own
+way: BadArgument in the builders and the task flags of remote/, BadInput in the agent's argparse types.
+Standard library only: remote/ imports this too.
 """
 
 from __future__ import annotations
@@ -10,16 +15,114 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
-from specops.commandspec import BadArgument, Kind
-from specops.errors import BadInput
-from specops.protocol import Endpoint, name_problem
+from specops.contract.commandspec import BadArgument, Kind
+from specops.contract.errors import BadInput
+from specops.contract.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
 CHECKPOINTS = ("best", "last")  # or an epoch number
 REFERENCES = ("auto", "hf", "vllm")
 PATCH_ACTIONS = ("apply", "verify", "status", "revert", "new")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SWEEP_SETTINGS = ("num_speculative_tokens",)  # what `evaluate --sweep` can vary
+MAX_SPECULATIVE_TOKENS = 16  # beyond this no server is worth asking
+
+
+# ---- parsers: ValueError without the flag's name (each side adds it)
+
+def whole_number(value: object, minimum: int = 1) -> int:
+    """A whole number >= minimum, from an int or its text (invoke and argparse hand flags over as text)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number, got {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"must be {'> 0' if minimum == 1 else f'>= {minimum}'}, got {number}")
+    return number
+
+
+def positive_list(text: str, flag: str, highest: int | None = None) -> list[int]:
+    """`1,8` -> [1, 8]: whole numbers > 0 (at most `highest`), each once, in the order given; the
+    ValueError names `flag` (one message for the whole list)."""
+    values: list[int] = []
+    for part in str(text).split(","):
+        try:
+            number: int | None = whole_number(part)
+        except ValueError:
+            number = None
+        if number is None or (highest is not None and number > highest):
+            bound = f" up to {highest}" if highest else ""
+            raise ValueError(f"{flag}: expected whole numbers > 0{bound} separated by commas, got {text!r}")
+        if number in values:
+            raise ValueError(f"{flag}: {part.strip()} appears twice in {text!r}")
+        values.append(number)
+    return values
+
+
+def sweep_setting(text: str) -> list[int]:
+    """`num_speculative_tokens=1,2,3` -> [1, 2, 3] (`evaluate --sweep`, read the same way on both sides)."""
+    name, _, values = str(text).partition("=")
+    if name.strip() not in SWEEP_SETTINGS or not values.strip():
+        raise ValueError(f"--sweep: expected {SWEEP_SETTINGS[0]}=1,2,3 (a comma-separated list), got {text!r}")
+    return positive_list(values, f"--sweep {SWEEP_SETTINGS[0]}", MAX_SPECULATIVE_TOKENS)
+
+
+# ---- the agent's argparse types: BadInput, one line (argparse would reword a ValueError)
+
+def positive_int(value: str) -> int:
+    """A whole number > 0."""
+    try:
+        return whole_number(value)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def non_negative_int(value: str) -> int:
+    """A whole number >= 0 (e.g. a GPU count, where 0 means a CPU host)."""
+    try:
+        return whole_number(value, minimum=0)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def part_of(value: str) -> tuple[int, int]:
+    """I/COUNT: this host's share I (0-based) of work cut into COUNT shares."""
+    index, _, total = value.partition("/")
+    try:
+        share = whole_number(index, minimum=0), whole_number(total)
+    except ValueError:
+        share = (0, 0)
+    if not share[0] < share[1]:
+        raise BadInput(f"expected I/COUNT with 0 <= I < COUNT, got {value!r}")
+    return share
+
+
+def positive_seconds(value: str) -> float:
+    """A duration in seconds > 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise BadInput(f"expected seconds, got {value!r}") from None
+    if seconds <= 0:
+        raise BadInput(f"expected seconds > 0, got {value}")
+    return seconds
+
+
+def json_object(source: str, text: str | None) -> dict[str, Any] | None:
+    """A JSON object given on the command line (None when not given); `source` names the flag."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"{source}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 # ---- checks (each returns the value as the agent's parser reads it)
@@ -31,17 +134,15 @@ def _name(value: object, flag: str) -> str:
     return str(value)
 
 
-def _whole(value: object, flag: str, minimum: int = 1) -> int:
-    """A whole number >= minimum, from an int or its text (invoke hands flags over as text)."""
-    if isinstance(value, bool):
-        raise BadArgument(f"{flag}: expected a whole number, got {value!r}")
+def whole_flag(value: object, flag: str, minimum: int = 1) -> int | None:
+    """A flag's whole number >= minimum (None: not given), or BadArgument naming the flag: the builders'
+    check, and how the control side's tasks read number flags of their own (`invoke logs --lines`)."""
+    if value is None:
+        return None
     try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise BadArgument(f"{flag}: expected a whole number, got {value!r}") from None
-    if number < minimum:
-        raise BadArgument(f"{flag}: must be {'> 0' if minimum == 1 else f'>= {minimum}'}, got {number}")
-    return number
+        return whole_number(value, minimum)
+    except ValueError as exc:
+        raise BadArgument(f"{flag}: {exc}") from None
 
 
 def _choice(value: object, flag: str, choices: Sequence[str]) -> str:
@@ -65,18 +166,14 @@ def _text(value: object, flag: str) -> str:
 
 
 def _sweep(value: object, flag: str) -> str:
-    """num_speculative_tokens=1,2,3 (specops.sweeps reads it the same way on the host)."""
-    from specops.sweeps import sweep_setting
-
+    """num_speculative_tokens=1,2,3"""
     try:
-        return f"num_speculative_tokens={','.join(map(str, sweep_setting(str(value))))}"
+        return f"{SWEEP_SETTINGS[0]}={','.join(map(str, sweep_setting(str(value))))}"
     except ValueError as exc:
         raise BadArgument(str(exc)) from None
 
 
 def _concurrency(value: object, flag: str) -> str:
-    from specops.sweeps import positive_list
-
     try:
         return ",".join(map(str, positive_list(str(value), flag)))
     except ValueError as exc:
@@ -157,7 +254,7 @@ def _texts(value: object, flag: str) -> list[str]:
 
 
 def _json_object(value: object, flag: str) -> dict[str, object]:
-    """A mapping that travels as one JSON object (the agent reads it back with specops.flags.json_object)."""
+    """A mapping that travels as one JSON object (the agent reads it back with json_object)."""
     if not isinstance(value, Mapping):
         raise BadArgument(f"{flag}: expected a mapping (sent as a JSON object), got {value!r}")
     return dict(value)
@@ -178,24 +275,13 @@ def _seconds(value: object, flag: str) -> float:
 
 # ---- kinds of value
 
-def _parse_with(name: str) -> Callable[[str], object]:
-    """specops.flags' parse `name`, imported when the agent parses a number (`job list` never does)."""
-    def parse(text: str) -> object:
-        from specops import flags
-
-        return getattr(flags, name)(text)
-
-    parse.__name__ = name
-    return parse
-
-
 NAME = Kind(_name)
 TEXT = Kind(_text)
-WHOLE = Kind(_whole, "int | str | None", parse=_parse_with("positive_int"))  # invoke hands numbers over as text
-COUNT = Kind(partial(_whole, minimum=0), "int | str | None", parse=_parse_with("non_negative_int"))
+WHOLE = Kind(whole_flag, "int | str | None", parse=positive_int)  # invoke hands numbers over as text
+COUNT = Kind(partial(whole_flag, minimum=0), "int | str | None", parse=non_negative_int)
 BACKEND = Kind(partial(_choice, choices=BACKENDS), choices=BACKENDS)
 REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
-PART = Kind(_part, "tuple[int, int] | None", parse=_parse_with("part_of"), text=lambda part: "{}/{}".format(*part))
+PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)

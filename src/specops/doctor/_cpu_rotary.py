@@ -1,5 +1,6 @@
-"""vLLM's CPU rotary kernel and DeepSeek's MLA (standard library only: the vLLM room builds the serve command
-from it, the doctor judges a run's serve args by it).
+"""vLLM's CPU rotary kernel and DeepSeek's MLA. Standard library only, and in the doctor because the doctor
+is a leaf: it judges a run's serve args by this, and the vLLM room builds the serve command from it through
+the doctor's face (`native_rotary_args`).
 
 vLLM's CPU rotary kernel (torch.ops._C.rotary_embedding, picked when the custom ops are "all", which
 --enforce-eager sets) takes MLA's strided 3-D views (the query's rope part [T, H, 64], the key's [T, 1, 64]) as

@@ -5,7 +5,7 @@ From it come the control side's builder (`command.builder()`: keywords in, a che
 naming the flag) and the agent's argparse parser (`command.add_to(subparsers, handler)`: the same flags,
 the same rules checked before the handler runs, BadInput). A flag or rule added to the spec reaches both;
 tests/foundation/test_commandline.py round-trips every builder through the agent's parser.
-Standard library only, and light: remote/ imports this module (through specops.commandline), and so does
+Standard library only, and light: remote/ imports this module (through specops.contract.commandline), and so does
 every `job` command on the host (named tuples, not dataclasses: `job list` is what `invoke status` waits for).
 """
 
@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from specops.errors import BadInput
+from specops.contract.errors import BadInput
 
 Values = Mapping[str, object]
 

@@ -2,11 +2,11 @@
 
 `python -m specops <argv>`: each builder returns that argv as a list, built from typed values and
 checked here, in one place, before anything is sent. Every command the control side sends is declared
-once, as a spec (specops.commandspec): each builder here and the agent's own parser (beside its handler:
+once, as a spec (specops.contract.commandspec): each builder here and the agent's own parser (beside its handler:
 pipeline/commands/, jobs/commands.py, check.py, patching/commands.py, doctor/commands.py) are made from the
 same `Command`, flags and cross-flag rules; tests/foundation/test_commandline.py runs every builder's output
 through the agent's parser (specops.cli) and compares what it parsed with what was built. The kinds of
-value the flags take (their checks and parses) are specops.commandvalues. Standard library only: remote/
+value the flags take (their checks and parses) are specops.contract.values. Standard library only: remote/
 imports this module too.
 
 A value that cannot be sent raises BadArgument: one line naming the flag, which the control side
@@ -15,9 +15,10 @@ reports as bad input (exit 2).
 
 from __future__ import annotations
 
-from specops.commandspec import BadArgument as BadArgument  # what the control side catches: one line, exit 2
-from specops.commandspec import Command, Flag, Rule, Values, excludes, given, needs, only_with
-from specops.commandvalues import (
+from specops.contract.commandspec import BadArgument as BadArgument  # what the control side catches: one line, exit 2
+from specops.contract.commandspec import Command, Flag, Rule, Values, excludes, given, needs, only_with
+from specops.contract.protocol import JOB_ID_VARIABLE
+from specops.contract.values import (
     BACKEND,
     CHECKPOINT,
     COMMAND,
@@ -42,7 +43,6 @@ from specops.commandvalues import (
     TEXT,
     WHOLE,
 )
-from specops.protocol import JOB_ID_VARIABLE
 
 WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
 RUN = Flag("run", NAME, required=True)
