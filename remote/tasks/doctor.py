@@ -6,13 +6,13 @@ from invoke import task
 
 from remote.session import emit_json, reports_errors
 from remote.tasks.shared import doctor_call, exchange_once, render_findings
+from specops.contract import commandline
 
 
-@task(help={"host": "inventory host", "run": "also check this run's flags, model config and resources",
+@task(help={"host": "inventory host", **commandline.DOCTOR.helps("run", "no_import"),
             "json": "one JSON document on stdout",
             "hosts": "several inventory hosts, comma-separated: in parallel, one row each",
             "all_": "every inventory host, in parallel, one row each",
-            "no_import": "skip the import probe (a child python importing the run's packages; quicker)",
             "site": "site folders on the host the packages are read from first (comma-separated), e.g. an env's "
                     "site-packages"})
 @reports_errors

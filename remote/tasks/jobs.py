@@ -20,7 +20,7 @@ def _command_after_double_dash() -> list[str]:
     return argv[argv.index("--") + 1:] if "--" in argv else []
 
 
-@task(help={"host": "inventory host", "name": "job name (kind), e.g. extract", "run": "run the job belongs to",
+@task(help={"host": "inventory host", **commandline.JOB_LAUNCH.helps("name", "run"),
             "detach": "return at once with the job id", "json": "one JSON document on stdout (implies --detach)"})
 @reports_errors
 def run(c, host=None, name="run", run=None, detach=False, json=False):
@@ -51,7 +51,7 @@ def run(c, host=None, name="run", run=None, detach=False, json=False):
             raise SystemExit(1)
 
 
-@task(help={"host": "inventory host", "json": "one JSON document on stdout", "all": "every job, not only the newest",
+@task(help={"host": "inventory host", "json": "one JSON document on stdout", **commandline.JOB_LIST.helps("all"),
             "hosts": "several inventory hosts, comma-separated: in parallel, one row each",
             "all_hosts": "every inventory host, in parallel, one row each"})
 @reports_errors

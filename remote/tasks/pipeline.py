@@ -32,7 +32,7 @@ from specops.contract.values import whole_flag
 STEP_HELP = {"host": "inventory host (default: the inventory's default)",
              "run": "run config runs/NAME.yaml (default: the host's run)",
              "detach": "return at once with the job id; follow later with invoke logs --follow",
-             "wait": "while another job or step of the run runs on the host, queue behind it (default: refuse, exit 2)",
+             "wait": commandline.WAIT_HELP,
              "json": "one JSON document on stdout (the step's result)"}
 
 
@@ -85,9 +85,7 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     return result
 
 
-@task(help={**STEP_HELP, "backend": "hf | vllm (default: the run's regenerate.backend, else its backend)",
-            "stop_server": "vllm: stop the vllm-server job afterwards",
-            "port": "vllm: the server's port on the host (default: the run's vllm.port)"})
+@task(help={**STEP_HELP, **commandline.STEPS["regenerate"].helps("backend", "stop_server", "port")})
 @reports_errors
 def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=None, detach=False, wait=False,
                json=False):
@@ -104,12 +102,7 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
               f"{result.get('output')}")
 
 
-RETIRE_HELP = ("when the rows asked for would drop a finished training: move the trained draft, its vocab and "
-               "evaluation to <run>/retired/ (undo: invoke restore) instead of refusing")
-
-
-@task(help={**STEP_HELP, "samples": "rows to prepare", "strict": "malformed records are fatal",
-            "retire": RETIRE_HELP})
+@task(help={**STEP_HELP, **commandline.STEPS["prepare"].helps("samples", "strict", "retire")})
 @reports_errors
 def prepare(c, host=None, run=None, samples=None, strict=False, retire=False, detach=False, wait=False, json=False):
     """Tokenise with the target's chat template, assistant-only loss mask, token frequencies."""
@@ -119,10 +112,8 @@ def prepare(c, host=None, run=None, samples=None, strict=False, retire=False, de
         run_step_job(session, run_name, "prepare", argv, detach=detach, wait=wait, json=json)
 
 
-@task(help={**STEP_HELP, "samples": "samples to extract (prepares first if needed)", "backend": "hf | vllm",
-            "skip_doctor": "do not run the doctor first (recorded in the job record)",
-            "stop_server": "vllm: stop the vllm-server job afterwards (default: keep it for the next extract)",
-            "port": "vllm: the server's port on the host (default: the run's vllm.port)", "retire": RETIRE_HELP})
+@task(help={**STEP_HELP, **commandline.STEPS["extract"].helps("samples", "backend", "stop_server", "port", "retire"),
+            "skip_doctor": "do not run the doctor first (recorded in the job record)"})
 @reports_errors
 def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=False, stop_server=False, port=None,
             retire=False, detach=False, wait=False, json=False):
@@ -139,7 +130,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
                      skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"}, backend=backend or None)
 
 
-@task(help={**STEP_HELP, "fidelity_samples": "samples whose next-token choices are re-checked"})
+@task(help={**STEP_HELP, **commandline.STEPS["validate"].helps("fidelity_samples")})
 @reports_errors
 def validate(c, host=None, run=None, fidelity_samples=4, detach=False, wait=False, json=False):
     """Check every hidden-state file, and their fidelity against the target's own predictions."""
@@ -182,8 +173,7 @@ def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
         render_coverage(result)
 
 
-@task(help={**STEP_HELP, "epochs": "train this many epochs in all (continues a previous run)",
-            "gpus": "GPUs to train on (default: all the host has)", "fresh": "start over in a new folder",
+@task(help={**STEP_HELP, **commandline.STEPS["train"].helps("epochs", "gpus", "fresh"),
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "hosts": "train across these inventory hosts (comma-separated): one torchrun node each, c10d "
                      "rendezvous at the first; one failing or silent host stops them all",
@@ -239,16 +229,9 @@ def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, 
     print(f"specops: train across {', '.join(m.name for m in members)}: succeeded", file=sys.stderr)
 
 
-@task(help={**STEP_HELP, "checkpoint": "best | last | an epoch number (default: the run's evaluate.checkpoint)",
-            "all_epochs": "score every epoch's checkpoint", "prompts": "the first N held-out prompts",
-            "backend": "hf (replay with transformers) | vllm (a real server with the draft as speculator)",
-            "sweep": "num_speculative_tokens=1,2,3,4,5: score the checkpoint at each (a table, sweep.png, "
-                     "sweep.json; with vllm also tokens/s with and without the draft)",
-            "concurrency": "with --sweep and vllm: requests in flight, e.g. 1,8 (a cell each)",
-            "set_": "NAME=FILE: a benchmark set on the host (JSONL or .jsonl.gz: MT-Bench turns, GSM8K question, "
-                    "HumanEval prompt, conversations); repeatable, beside the run's evaluate.sets",
-            "reproduce": "RECORD: evaluate again from a provenance record (<run>/evaluation/record.json on the "
-                         "host) and say what differs"}, iterable=["set_"])
+@task(help={**STEP_HELP, **commandline.STEPS["evaluate"].helps(
+    "checkpoint", "all_epochs", "prompts", "backend", "sweep", "concurrency", "reproduce", set_="sets")},
+      iterable=["set_"])
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
              wait=False, json=False, sweep=None, concurrency=None, set_=None, reproduce=None):
@@ -286,9 +269,9 @@ def with_steps(body):
     return body
 
 
-@task(help={**STEP_HELP, "samples": "samples to prepare and extract", "backend": "hf | vllm",
+@task(help={**STEP_HELP, **commandline.PIPELINE.helps("samples", "backend", "skip_patches"),
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
-            "skip_patches": "do not apply/verify the host's patch sets", "no_fetch": "leave the results on the host",
+            "no_fetch": "leave the results on the host",
             "hosts": "across these inventory hosts (comma-separated; default: the run's hosts:): one engine a "
                      "host, each extracts its share, every host gets every file, one training across them",
             "port": "with several hosts: the rendezvous port on the first host (default 29400; the training "
@@ -344,7 +327,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
 
 @task(help={"host": "inventory host", "run": "run config (default: the host's run)",
-            "with_training_state": "also the optimizer and scheduler state", "json": "one JSON document on stdout",
+            **commandline.FETCH_LIST.helps("with_training_state"), "json": "one JSON document on stdout",
             "hosts": "a run trained across these hosts (comma-separated): fetch from the first that holds a "
                      "finished checkpoint (the one that saved)"})
 @reports_errors
@@ -370,7 +353,7 @@ def fetch(c, host=None, run=None, with_training_state=False, json=False, hosts=N
 
 @task(help={"host": "inventory host (default: the inventory's default)",
             "run": "run config runs/NAME.yaml (default: the host's run)",
-            "retired": "which set in runs/NAME/retired/ on the host (default: the newest)",
+            **commandline.RUN_RESTORE.helps("retired"),
             "json": "one JSON document on stdout"})
 @reports_errors
 def restore(c, host=None, run=None, retired=None, json=False):

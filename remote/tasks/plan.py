@@ -14,6 +14,7 @@ from invoke import task
 from remote.errors import BadInput
 from remote.session import emit_json, reports_errors
 from remote.tasks.shared import local_config_name
+from specops.contract import commandline
 from specops.contract.values import whole_flag
 
 PLAN_TIMEOUT_S = 600  # estimating tokens loads the tokenizer: seconds, a minute on a busy host
@@ -212,7 +213,7 @@ def render(document: dict[str, Any]) -> None:
 @task(help={"run": "run config runs/NAME.yaml (default: the host's run)",
             "host": "inventory host (default: the inventory's default)",
             "hosts": "several inventory hosts, comma-separated: each plans on its own GPUs and disk, one row each",
-            "all_": "every inventory host, one row each", "samples": "rows N (default: the run's samples)",
+            "all_": "every inventory host, one row each", **commandline.PLAN.helps("samples"),
             "json": "one JSON document on stdout (keys in the README)"})
 @reports_errors
 def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=False):

@@ -44,12 +44,12 @@ from specops.contract.values import (
     WHOLE,
 )
 
-WAIT_HELP = "when another job or step of the run is running here, wait for it instead of refusing (exit 2)"
+WAIT_HELP = "when another job or step of the run is running on the host, wait for it instead of refusing (exit 2)"
 RUN = Flag("run", NAME, required=True)
 WAIT = Flag("wait", help=WAIT_HELP)
 SAMPLES = Flag("samples", WHOLE, help="rows N (default: the run's samples)")
 RETIRE = Flag("retire", help="when these rows would drop a finished training: move the trained draft, its vocab "
-              "and evaluation to <run>/retired/<stamp>/ (undo: run restore) instead of refusing (exit 2)")
+              "and evaluation to <run>/retired/<stamp>/ (restore undoes it) instead of refusing (exit 2)")
 PORT = Flag("port", WHOLE, help="vllm: the server's port (default: the run's vllm.port)")
 SHARE = Flag("part", PART, metavar="I/COUNT", help="write only share I of COUNT hosts (hf: whole batches of the "
              "one-host plan; vllm: speculators' --rank I --world-size COUNT)")
@@ -78,12 +78,14 @@ def _one_node_of_several(values: Values) -> str | None:
 
 STEPS: dict[str, Command] = {command.words[-1]: command for command in (
     Command(("step", "regenerate"), "the target answers the conversations' prompts (resumes after an interruption)",
-            (RUN, Flag("backend", BACKEND), Flag("stop_server", help="vllm: stop the server job afterwards"), PORT,
+            (RUN, Flag("backend", BACKEND, help="hf | vllm (default: the run's regenerate.backend, else its backend)"),
+             Flag("stop_server", help="vllm: stop the server job afterwards"), PORT,
              SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
     Command(("step", "prepare"), "tokenise conversations, loss mask, token frequencies",
             (RUN, SAMPLES, Flag("strict", help="malformed records are fatal (exit 2)"), RETIRE, WAIT)),
     Command(("step", "extract"), "capture target hidden states (runs prepare first if needed)",
-            (RUN, Flag("samples", WHOLE, help="extract rows 0..N-1 (default: all prepared)"), Flag("backend", BACKEND),
+            (RUN, Flag("samples", WHOLE, help="extract rows 0..N-1 (default: all prepared)"),
+             Flag("backend", BACKEND, help="hf | vllm"),
              Flag("batch_tokens", WHOLE, help="padded tokens per forward batch"),
              Flag("stop_server", help="vllm: stop the vllm-server job afterwards (default: keep it)"), PORT,
              Flag("processes", WHOLE, help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on "
@@ -91,14 +93,14 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
     Command(("step", "extract-shard"), "one process's batches of a several-process hf extract (started by step "
             "extract)", (RUN, Flag("shard", COUNT, required=True))),
     Command(("step", "validate"), "check hidden-state files and their fidelity",
-            (RUN, Flag("fidelity_samples", WHOLE, default=4),
+            (RUN, Flag("fidelity_samples", WHOLE, default=4, help="samples whose next-token choices are re-checked"),
              Flag("reference", REFERENCE, default="auto", help="the target's own next-token choices: a fresh hf "
                   "forward, the run's vLLM server (prompt_logprobs), or auto: vllm when that server is up, else hf"),
              WAIT)),
     Command(("step", "vocab"), "build the draft vocabulary (d2t/t2d) and its coverage report", (RUN, WAIT)),
     Command(("step", "train"), "train the draft with speculators (resumes from its checkpoints)",
             (RUN, Flag("fresh", help="move old checkpoints aside and start over"),
-             Flag("epochs", WHOLE, help="override train.epochs"),
+             Flag("epochs", WHOLE, help="train this many epochs in all (continues a previous run)"),
              Flag("gpus", COUNT, help="GPUs to use (default: all nvidia-smi shows)"),
              Flag("dry_run", help="print the command, do not train"),
              Flag("nnodes", WHOLE, help="one node of a torchrun group over this many hosts"),
@@ -112,18 +114,22 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
                    "--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it"))),
     Command(("step", "evaluate"), "acceptance of the draft as the target's EAGLE-3 speculator, on held-out "
             "prompts, beside the untrained draft's",
-            (RUN, Flag("checkpoint", CHECKPOINT, help="best | last | an epoch number (default: the run's)"),
+            (RUN, Flag("checkpoint", CHECKPOINT, help="best | last | an epoch number (default: the run's "
+                       "evaluate.checkpoint)"),
              Flag("all_epochs", help="score every epoch's checkpoint"),
-             Flag("prompts", WHOLE, help="the first N held-out prompts"), Flag("backend", BACKEND),
+             Flag("prompts", WHOLE, help="the first N held-out prompts"),
+             Flag("backend", BACKEND, help="hf (replay with transformers) | vllm (a real server with the draft as "
+                  "speculator)"),
              Flag("sweep", SWEEP, metavar="num_speculative_tokens=1,2,3",
-                  help="score the checkpoint at each setting (sweep.json, sweep.png)"),
+                  help="num_speculative_tokens=1,2,3,4,5: score the checkpoint at each (a table, sweep.png, "
+                  "sweep.json; with vllm also tokens/s with and without the draft)"),
              Flag("concurrency", CONCURRENCY, metavar="1,8", help="with --sweep and vllm: requests in flight, "
-                  "each a cell"),
+                  "e.g. 1,8 (a cell each)"),
              Flag("sets", SET_FILES, default=[], metavar="NAME=FILE", repeat=True, spelled="set",
-                  help="a benchmark set (JSONL: MT-Bench turns, GSM8K question, HumanEval prompt, conversations) "
-                  "besides the run's evaluate.sets"),
-             Flag("reproduce", TEXT, metavar="RECORD", help="evaluate again from a provenance record (record.json) "
-                  "and say what differs"), WAIT),
+                  help="NAME=FILE: a benchmark set on the host (JSONL or .jsonl.gz: MT-Bench turns, GSM8K question, "
+                  "HumanEval prompt, conversations); repeatable, beside the run's evaluate.sets"),
+             Flag("reproduce", TEXT, metavar="RECORD", help="RECORD: evaluate again from a provenance record "
+                  "(<run>/evaluation/record.json on the host) and say what differs"), WAIT),
             (only_with("sweep", ("concurrency",),
                        "--concurrency: only with --sweep (evaluate sends its prompts one at a time)"),
              excludes("sweep", "all_epochs", "a sweep scores one checkpoint"),
@@ -141,7 +147,7 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
 
 PIPELINE = Command(
     ("pipeline",), "every step of a run, each skipped when unchanged",
-    (RUN, Flag("samples", WHOLE, help="samples to prepare and extract"), Flag("backend", BACKEND),
+    (RUN, Flag("samples", WHOLE, help="samples to prepare and extract"), Flag("backend", BACKEND, help="hf | vllm"),
      Flag("skip_patches", help="do not apply/verify this host's patch sets"),
      Flag("hosts", HOSTS, help="the run's hosts by node rank, comma-separated (a run across hosts)"),
      Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous)"),
@@ -172,7 +178,8 @@ RUN_CHECK = Command(("run", "check"), "check a run config before anything is lau
                           "(`step evaluate --run R --checkpoint 3`): its checks that need no model, made now")))
 RUN_RESTORE = Command(("run", "restore"), "bring back what a retirement set aside in <run>/retired/ (what is there "
                       "now of those steps is set aside in its turn)",
-                      (RUN, Flag("retired", NAME, metavar="STAMP", help="which set (default: the newest)")))
+                      (RUN, Flag("retired", NAME, metavar="STAMP", help="which set in runs/NAME/retired/ on the host "
+                                 "(default: the newest)")))
 FETCH_LIST = Command(("fetch-list",), "files `invoke fetch` brings home, with sha256",
                      (RUN, Flag("with_training_state", help="include optimizer/scheduler state"),
                       Flag("drop", NAME, metavar="SNAPSHOT", help="remove a snapshot the workstation brought home")))
@@ -269,7 +276,8 @@ DOCTOR = Command(
     (Flag("site", SITES, default=[], metavar="DIR", repeat=True,
           help="extra site directory searched before sys.path (repeatable)"),
      Flag("run_json", TEXT, metavar="JSON", help="the run's settings as a JSON object"),
-     Flag("run", NAME, metavar="NAME", help="check against runs/NAME.yaml on this host"),
+     Flag("run", NAME, metavar="NAME", help="also check this run's flags, model config and resources "
+          "(runs/NAME.yaml on the host)"),
      Flag("backend", BACKEND, help="with --run: the backend the run's command line gives (default: the run's own)"),
      Flag("serve_python", TEXT, metavar="PYTHON", help="the serve env's interpreter (inventory envs.serve): vLLM is "
           "judged there (default: $SPECOPS_SERVE_PYTHON, else this env)"),
@@ -280,11 +288,12 @@ DOCTOR = Command(
     (Rule(_doctor_run),))
 PATCH = Command(
     ("patch",), "apply, verify, revert or write patches to installed packages",
-    (Flag("action", PATCH_ACTION, required=True, positional=True, spelled="patch"),
+    (Flag("action", PATCH_ACTION, required=True, positional=True, spelled="patch",
+          help="apply | verify | status | revert | new"),
      Flag("sets", SET_NAMES, metavar="NAME", repeat=True, spelled="set",
           help="patch set folder name (repeatable); default: every set that fits this host"),
      Flag("dry_run", help="apply: show the diff, write nothing"),
-     Flag("deep", help="verify: also import each target in a subprocess"),
+     Flag("deep", help="verify: also import each target in a subprocess and bind calls with inspect"),
      Flag("patches_dir", PATH, help="default: <workdir>/patches"),
      Flag("module", TEXT, help="new: dotted name of the installed module the patch targets"),
      Flag("edited", PATH, help="new: an edited copy of the installed file"),

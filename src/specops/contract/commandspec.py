@@ -109,6 +109,18 @@ class Command(NamedTuple):
         """The builder's name: `step extract-shard` -> step_extract_shard."""
         return "_".join(self.words).replace("-", "_")
 
+    def helps(self, *dests: str, **renamed: str) -> dict[str, str]:
+        """These flags' help, by dest (`renamed`: the caller's name -> the flag's dest, as an Invoke task's
+        `set_` for `sets`). An Invoke task hands it to `@task(help=...)`, so the task's --help and the agent's
+        say the same, written once here. A flag without help is an error, never a silently missing line."""
+        flags = {flag.dest: flag for flag in self.flags}
+        found: dict[str, str] = {}
+        for name, dest in [*((dest, dest) for dest in dests), *renamed.items()]:
+            if dest not in flags or not flags[dest].help:
+                raise ValueError(f"{' '.join(self.words)}: no flag {dest!r} with a help to share")
+            found[name] = flags[dest].help  # type: ignore[assignment]
+        return found
+
     def problem(self, values: Values) -> str | None:
         """The first rule the values break, or None."""
         return next((line for line in (rule.broken(values) for rule in self.rules) if line), None)
