@@ -279,3 +279,36 @@ def test_remote_builds_no_agent_argv_by_hand() -> None:
                     and any(isinstance(arg, ast.List | ast.BinOp) for arg in node.args)):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert found == []
+
+
+def test_one_whole_number_parser_on_both_sides() -> None:
+    """The builders, the agent's argparse types and the tasks' own number flags read numbers with one parser
+    (specops.contract.values.whole_number) and word a refusal alike."""
+    from specops.contract import values
+    from specops.contract.errors import BadInput
+
+    assert values.whole_number(" 7 ") == values.positive_int("7") == values.whole_flag("7", "--lines") == 7
+    assert values.whole_flag(None, "--lines") is None
+    for bad, why in (("many", "expected a whole number, got 'many'"), ("0", "must be > 0, got 0"),
+                     (True, "expected a whole number, got True")):
+        with pytest.raises(BadArgument, match=f"^--samples: {why}$"):
+            commandline.step_prepare(run=RUN, samples=bad)
+        with pytest.raises(BadArgument, match=f"^--lines: {why}$"):
+            values.whole_flag(bad, "--lines")
+    with pytest.raises(BadInput, match=r"^must be >= 0, got -1$"):
+        values.non_negative_int("-1")
+    assert values.positive_list("1, 8", "--concurrency") == [1, 8]
+
+
+def test_a_tasks_flag_help_is_the_agents() -> None:
+    """An Invoke task that hands a flag to a builder takes that flag's help from the same Flag: written once."""
+    from remote.tasks import jobs, patch, pipeline
+
+    evaluate = commandline.STEPS["evaluate"]
+    assert pipeline.evaluate.help["sweep"] == next(flag.help for flag in evaluate.flags if flag.dest == "sweep")
+    assert pipeline.evaluate.help["set_"] == evaluate.helps(set_="sets")["set_"]
+    assert pipeline.prepare.help["wait"] == commandline.WAIT_HELP
+    assert patch.patch.help["id_"] == commandline.PATCH.helps("patch_id")["patch_id"]
+    assert jobs.status.help["all"] == commandline.JOB_LIST.helps("all")["all"]
+    with pytest.raises(ValueError, match="no flag 'run' with a help"):
+        commandline.STEPS["prepare"].helps("run")  # the run flag has no help of its own: the task says its default

@@ -6,7 +6,8 @@ imports a command's modules on every call, and the rooms pull in pydantic, torch
 Rooms, one job each (a room imports another only through that room's face):
   commands/    the agent commands' argparse registrations (`step`, `tiny`, `run`, `pipeline`, `fetch-list`, `vllm`)
   engine.py    `pipeline`: the step table's steps in order, on one host or as one node of several
-  hosts.py     the nodes of a run across hosts: rendezvous, barriers, file exchange (torch's TCPStore)
+  hosts.py     the nodes of a run across hosts: rendezvous, barriers, file exchange (torch's TCPStore);
+               TorchrunNode, this host's member of the training's torchrun group
   patches.py   the patches step
   run/         run config, folders, manifest, fingerprints
   data/        conversations, the prepare step, the embedded tiny target
