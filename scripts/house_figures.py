@@ -67,7 +67,9 @@ def figures(root: Path) -> dict[str, object]:
                     argparse_flags += len(_flag_literals(node))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Flag":
                 spec_flags += 1
-    commandline = root / "src" / "specops" / "commandline.py"
+    commandline = root / "src" / "specops" / "contract" / "commandline.py"
+    if not commandline.exists():  # a checkout from before specops/contract/ (issue 41)
+        commandline = root / "src" / "specops" / "commandline.py"
     builder_keywords = sum(len(node.args.kwonlyargs) for node in ast.parse(commandline.read_text()).body
                            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"))
     lines = sum(len(path.read_text().splitlines()) for part in ("src", "remote")
