@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "src")]
 
 from specops.jobs.threads import POOL_VARIABLES, WAIT_VARIABLES, thread_environment, usable_cores  # noqa: E402
-from tests.support.agent import agent_argv, one_document  # noqa: E402
-from tests.support.wheels import site_with  # noqa: E402
+from testing.agent import agent_argv, one_document  # noqa: E402
+from testing.wheels import site_with  # noqa: E402
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
 HOG = "while True: pass"

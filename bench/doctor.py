@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.wheels import site_with  # noqa: E402  (needs the repo root on the path)
+from testing.wheels import site_with  # noqa: E402  (needs the repo root on the path)
 
 KIMI = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
         "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840}}

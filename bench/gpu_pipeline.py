@@ -51,7 +51,8 @@ REPO = tb.REPO
 STEP_LINE = re.compile(r"^(?:specops: )?== (\w+)\s*$")
 STEP_DONE = re.compile(r"^(?:specops: )?(\w+): (.+) in ([\d.]+) s$")
 # tiny / tiny-kimi: smoke runs of this script on a CPU
-SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "gpu-kimi": "kimi-gpu", "tiny": "tiny", "tiny-kimi": "kimi"}
+SHAPES = {"gpu-1b": "1b", "gpu-8b": "8b", "gpu-kimi": "kimi-gpu", "gpu-kimi-twice": "kimi-gpu", "tiny": "tiny",
+          "tiny-kimi": "kimi"}
 
 
 class GpuMemory:
@@ -420,14 +421,18 @@ def compare(paths: list[Path]) -> int:
     """Which digests two runs share, and their acceptance."""
     first, second = (json.loads(path.read_text())["runs"] for path in paths)
     for run in sorted(set(first) & set(second)):
-        one, two = first[run], second[run]
-        print(f"{run}:")
-        for name in (*DIGESTED, "target"):
-            a, b = (one.get("digests") or {}).get(name), (two.get("digests") or {}).get(name)
-            print(f"  {name:14s} {a} {b} {'equal' if a == b and a else 'DIFFER'}")
-        a, b = (acceptance_of(entry) for entry in (one, two))
-        print(f"  acceptance     {a} {b} difference {abs(a - b) if a is not None and b is not None else None}")
+        compare_entries(run, first[run], second[run])
     return 0
+
+
+def compare_entries(run: str, one: dict, two: dict) -> None:
+    """Each digest of two runs of one config, equal or not, and the two acceptance figures."""
+    print(f"{run}:")
+    for name in (*DIGESTED, "target"):
+        a, b = (one.get("digests") or {}).get(name), (two.get("digests") or {}).get(name)
+        print(f"  {name:14s} {a} {b} {'equal' if a == b and a else 'DIFFER'}")
+    a, b = (acceptance_of(entry) for entry in (one, two))
+    print(f"  acceptance     {a} {b} difference {abs(a - b) if a is not None and b is not None else None}")
 
 
 def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Namespace, save, trained: bool) -> None:
@@ -466,6 +471,8 @@ def main() -> int:
     parser.add_argument("--digests-only", action="store_true", help="of the extra figures, only the digests")
     parser.add_argument("--sets", type=int, default=0, metavar="N",
                         help="evaluate three benchmark sets, N prompts each")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="each run N times in workdir/copyI, then which digests the first and last share")
     parser.add_argument("--sets-only", action="store_true", help="only --sets, on the finished run in --workdir")
     parser.add_argument("--compare", nargs=2, type=Path, metavar="JSON", help="compare two gpu_pipeline.json")
     args = parser.parse_args()
@@ -479,17 +486,24 @@ def main() -> int:
     def save() -> None:  # after every stage: a command cut off at its time limit keeps what it measured
         (args.out / "gpu_pipeline.json").write_text(json.dumps(figures, indent=1, default=str))
 
-    for run in args.runs:
+    # --repeat N: each run N times, each in its own workdir (copyI/), on this one machine: where they part
+    copies = [(run, copy) for run in args.runs for copy in range(1, args.repeat + 1)]
+    top = args.workdir
+    for run, copy in copies:
+        label = run if args.repeat == 1 else f"{run}#{copy}"
+        args.workdir = top if args.repeat == 1 else top / f"copy{copy}"
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        wanted_sets, args.sets = args.sets, args.sets if copy == args.repeat else 0  # the sets once, on the last
         env = tb.bench_env(args.workdir)
         env["SPECOPS_INVENTORY"] = str(write_inventory(args.workdir / f"inventory-{run}.yaml", args.workdir,
                                                        memory.gpus, run))
         if args.sets_only:  # a finished run in --workdir: only its sets table
-            figures["runs"][run] = {"sets": evaluate_sets(env, run, args.workdir, args.sets, args.out)}
-            print(f"{run}: sets {json.dumps(figures['runs'][run]['sets'])}", file=sys.stderr, flush=True)
+            figures["runs"][label] = {"sets": evaluate_sets(env, run, args.workdir, args.sets, args.out)}
+            print(f"{run}: sets {json.dumps(figures['runs'][label]['sets'])}", file=sys.stderr, flush=True)
             save()
             continue
         entry: dict = {"generate": generate(env, SHAPES[run], memory)}
-        figures["runs"][run] = entry
+        figures["runs"][label] = entry
         save()
         print(f"{run}: generated in {entry['generate']['seconds']} s", file=sys.stderr, flush=True)
         summary, follow = pipeline(env, run, args.workdir, memory, args.out)
@@ -501,13 +515,17 @@ def main() -> int:
                              "loss_last": summary.get("loss_last")}
         entry["steps"] = step_figures(summary, follow, memory, time.perf_counter())
         entry["training"] = {"pipeline_steps_per_s": step_rate(follow.train), "logged_steps": len(follow.train)}
-        (args.out / f"{run}.summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (args.out / f"{label}.summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(f"{run}: pipeline exit {summary.get('_exit')} in {summary.get('_wall_s')} s", file=sys.stderr, flush=True)
         save()
         if summary.get("_exit") == 0 or "validate" in follow.done:  # the files exist: the rule's figures still help
             measure_more(entry, env, run, args, save, trained=summary.get("_exit") == 0)
+        args.sets = wanted_sets
         save()
     memory.stop()
+    if args.repeat > 1:
+        for run in args.runs:
+            compare_entries(run, figures["runs"][f"{run}#1"], figures["runs"][f"{run}#{args.repeat}"])
     for run, entry in figures["runs"].items():
         if "generate" not in entry:
             continue

@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from tests.support.agent import run_agent  # noqa: E402
-from tests.support.runs import edit_run  # noqa: E402
-from tests.support.vllm import VLLM_PYTHON, free_port  # noqa: E402
+from testing.agent import run_agent  # noqa: E402
+from testing.runs import edit_run  # noqa: E402
+from testing.vllm import VLLM_PYTHON, free_port  # noqa: E402
 
 RUN = "tiny"
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/latency.py [--n 5] [--before PATH] [--no-bytecode]
 
-Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), writes an inventory with the SSH host
+Starts a throwaway sshd on 127.0.0.1 (testing/sshd.py), writes an inventory with the SSH host
 and a local host, and times, after one warm-up each, N rounds of all of these in turn (median and p90 in ms):
 
   ssh true          OpenSSH client, `ssh -o BatchMode=yes host true`, the same key: the floor
@@ -55,8 +55,8 @@ from remote.agent import agent_call, forget_current  # noqa: E402
 from remote.inventory import load_inventory  # noqa: E402
 from remote.ssh import connection as connection_module  # noqa: E402
 from remote.ssh import open_connection  # noqa: E402
-from tests.support.cli import INVOKE, write_inventory  # noqa: E402
-from tests.support.sshd import SshServer, start_sshd  # noqa: E402
+from testing.cli import INVOKE, write_inventory  # noqa: E402
+from testing.sshd import SshServer, start_sshd  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 # The SSH hosts' env: one any user can run (the .venv's interpreter lives under root's 0700 home), the

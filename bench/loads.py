@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
-from tests.support.vllm import PATCH_SET, VLLM_PYTHON, free_port, tiny_workdir  # noqa: E402
+from testing.vllm import PATCH_SET, VLLM_PYTHON, free_port, tiny_workdir  # noqa: E402
 
 RUN = "loads"
 BEFORE = "d622b20"

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/phases.py [--n 7]
 
-Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py) and, for root's login (its ~/.bashrc
+Starts a throwaway sshd on 127.0.0.1 (testing/sshd.py) and, for root's login (its ~/.bashrc
 runs pyenv) and a throwaway clean login (see bench/latency.py), times N interleaved rounds of:
 
   control side, fresh processes (no network):
@@ -45,8 +45,8 @@ from latency import HOST_PYTHON, PYTHON, Login, make_clean_user, remove_user, ss
 from remote.agent import agent_argv, forget_current  # noqa: E402
 from remote.bundle import build_bundle  # noqa: E402
 from remote.inventory import load_inventory  # noqa: E402
-from tests.support.cli import INVOKE, write_inventory  # noqa: E402
-from tests.support.sshd import start_sshd  # noqa: E402
+from testing.cli import INVOKE, write_inventory  # noqa: E402
+from testing.sshd import start_sshd  # noqa: E402
 
 # Runs in a fresh interpreter: argv[1] the repo, argv[2] the host. Prints one JSON object of
 # phase -> seconds. paramiko's key exchange and authentication are timed by wrapping the two

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src:. .venv/bin/python bench/pipeline_hosts.py [--samples 24] [--epochs 1] [--out DIR]
 
-Both go through the real `invoke pipeline` over real sshds on loopback (tests/support/sshd.py), each
+Both go through the real `invoke pipeline` over real sshds on loopback (testing/sshd.py), each
 host with a fresh workdir: `--host gpu1` (the engine as one job) and `--hosts gpu1,gpu2` (the same
 engine as one job a host, meeting at a rendezvous on gpu1: each extracts its share, the shares go host
 to host, one torchrun training over both, evaluated and fetched). The two "hosts" share this machine's
@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from tests.support.cli import Cli, write_inventory
-from tests.support.repo import REPO
-from tests.support.sshd import free_port, start_sshd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root, for testing/
+
+from testing.cli import Cli, write_inventory
+from testing.repo import REPO
+from testing.sshd import free_port, start_sshd
 
 
 def runs(root: Path, samples: int, epochs: int) -> Path:

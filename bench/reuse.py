@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loads import REPO, agent, digests, patch_serve_env
 
-from tests.support.vllm import free_port, tiny_workdir
+from testing.vllm import free_port, tiny_workdir
 
 SERVER = "vllm-server"
 

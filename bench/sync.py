@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sync.py [--n 5] [--before PATH]
 
-Starts a throwaway sshd on 127.0.0.1 (tests/support/sshd.py), and pushes this checkout's src/,
+Starts a throwaway sshd on 127.0.0.1 (testing/sshd.py), and pushes this checkout's src/,
 patches/ and runs/*.yaml into three workdirs on that host, one per contender:
 
   rsync -a           plain rsync, quick check (size + mtime), remote.sync.RSYNC_FILTERS, ssh -e
@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 from remote.agent import forget_current  # noqa: E402
 from remote.inventory import load_inventory  # noqa: E402
 from remote.sync import RSYNC_FILTERS  # noqa: E402
-from tests.support.cli import INVOKE, write_inventory  # noqa: E402
-from tests.support.sshd import SshServer, start_sshd  # noqa: E402
+from testing.cli import INVOKE, write_inventory  # noqa: E402
+from testing.sshd import SshServer, start_sshd  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else sys.executable
 EDITED = "src/specops/cli.py"  # the file edited on the host in the one-file case

@@ -1,5 +1,6 @@
-"""Several inventory hosts at once: `--hosts a,b` or `--all`, one exchange per host in parallel; `each` runs
-one piece of work on every host's session in parallel, `first_failure` raises the first host's error.
+"""Several inventory hosts at once: `--hosts a,b` or `--all`, one exchange per host in parallel
+(`remote.ssh.fan_out`, the one way to work on several hosts at once); `first_failure` raises the first
+host's error of a fan-out.
 
 The per-host work is the same function a task runs against one host (`exchange(host, conn) ->
 (exit code, document)`); `across` runs it on every chosen host through `remote.ssh.fan_out`, so
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +20,7 @@ from remote.errors import AgentError, BadInput, SpecopsError
 
 if TYPE_CHECKING:
     from remote.inventory import Host, Inventory
-    from remote.session import HostSession
-    from remote.ssh import Connection
+    from remote.ssh import Connection, HostOutcome
 
 Exchange = Callable[["Host", "Connection"], tuple[int, dict[str, Any]]]
 
@@ -147,28 +146,15 @@ def run_across(title: str, hosts: list[Host], inventory: Inventory, exchange: Ex
         raise SystemExit(code)
 
 
-def each(sessions: dict[str, HostSession], work: Callable[[HostSession], Any]) -> dict[str, Any]:
-    """`work(session)` on every host in parallel: its value, or the SpecopsError it raised."""
-    def guarded(session: HostSession) -> Any:
-        try:
-            return work(session)
-        except SpecopsError as exc:
-            session.reconnect()  # a dead connection is not reused
-            return exc
-
-    if len(sessions) == 1:
-        return {name: guarded(session) for name, session in sessions.items()}
-    with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
-        futures = {name: pool.submit(guarded, session) for name, session in sessions.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def first_failure(results: dict[str, Any], what: str, after: str = "") -> None:
-    """Raise the first host's error of a parallel exchange, naming the host (bad input wins: exit 2)."""
-    failed = {name: value for name, value in results.items() if isinstance(value, Exception)}
+def first_failure(outcomes: dict[str, HostOutcome[Any]], what: str, after: str = "") -> None:
+    """Raise the first host's error of a fan-out (`remote.ssh.fan_out`), naming the host (bad input wins:
+    exit 2); an error that is not one of ours (a bug) is raised as it is, traceback and all."""
+    failed = {name: outcome.error for name, outcome in outcomes.items() if outcome.error is not None}
     if not failed:
         return
     name, error = next(((n, e) for n, e in failed.items() if isinstance(e, BadInput)), next(iter(failed.items())))
     if isinstance(error, BadInput):
         raise BadInput(str(error))
-    raise AgentError(f"{what} on {name}: {error}{after}" if len(results) > 1 else f"{error}{after}")
+    if not isinstance(error, SpecopsError):
+        raise error
+    raise AgentError(f"{what} on {name}: {error}{after}" if len(outcomes) > 1 else f"{error}{after}")

@@ -1,6 +1,6 @@
 """Tasks of the pipeline: regenerate, prepare, extract, validate, vocab, train, evaluate, pipeline, fetch.
-What they print for people is remote/tasks/pipeline_views.py; a training across hosts is remote.training_nodes,
-a pipeline across hosts remote.pipeline_nodes.
+What they print for people is remote/tasks/pipeline_views.py; a pipeline across hosts, and a training across
+hosts (the same engine entered with its train step), is remote.pipeline_nodes.
 
 Each step runs as a job under tmux on the host (it survives disconnects) and is followed by
 default; --detach returns at once. extract, train and pipeline run the doctor first and refuse
@@ -55,8 +55,9 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     from remote.launch import agent_step_command, follow, launch
 
     host, conn = session.host, session.conn
-    # bad config, or the run busy here: exit 2 before any job, record or output exists
-    check_run(conn, host, run_name, refuse_busy=not wait, launch=argv)
+    # bad config, or the run busy here: exit 2 before any job, record or output exists; `backend` (the run's,
+    # extract's --backend): run check, the doctor and the step make the run's settings with the same one
+    check_run(conn, host, run_name, refuse_busy=not wait, backend=backend, launch=argv)
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor, backend)
@@ -175,18 +176,20 @@ def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
 
 @task(help={**STEP_HELP, **commandline.STEPS["train"].helps("epochs", "gpus", "fresh"),
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
-            "hosts": "train across these inventory hosts (comma-separated): one torchrun node each, c10d "
-                     "rendezvous at the first; one failing or silent host stops them all",
-            "port": "with --hosts: the rendezvous port on the first host (default 29400)"})
+            "hosts": "train across these inventory hosts (comma-separated): the engine on each, one torchrun "
+                     "node each; one failing or silent host stops them all",
+            "port": "with --hosts: the rendezvous port on the first host (default 29400; the training meets at "
+                    "PORT+1)"})
 @reports_errors
 def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, wait=False,
           json=False, hosts=None, port=None):
     """Train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
     if hosts and wait:
-        raise BadInput("--wait: one host at a time (--host); a training across hosts stops a stale one itself")
+        raise BadInput("--wait: one host at a time (--host); across hosts the engines meet at a rendezvous that "
+                       "would not wait that long")
     if hosts:
-        train_across(hosts, host, run, epochs=epochs, gpus=gpus, fresh=fresh, skip_doctor=skip_doctor, detach=detach,
-                     json=json, port=port)
+        train_on_hosts(hosts, host, run, epochs=epochs, gpus=gpus, fresh=fresh, skip_doctor=skip_doctor,
+                       detach=detach, json=json, port=port)
         return
     with host_session(host) as session:
         run_name = chosen_run(session, run)
@@ -199,11 +202,13 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         render_epochs(result.get("metrics") or [])
 
 
-def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, gpus: Any, fresh: bool,
-                 skip_doctor: bool, detach: bool, json: bool, port: Any) -> None:
-    """`train --hosts a,b`: the flags checked here, the group orchestrated by remote.training_nodes."""
-    from remote import training_nodes
+def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any, gpus: Any, fresh: bool,
+                   skip_doctor: bool, detach: bool, json: bool, port: Any) -> None:
+    """`train --hosts a,b`: the run's engine on every host entered with the train step alone
+    (remote.pipeline_nodes, as `pipeline --hosts`), followed on the first host."""
     from remote.inventory import load_inventory
+    from remote.names import safe_name
+    from remote.pipeline_nodes import RDZV_PORT, Alone, pipeline_on_hosts
     from remote.several_hosts import chosen_hosts
 
     inventory = load_inventory()
@@ -212,21 +217,31 @@ def train_across(hosts: str, host: str | None, run: str | None, *, epochs: Any, 
         raise BadInput("--hosts: a training across hosts needs at least two")
     if gpus is not None or detach:
         raise BadInput("--hosts: --gpus and --detach are per host; each node trains on all its GPUs, followed")
-    run_name = run or members[0].run
-    rdzv_port, epochs = whole_flag(port, "--port") or training_nodes.RDZV_PORT, whole_flag(epochs, "--epochs")
+    run_name = safe_name(run or members[0].run, "--run")
+    rdzv_port, epochs = whole_flag(port, "--port") or RDZV_PORT, whole_flag(epochs, "--epochs")
+    alone = Alone("train", epochs=epochs, fresh=fresh)
+    launch_argv = commandline.pipeline(run=run_name, only="train", epochs=epochs, fresh=fresh)  # checked here
 
-    def check(conn, member):  # the config and the plan's fit, then the doctor: exit 2 before any job
-        check_run(conn, member, run_name)
-        if not skip_doctor:
-            preflight(conn, member, run_name, False)
+    def check(conn, member):  # the config and the run busy there, then the doctor: exit 2 before any job
+        checked = check_run(conn, member, run_name, refuse_busy=True, launch=launch_argv)
+        return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
-    document, failure = training_nodes.train_across(members, inventory, run_name, check, port=rdzv_port,
-                                                    epochs=epochs, fresh=fresh)
-    if json:  # one document, the failure in it (an AgentError would print a second one)
-        emit_json({**document, "error": failure, "exit_code": 1} if failure else document)
-    if failure:
-        raise fail(failure, 1)
-    print(f"specops: train across {', '.join(m.name for m in members)}: succeeded", file=sys.stderr)
+    names = ", ".join(member.name for member in members)
+    try:
+        jobs, summary = pipeline_on_hosts(members, inventory, run_name, check, samples=None, backend=None,
+                                          skip_patches=False, no_fetch=True, detach=False, port=rdzv_port,
+                                          alone=alone)
+    except AgentError as exc:
+        if json:  # one document, the failure in it (the error alone would print a second one)
+            emit_json({"ok": False, "run": run_name, "hosts": [member.name for member in members],
+                       "error": str(exc), "exit_code": 1})
+        raise fail(str(exc), 1) from None
+    summary = summary or {}
+    if json:
+        emit_json({**summary, "jobs": jobs})
+        return
+    render_epochs(summary.get("epochs") or [])
+    print(f"specops: train across {names}: succeeded (saved on {summary.get('saved_on')})", file=sys.stderr)
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["evaluate"].helps(
@@ -273,7 +288,8 @@ def with_steps(body):
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "no_fetch": "leave the results on the host",
             "hosts": "across these inventory hosts (comma-separated; default: the run's hosts:): one engine a "
-                     "host, each extracts its share, every host gets every file, one training across them",
+                     "host, each extracts its share, every host gets every file, one training across them; "
+                     "or by role, serve=a,b;train=c: the serve hosts' vLLM servers feed the train host's trainer",
             "port": "with several hosts: the rendezvous port on the first host (default 29400; the training "
                     "meets at PORT+1)",
             "detach": "return at once with the first host's job id; the run goes on without this machine"})
@@ -289,10 +305,11 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     enables them. The same command again attaches to a run's engine that is still running."""
     from remote.inventory import load_inventory
     from remote.names import safe_name
-    from remote.pipeline_nodes import RDZV_PORT, members, pipeline_on_hosts
+    from remote.pipeline_nodes import RDZV_PORT, members, pipeline_on_hosts, train_hosts
 
     inventory = load_inventory()
     chosen = members(inventory, safe_name(run or inventory.host(host).run, "--run"), host, hosts)
+    training_hosts = train_hosts(safe_name(run or chosen[0].run, "--run"), hosts) if len(chosen) > 1 else None
     run_name = safe_name(run or chosen[0].run, "--run")
     if wait and len(chosen) > 1:
         raise BadInput("--wait: one host at a time (across hosts the engines meet at a rendezvous that would "
@@ -310,7 +327,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
     jobs, summary = pipeline_on_hosts(chosen, inventory, run_name, check, samples=chosen_samples,
                                       backend=backend or None, skip_patches=skip_patches, no_fetch=no_fetch,
-                                      detach=detach, port=rendezvous_port, wait=wait)
+                                      detach=detach, port=rendezvous_port, wait=wait, train=training_hosts)
     first = chosen[0].name
     if summary is None:  # detached
         if json:

@@ -59,8 +59,9 @@ def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = Fal
     against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written.
     `refuse_busy`: also exit 2 when another job or step of the run runs there (before the doctor; the
     launch decides for good). `pipeline`: the check before a whole pipeline (what its later steps need);
-    `backend`: the pipeline's --backend (else the run's own). `launch`: the agent argv about to be launched,
-    whose own checks that need no model (its checkpoint, rows that would retire a training) come now."""
+    `backend`: the run's --backend of the pipeline or step launched (else the run's own). `launch`: the agent
+    argv about to be launched, whose own checks that need no model (its checkpoint, rows that would retire a
+    training) come now."""
     from remote.agent import agent_call
 
     argv = commandline.run_check(run=run, pipeline=pipeline, backend=backend, launch=launch)

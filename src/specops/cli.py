@@ -35,22 +35,11 @@ def _patch() -> tuple[Register, ...]:
 
 
 def _doctor() -> tuple[Register, ...]:
-    from specops.doctor import commands
+    # registered beside the pipeline's commands: with --run the caller makes the run's settings and hands
+    # them to the doctor (a leaf, never called back)
+    from specops.pipeline.commands import doctor
 
-    # The doctor is a leaf: the pipeline's Run -> RunSettings is handed to it from here.
-    return (lambda sub: commands.register(sub, settings_of_run=_run_settings, pending=_pending_patches),)
-
-
-def _pending_patches(index: Any, search_path: list[str]) -> list[dict]:
-    from specops.patching.pending import overlay_fitting_sets
-
-    return overlay_fitting_sets(index, search_path)
-
-
-def _run_settings(name: str, backend: str | None = None, serve_python: str | None = None) -> Any:
-    from specops.pipeline.preflight import run_settings
-
-    return run_settings(name, backend, serve_python)
+    return (doctor.register,)
 
 
 def _job() -> tuple[Register, ...]:

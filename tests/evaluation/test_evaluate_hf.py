@@ -104,8 +104,10 @@ def test_a_second_evaluation_skips_and_all_epochs_scores_every_epoch_beside_the_
 EVALUATE_AND_TELL = """
 import json, sys
 from specops.pipeline.data import open_run
+from specops.pipeline.engine import enter
 from specops.pipeline.evaluation.step import evaluate
-document = evaluate(open_run("tiny"))
+context = enter(open_run("tiny"))
+document = evaluate(context.run, context.settings)
 print(json.dumps({"status": document["status"], "prompts": document["report"]["prompts"],
                   "transformers": "transformers" in sys.modules}))
 """

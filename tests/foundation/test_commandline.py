@@ -52,7 +52,11 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "pipeline": [{"run": RUN}, {"run": RUN, "samples": 16, "backend": "vllm", "skip_patches": True, "wait": True},
                  {"run": RUN, "hosts": ["gpu1", "gpu2"], "node_rank": 1, "rendezvous": "10.0.0.1:29400",
                   "group": "tiny-20260101-000000", "local_addr": "10.0.0.2", "interface": "eth1"},
-                 {"run": RUN, "hosts": ["a", "b"], "node_rank": 0, "rendezvous": "[fd00::1]:29400", "group": "g"}],
+                 {"run": RUN, "hosts": ["a", "b"], "node_rank": 0, "rendezvous": "[fd00::1]:29400", "group": "g"},
+                 {"run": RUN, "hosts": ["a", "b"], "node_rank": 1, "rendezvous": "a:29400", "group": "g",
+                  "only": "train", "epochs": 3, "fresh": True},
+                 {"run": RUN, "hosts": ["gpu1", "gpu2", "gpu3"], "node_rank": 2, "rendezvous": "gpu1:29400",
+                  "group": "g", "train_hosts": ["gpu3"]}],
     "vllm_extract": [{"run": RUN}, {"run": RUN, "port": 8123, "endpoint": "http://10.0.0.1:8000/v1", "samples": 8,
                                      "gpus": 0, "part": (1, 2), "validate": True, "fidelity_samples": 2, "wait": True},
                      {"run": RUN, "require_whole": True}],
@@ -203,6 +207,13 @@ def test_a_value_no_agent_command_takes_is_refused_naming_its_flag(build: Any, f
     ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "0"],
     ["pipeline", "--run", RUN, "--hosts", "a,a", "--node-rank", "0", "--rendezvous", "h:1", "--group", "g"],
     ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "2", "--rendezvous", "h:1", "--group", "g"],
+    ["pipeline", "--run", RUN, "--train-hosts", "b"],
+    ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "0", "--rendezvous", "h:1", "--group", "g",
+     "--train-hosts", "c"],
+    ["pipeline", "--run", RUN, "--hosts", "a,b", "--node-rank", "0", "--rendezvous", "h:1", "--group", "g",
+     "--train-hosts", "a,b"],
+    ["pipeline", "--run", RUN, "--epochs", "3"],
+    ["pipeline", "--run", RUN, "--fresh"],
 ], ids=lambda argv: " ".join(argv[:2]))
 def test_a_rule_between_flags_refuses_alike_on_both_sides(argv: list[str]) -> None:
     """One rule, declared once in the command's spec: the builder refuses the values with the same line

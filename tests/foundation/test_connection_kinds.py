@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from remote.inventory import CONNECTIONS, Host, load_inventory
+from remote.pipeline_nodes import rendezvous_endpoint
 from remote.ssh import KINDS, LocalConnection, kind_of, open_connection
-from remote.training_nodes import rendezvous_endpoint
 
 
 def host(**settings: object) -> Host:

@@ -1,4 +1,4 @@
-"""The training network of a host (inventory `train_address`, `train_interface`) reaches its node job:
+"""The training network of a host (inventory `train_address`, `train_interface`) reaches its engine's node:
 the first host's training address is the rendezvous endpoint, every node binds its own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote.inventory import Host, load_inventory
-from remote.training_nodes import node_step_args, rendezvous_endpoint
+from remote.pipeline_nodes import engine_args, rendezvous_endpoint
 from tests.conftest import ssh_host
 from tests.support.cli import Cli, write_inventory
 from tests.support.sshd import SshServer
@@ -25,10 +25,12 @@ def test_the_rendezvous_is_at_the_first_hosts_training_address_when_it_has_one()
 
 
 def test_each_node_binds_its_training_address_and_names_its_interface() -> None:
-    args = node_step_args("r", 1, 2, "10.1.0.11:29400", "r-1", epochs=None, fresh=False,
-                          host=host(train_address="10.1.0.12", train_interface="ib0"))
+    first, second = host(train_address="10.1.0.11"), host(name="gpu2", train_address="10.1.0.12", train_interface="ib0")
+    args = engine_args("r", [first, second], 1, "r-1", 29400, samples=None, backend=None, skip_patches=False)
     assert args[args.index("--local-addr") + 1] == "10.1.0.12" and args[args.index("--interface") + 1] == "ib0"
-    plain = node_step_args("r", 1, 2, "gpu1.example:29400", "r-1", epochs=None, fresh=False, host=host())
+    assert args[args.index("--rendezvous") + 1] == "10.1.0.11:29400"
+    plain = engine_args("r", [host(), host(name="gpu2")], 1, "r-1", 29400, samples=None, backend=None,
+                        skip_patches=False)
     assert "--local-addr" not in plain and "--interface" not in plain  # torch's own choice, as before
 
 

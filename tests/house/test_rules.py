@@ -55,12 +55,13 @@ def test_the_import_contracts_hold() -> None:
     ("src/specops/check.py", "from specops.analysis import _index", "specops.check -> specops.analysis._index"),
     ("src/specops/pipeline/training/steps.py", "from specops.pipeline.data.heldout import PROMPTS_FILE",
      "specops.pipeline.training.steps -> specops.pipeline.data.heldout"),
-    # bench/ may use tests.support's helpers, never a test module: a test's refactor must not break a benchmark
-    ("bench/reuse.py", "from tests.vllm.test_loads import RUN", "bench.reuse -> tests.vllm.test_loads"),
+    # bench/ uses the shared helpers of testing/, never tests/ (tests.support included): a test's refactor must
+    # not break a benchmark
+    ("bench/reuse.py", "from tests.support.vllm import needs_vllm", "bench.reuse -> tests.support.vllm"),
 ])
 def test_a_deliberate_violation_breaks_a_contract(tmp_path: Path, module: str, violation: str, reported: str) -> None:
     # tests/support/import_contracts.py: the faces contract type pyproject.toml registers
-    for part in ("remote", "src", "pyproject.toml", "tasks.py", "tests", "bench"):
+    for part in ("remote", "src", "pyproject.toml", "tasks.py", "tests", "testing", "bench"):
         source = REPO / part
         (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():

@@ -136,19 +136,19 @@ def test_unsupported_checkpoints_say_why(checkpoints, tmp_path, damage, reason):
 def test_validate_reports_unknown_never_ok(extracted, tmp_path):
     root = copy_workdir(extracted, tmp_path / "w")
     run = in_workdir(root)
-    no_server = check_fidelity(run, [0], {0: True}, "vllm")
+    no_server = check_fidelity(run, [0], {0: True}, "vllm", run_backend="hf")
     assert no_server["ok"] is False and no_server["detail"]["status"] == "unknown"
     assert "no running vllm-server job" in no_server["detail"]["reason"] and no_server["detail"]["reference"] == "vllm"
-    dead = check_fidelity(run, [0], {0: True}, "vllm", endpoint="http://127.0.0.1:9/v1")
+    dead = check_fidelity(run, [0], {0: True}, "vllm", endpoint="http://127.0.0.1:9/v1", run_backend="hf")
     assert dead["ok"] is False and dead["detail"]["status"] == "unknown"
     assert "does not answer" in dead["detail"]["reason"]
-    bogus = check_fidelity(run, [0], {0: True}, "magic")
+    bogus = check_fidelity(run, [0], {0: True}, "magic", run_backend="hf")
     assert bogus["ok"] is False and bogus["detail"]["status"] == "unknown"
-    skipped = check_fidelity(run, [0], {0: False}, "hf")
+    skipped = check_fidelity(run, [0], {0: False}, "hf", run_backend="hf")
     assert skipped["ok"] is False and skipped["detail"]["status"] == "unknown"
 
     edit_config(run.model_path, model_type="gemma2")
-    report = validate(run, 1, "hf")
+    report = validate(run, 1, "hf", run_backend="hf")
     fidelity = report["checks"]["fidelity"]
     assert report["ok"] is False and fidelity["ok"] is False and fidelity["detail"]["status"] == "unknown"
     assert "not a plain RMSNorm" in fidelity["detail"]["reason"]
@@ -156,7 +156,7 @@ def test_validate_reports_unknown_never_ok(extracted, tmp_path):
 
 def test_auto_without_a_server_uses_hf(extracted, tmp_path):
     root = copy_workdir(extracted, tmp_path / "w")
-    report = validate(in_workdir(root), 2, "auto")
+    report = validate(in_workdir(root), 2, "auto", run_backend="hf")
     detail = report["checks"]["fidelity"]["detail"]
     assert report["ok"] is True and detail["reference"] == "hf" and detail["agreement"] == 1.0
     assert detail["projection"]["tensors_read"] == 2
@@ -249,7 +249,7 @@ def test_in_bf16_misplaced_states_fail_at_the_decidable_positions(reduced_width,
 
 
 def test_in_fp32_nearly_every_position_is_decidable(extracted, tmp_path):
-    report = validate(in_workdir(copy_workdir(extracted, tmp_path / "w")), 2, "hf")
+    report = validate(in_workdir(copy_workdir(extracted, tmp_path / "w")), 2, "hf", run_backend="hf")
     detail = report["checks"]["fidelity"]["detail"]
     assert report["ok"] and detail["rule"]["dtype"] == "float32" and detail["agreement"] == 1.0
     assert detail["decidable"] >= 0.99 * detail["positions"] and detail["rule"]["tolerance_max"] < 1e-4
@@ -259,7 +259,7 @@ def test_too_few_decidable_positions_are_unknown_never_ok(extracted, tmp_path, m
     from specops.pipeline.validation import checks
 
     monkeypatch.setattr(checks, "MIN_DECIDABLE", 10 ** 6)
-    report = check_fidelity(in_workdir(copy_workdir(extracted, tmp_path / "w")), [0], {0: True}, "hf")
+    report = check_fidelity(in_workdir(copy_workdir(extracted, tmp_path / "w")), [0], {0: True}, "hf", run_backend="hf")
     assert report["ok"] is False and report["detail"]["status"] == "unknown"
     assert "positions are decidable in float32" in report["detail"]["reason"]
 

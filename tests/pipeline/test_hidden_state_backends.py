@@ -103,7 +103,8 @@ def test_an_fp8_run_extracts_validates_and_trains(prepared: Path, extracted: Pat
     file_bytes = sum(file_for(extracted / "runs" / "tiny" / "hidden_states", i).stat().st_size for i in range(40))
     assert fp8_bytes < 0.3 * file_bytes  # fp32 on the CPU: a quarter, and the scales
 
-    checked = validate(in_workdir(root), 12)  # as the pipeline validates fp8: 4 rows leave too few decidable
+    # as the pipeline validates fp8: 4 rows leave too few decidable
+    checked = validate(in_workdir(root), 12, run_backend="hf")
     fidelity = checked["checks"]["fidelity"]["detail"]
     assert checked["ok"], json.dumps(checked)[:2000]
     assert fidelity["hidden_states_backend"] == "fp8" and fidelity["rule"]["dtype"] == "float8_e4m3fn"
@@ -120,5 +121,5 @@ def test_an_fp8_run_extracts_validates_and_trains(prepared: Path, extracted: Pat
     for key in ("hidden_states", "hidden_states_scales"):
         tensors[key] = tensors[key].roll(1, dims=0).contiguous()
     save_file(tensors, str(path))
-    shifted = validate(in_workdir(root), 1)
+    shifted = validate(in_workdir(root), 1, run_backend="hf")
     assert not shifted["ok"] and not shifted["checks"]["fidelity"]["ok"]

@@ -3,7 +3,7 @@ loopback, each in its own thread, as two hosts' engines would be in their own pr
 
 They wait for each other, share JSON, copy each other's files whole (larger than one store value,
 nested, written beside and renamed in), and a node that fails stops the other at its next wait with
-one line naming the failing host.
+one line naming the failing host; one that stops beating is named by the other's trainer watch.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from specops.contract.errors import CheckFailed
 from specops.pipeline import hosts as rendezvous
@@ -118,3 +120,56 @@ def test_hosts_that_planned_the_same_work_pass_whatever_their_own_share() -> Non
         assert "gpu2: aaaaaaaaaaaa of 181 conversations" in str(failure)
     else:
         raise AssertionError("different counts were let through")
+
+
+def test_a_node_that_stops_beating_is_named_by_its_peers_watch_and_one_that_failed_by_its_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What stops a trainer across hosts (training.peers): the watch asks the rendezvous each beat; a node
+    silent for SILENT_S (here SPECOPS_SILENT_S, shortened) is named, as is the reason a failed node gave; the
+    cause of a trainer's own failure is the host that went, not the trainer that followed it."""
+    import threading
+
+    from specops.pipeline.training.peers import PeerWatch
+
+    monkeypatch.setenv("SPECOPS_SILENT_S", "4")
+
+    def work(node: rendezvous.Rendezvous) -> Any:
+        node.barrier("both-up")
+        if node.rank == 1:
+            node._stopped.set()  # its beat ends, as when its engine is killed -9 or its host is cut off
+            return None
+        assert node.gone() is None  # every node heard
+        stopped = threading.Event()
+        watch = PeerWatch(node.gone, period_s=0.2)
+        watch.start(stopped.set)
+        try:
+            assert stopped.wait(120), "the watch never stopped the trainer"
+        finally:
+            watch.stop()
+        return watch.reason, watch.cause(within_s=1.0)
+
+    first, second = both(work)
+    assert second is None
+    reason, cause = first
+    assert reason.startswith("gpu2: its engine has not been heard for ") and reason.endswith(
+        " s (killed, its host down or cut off)"), reason
+    assert cause.startswith("gpu2: ")
+
+    def failing(node: rendezvous.Rendezvous) -> Any:
+        node.barrier("both-up")
+        if node.rank == 1:
+            node.fail("train: the trainer (speculators train) exited with status 1")
+            return None
+        watch = PeerWatch(node.gone, period_s=0.2)
+        return watch.cause(within_s=30.0)
+
+    first, _second = both(failing)
+    assert first == "gpu2: train: the trainer (speculators train) exited with status 1"
+
+
+def test_a_bad_silence_setting_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specops.contract.errors import BadInput
+
+    monkeypatch.setenv("SPECOPS_SILENT_S", "soon")
+    with pytest.raises(BadInput, match=r"^SPECOPS_SILENT_S: expected a positive number of seconds, got 'soon'$"):
+        rendezvous.silent_s()

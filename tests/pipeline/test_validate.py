@@ -28,7 +28,7 @@ def damaged(extracted, tmp_path):
 
 def test_intact_files_pass_with_full_agreement(extracted, tmp_path):
     root = copy_workdir(extracted, tmp_path / "w")
-    report = validate(in_workdir(root), 4)
+    report = validate(in_workdir(root), 4, run_backend="hf")
     assert report["ok"] is True
     assert report["checks"]["files"]["detail"]["checked"] == 40
     assert report["checks"]["fidelity"]["detail"]["agreement"] == 1.0
@@ -37,7 +37,7 @@ def test_intact_files_pass_with_full_agreement(extracted, tmp_path):
 def test_a_shifted_file_fails_fidelity(damaged):
     root, _, rewrite = damaged
     rewrite(lambda states: states.roll(1, dims=0))  # every position holds its neighbour's state
-    report = validate(in_workdir(root), 1)
+    report = validate(in_workdir(root), 1, run_backend="hf")
     assert report["ok"] is False
     assert report["checks"]["files"]["ok"] is True  # shapes and tokens are still right ...
     assert report["checks"]["fidelity"]["detail"]["agreement"] < 0.5  # ... but the states are not theirs
@@ -46,14 +46,14 @@ def test_a_shifted_file_fails_fidelity(damaged):
 def test_a_shuffled_file_fails_fidelity(damaged):
     root, _, rewrite = damaged
     rewrite(lambda states: states[torch.randperm(states.shape[0], generator=torch.Generator().manual_seed(0))])
-    report = validate(in_workdir(root), 1)
+    report = validate(in_workdir(root), 1, run_backend="hf")
     assert report["ok"] is False and report["checks"]["fidelity"]["detail"]["agreement"] < 0.5
 
 
 def test_a_truncated_file_fails_the_file_check(damaged):
     root, path, _ = damaged
     path.write_bytes(path.read_bytes()[:-64])
-    report = validate(in_workdir(root), 1)
+    report = validate(in_workdir(root), 1, run_backend="hf")
     assert report["ok"] is False
     problems = report["checks"]["files"]["detail"]["problems"]
     assert [p["file"] for p in problems] == ["hs_0.safetensors"] and "bytes" in problems[0]["problem"]
@@ -66,7 +66,7 @@ def test_non_finite_values_and_wrong_tokens_are_caught(damaged):
     tensors = load_file(str(other))
     tensors["token_ids"] = tensors["token_ids"].flip(0).contiguous()
     save_file(tensors, str(other))
-    problems = validate(in_workdir(root), 1)["checks"]["files"]["detail"]["problems"]
+    problems = validate(in_workdir(root), 1, run_backend="hf")["checks"]["files"]["detail"]["problems"]
     assert [p["problem"] for p in problems] == ["hidden states hold non-finite values",
                                                 "token ids differ from the prepared sample"]
 
@@ -80,7 +80,7 @@ def test_every_bad_file_is_kept_out_of_fidelity_even_beyond_the_listed_problems(
         tensors["hidden_states"] = tensors["hidden_states"].index_fill(0, torch.tensor([0]), float("nan"))
         save_file(tensors, str(file_for(folder, index)))
     assert fidelity_indices(40, 3) == [0, 20, 39]  # row 20 is the 21st bad file, and a fidelity row
-    report = validate(in_workdir(root), 3)
+    report = validate(in_workdir(root), 3, run_backend="hf")
     files = report["checks"]["files"]["detail"]
     assert files["bad"] == len(bad_rows) and len(files["problems"]) == MAX_LISTED
     samples = {sample["index"]: sample for sample in report["checks"]["fidelity"]["detail"]["samples"]}

@@ -56,6 +56,6 @@ def test_what_needs_the_port_later_follows_the_pipelines_backend_not_only_the_ru
     from tests.support.mla import mla_workdir
 
     run = Run("mla", mla_workdir(tmp_path, backend="hf", parity={"serve": None}, evaluate={"backend": None}))
-    assert later_needs(run, 0) == []  # hf on a CPU host: no server at all
+    assert later_needs(run, 0, run.config.backend) == []  # the run config's hf: no server at all
     assert later_needs(run, 0, "vllm") == ["the parity gate's served request", "evaluate"]
     assert later_needs(run, 0, "hf") == []

@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.sshd import SSHD, SshServer, _keygen
+from testing.sshd import SSHD, SshServer, keygen
 
 NFT_TABLE = "specops_partition"
 SSH_PORT = 2222  # the namespace has its own port space: any port is free in it
@@ -192,8 +192,8 @@ def create_netns_host(root: Path, tag: str = "", *, routed: bool = False) -> Net
         host.heal()
         root.mkdir(parents=True, exist_ok=True)
         host_key, client_key = root / "host_ed25519", root / "client_ed25519"
-        _keygen(host_key, "specops-netns-host")
-        _keygen(client_key, "specops-netns-client")
+        keygen(host_key, "specops-netns-host")
+        keygen(client_key, "specops-netns-client")
         host.server = NetnsSshServer(root=root, port=SSH_PORT, host_key=host_key, client_key=client_key,
                                      namespace=ns, address=inner_address)
         host.server.start()

@@ -1,6 +1,5 @@
-"""Where this checkout is: the one definition every test helper uses."""
+"""testing.repo, under the name the tests have always imported it by (testing/ is shared with bench/)."""
 
-from pathlib import Path
+from testing.repo import REPO, SRC
 
-REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src"
+__all__ = ["REPO", "SRC"]

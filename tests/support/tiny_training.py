@@ -5,7 +5,7 @@ a prepared dataset (HF arrow on disk: input_ids, loss_mask, seq_len, torch forma
 (dict token id -> count over assistant tokens) and hidden_states/hs_{i}.safetensors
 (token_ids [seq] int64, hidden_states [seq, n_layers, H] bf16, last slice = final layer).
 Nothing comes from a hub. `TinyHost`: a workdir and a throwaway site holding speculators, its agent run
-with that site first on the path, and runs over these inputs (the training tests and bench/train_nodes.py).
+with that site first on the path, and runs over these inputs (the training tests).
 """
 
 from __future__ import annotations

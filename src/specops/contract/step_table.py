@@ -57,7 +57,7 @@ STEPS: tuple[Step, ...] = (
     # its report names the host whose trainer saved (`saver`, a node rank): where a SAVER step runs
     Step("train", ("vocab", "extract"), ("checkpoints",), None, Scope.SHARE_PER_HOST,
          "the parity gate, then speculators trains the draft (one torchrun node a host)",
-         ("loss_first", "loss_last", "epochs", "plot", "resume", "saved_on")),
+         ("loss_first", "loss_last", "epochs", "plot", "resume", "saved_on", "synced", "roles")),
     Step("evaluate", ("train",), ("evaluation",), "evaluate.enabled", Scope.SAVER,
          "the draft's acceptance on held-out prompts", ("evaluation",)),
 )

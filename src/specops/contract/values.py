@@ -22,6 +22,7 @@ from specops.contract.errors import BadInput
 from specops.contract.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
+ALONE_STEPS = ("train",)  # steps the engine may be entered with alone (`pipeline --only`): invoke train --hosts
 CHECKPOINTS = ("best", "last")  # or an epoch number
 REFERENCES = ("auto", "hf", "vllm")
 PATCH_ACTIONS = ("apply", "verify", "status", "revert", "new")
@@ -280,6 +281,7 @@ TEXT = Kind(_text)
 WHOLE = Kind(whole_flag, "int | str | None", parse=positive_int)  # invoke hands numbers over as text
 COUNT = Kind(partial(whole_flag, minimum=0), "int | str | None", parse=non_negative_int)
 BACKEND = Kind(partial(_choice, choices=BACKENDS), choices=BACKENDS)
+ALONE_STEP = Kind(partial(_choice, choices=ALONE_STEPS), choices=ALONE_STEPS)
 REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
 PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
 CHECKPOINT = Kind(_checkpoint)

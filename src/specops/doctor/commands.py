@@ -1,4 +1,9 @@
-"""`python -m specops doctor`: the installed stack's checks, and with a run the run's checks too."""
+"""`python -m specops doctor`: the installed stack's checks, and with a run the run's checks too.
+
+The doctor never reads a run config: with `--run NAME` its caller (specops.pipeline.commands.doctor, the
+command's registration) makes the run's effective settings where the engine is entered and hands them in
+as a `RunSettings` value; `--run-json` gives that value directly.
+"""
 
 from __future__ import annotations
 
@@ -19,29 +24,18 @@ from specops.doctor import (
     site_path,
 )
 
-# runs/NAME.yaml on this host, with the command line's --backend and the serve env -> its settings
-SettingsOfRun = Callable[[str, str | None, str | None], RunSettings]
 # (index, search path) -> the patch sets overlaid on the index: [{"set", "patches", "description"}]
 Pending = Callable[[ModuleIndex, list[str]], list[dict]]
 
-
-def register(subparsers: argparse._SubParsersAction, settings_of_run: SettingsOfRun | None = None,
-             pending: Pending | None = None) -> None:
-    """The `doctor` parser. `settings_of_run` reads a named run (the pipeline's preflight, handed in by
-    specops.cli so that the doctor never imports the pipeline); without it `--run` is refused. `pending`
-    overlays the fitting patch sets not applied yet (specops.patching.pending, handed in likewise: the
-    patching package imports the doctor), so a run is judged as its patches step will leave the code."""
-    from specops.contract.commandline import DOCTOR
-
-    # the flags, and which go together, are DOCTOR in specops.contract.commandline (the builder's too)
-    DOCTOR.add_to(subparsers, lambda args: handle(args, settings_of_run, pending), helps={
-        "serve_python": "the serve env's interpreter (inventory envs.serve): vLLM is judged there "
-                        f"(default: ${SERVE_PYTHON_ENV}, else this env)",
-        "checks": f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)"})
+# the flags, and which go together, are DOCTOR in specops.contract.commandline (the builder's too); their helps:
+HELPS = {"serve_python": "the serve env's interpreter (inventory envs.serve): vLLM is judged there "
+                         f"(default: ${SERVE_PYTHON_ENV}, else this env)",
+         "checks": f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)"}
 
 
-def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = None,
-           pending: Pending | None = None) -> tuple[int, dict]:
+def options(args: argparse.Namespace) -> tuple[list[str] | None, str | None]:
+    """(the checks asked for, the serve env's interpreter): the command line checked, bad input first, before
+    any run is read."""
     for site in args.site:
         if not Path(site).is_dir():
             raise BadInput(f"--site {site}: not a directory")
@@ -55,15 +49,21 @@ def handle(args: argparse.Namespace, settings_of_run: SettingsOfRun | None = Non
     if serve_python and not Path(serve_python).is_file():
         raise BadInput(f"{'--serve-python' if args.serve_python else SERVE_PYTHON_ENV} {serve_python}: no such "
                        "interpreter (inventory envs.serve)")
-    run = None
+    return checks, serve_python
+
+
+def handle(args: argparse.Namespace, checks: list[str] | None, serve_python: str | None,
+           run: RunSettings | None = None, pending: Pending | None = None) -> tuple[int, dict]:
+    """The doctor's document for the checked command line (`options`). `run`: the settings of the run `--run`
+    names, made by the caller; `pending` overlays the fitting patch sets not applied yet
+    (specops.patching.pending, which imports the doctor), so a run is judged as its patches step will leave
+    the code."""
     if args.run_json is not None:
         run = parse_run_json(args.run_json)
         if serve_python and run.serve_python is None:
             run = replace(run, serve_python=serve_python)
-    elif args.run:
-        if settings_of_run is None:
-            raise BadInput("doctor --run: this agent cannot read run configs")
-        run = settings_of_run(args.run, args.backend, serve_python)
+    elif args.run and run is None:
+        raise BadInput("doctor --run: give the run's settings (this caller read no run config)")
     # the serve env's sets not applied yet are findings either way; only --as-patched judges the code as applied
     document = diagnose(site_path(args.site), run, checks, pending=pending if args.as_patched else None,
                         sets_of=pending)

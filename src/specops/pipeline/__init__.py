@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specops.pipeline.hosts import TorchrunNode
-    from specops.pipeline.run import Hosts, Run, StepContext
+    from specops.pipeline.run import Hosts, Run
 
 
 def open_run(name: str) -> Run:
@@ -38,20 +38,14 @@ def open_run(name: str) -> Run:
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
-                 hosts: Hosts | None = None, training: TorchrunNode | None = None) -> tuple[int, dict[str, Any]]:
+                 hosts: Hosts | None = None, training: TorchrunNode | None = None,
+                 **alone: Any) -> tuple[int, dict[str, Any]]:
     """Every step of a run, in the step table's order, each skipped when unchanged: (exit code, summary).
-    `hosts`: this host's node of a run across several (pipeline.hosts); `training`: its torchrun node."""
+    `hosts`: this host's node of a run across several (pipeline.hosts); `training`: its torchrun node;
+    `alone`: `only`, `epochs`, `fresh` (engine.run_pipeline: the engine entered with one step)."""
     from specops.pipeline.engine import run_pipeline as run_steps
 
-    return run_steps(run_name, samples, skip, backend, hosts, training)
+    return run_steps(run_name, samples, skip, backend, hosts, training, **alone)
 
 
-def run_reads(step: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:
-    """The steps `step` reads, run first as the pipeline would on one host; the context they ran in (the
-    run's settings with the command's --backend)."""
-    from specops.pipeline.engine import run_reads as run_first
-
-    return run_first(step, run_name, samples, backend)
-
-
-__all__ = ["open_run", "run_pipeline", "run_reads"]
+__all__ = ["open_run", "run_pipeline"]

@@ -70,31 +70,48 @@ def context_for(run: Run, samples: int | None, settings: EffectiveSettings, host
     return StepContext(run, run.samples_for(samples), settings, hosts, training=training)
 
 
-def run_reads(name: str, run_name: str, samples: int | None, backend: str | None = None) -> StepContext:
-    """What `step NAME` runs before its own work: the steps it reads that the run turns on, in order, each
-    by its room's function as the pipeline runs it on one host (each skipped when unchanged). The context
-    (the run, --samples applied once, the run's settings with the command's --backend) holds their reports."""
-    from specops.pipeline.data import open_run
+def enter(run: Run, samples: int | None = None, *, hosts: Hosts | None = None,
+          training: TorchrunNode | None = None, **flags: str | None) -> StepContext:
+    """The engine's one entry (the pipeline, `step X`, `run check`, the doctor's run): the run's effective
+    settings made ONCE, from the run config and the command line (`flags`: backend, regenerate, evaluate,
+    serve_python; pipeline.run.resolve), as vLLM's `EngineArgs.create_engine_config()` is made once at its
+    entry, and handed down in the context; nothing below re-resolves them."""
     from specops.pipeline.run import OneHost, resolve
 
-    run = open_run(run_name)
-    context = context_for(run, samples, resolve(run, backend=backend), OneHost())
-    context.reading_for = name
-    functions = step_functions()
-    for entry in reads_of(name):
-        if enabled(entry, run.config):
-            context.reports[entry.name] = functions[entry.name](context)
-    return context
+    return context_for(run, samples, resolve(run, **flags), hosts or OneHost(), training)
+
+
+def run_step(name: str, context: StepContext, work: StepFunction, *, reads: bool = False) -> StepReport:
+    """`step NAME`: the engine for the table up to NAME on one host (K = 1): with `reads` (prepare, extract),
+    the steps NAME reads that the run turns on first, each by its room's function as the pipeline runs it
+    (each skipped when unchanged; their reports in the context), then NAME's own work with its command's
+    flags (`work`, a function of the same context). Steps before NAME that it does not read are not run."""
+    if reads:
+        context.reading_for = name
+        functions = step_functions()
+        for entry in reads_of(name):
+            if enabled(entry, context.run.config):
+                context.reports[entry.name] = functions[entry.name](context)
+        context.reading_for = None
+    context.reports[name] = report = work(context)
+    return report
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
-                 hosts: Hosts | None = None, training: TorchrunNode | None = None) -> tuple[int, dict[str, Any]]:
+                 hosts: Hosts | None = None, training: TorchrunNode | None = None, *, only: str | None = None,
+                 epochs: int | None = None, fresh: bool = False,
+                 train_hosts: list[str] | None = None) -> tuple[int, dict[str, Any]]:
+    """The table's steps in order; `only`: the engine entered with that one step (`invoke train --hosts`:
+    the train step on every host, its inputs already there), `epochs` and `fresh` for its training;
+    `train_hosts`: a role split, these hosts train and the others serve (pipeline.training.roles)."""
     from specops.pipeline.data import open_run
-    from specops.pipeline.run import OneHost, resolve
 
     run = open_run(run_name)
-    settings = resolve(run, backend=backend)  # once: every step, the gate and the summary read it
-    context = context_for(run, samples, settings, hosts or OneHost(), training)
+    context = enter(run, samples, hosts=hosts, training=training, backend=backend)
+    settings = context.settings  # once: every step, the gate and the summary read it
+    context.epochs, context.fresh = epochs, fresh
+    if train_hosts:
+        context.train_ranks = tuple(context.hosts.names.index(name) for name in train_hosts)
     hosts, functions = context.hosts, step_functions()
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "settings": settings.describe(),
@@ -117,7 +134,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
         # a draft the run asks vLLM to serve and this host's vLLM cannot: one line before any step loads a model
         parity.check_servable(run, settings, when="before any step")
-        order = list(STEPS)
+        order = [step(only)] if only else list(STEPS)
         for at, entry in enumerate(order):
             if entry.name in skip:
                 results[entry.name] = {"status": f"skipped: --skip-{entry.name}"}
@@ -133,7 +150,8 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
                 if entry.name == "prepare" and hosts.count == 1 and context.backend == "vllm":
                     from specops.host.gpus import device_count
 
-                    if vllm.launch_ahead(run, device_count()):  # extract's server loads while prepare runs
+                    # extract's server loads while prepare runs
+                    if vllm.launch_ahead(run, device_count(), settings.regenerate_backend):
                         # and so does vocab; only steps after this one move (enumerate reads `order` as it goes)
                         order[at + 1:] = while_loading(order[at + 1:], at_hand={e.name for e in order[:at + 1]})
                 try:

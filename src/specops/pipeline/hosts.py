@@ -7,7 +7,9 @@ and copy files to the hosts that lack them (each written beside its final name, 
 specops.host.atomic). No node depends on the workstation that launched it.
 
 A node that fails publishes why before it exits; the others stop at their next wait naming it. A node
-killed -9, or a host cut off, stops beating: the others give up on it after SILENT_S and say so.
+killed -9, or a host cut off, stops beating: the others give up on it after SILENT_S and say so, at
+their next wait or, while they train, through `gone` (the trainer's watch asks it every beat).
+SPECOPS_SILENT_S in the engine's environment sets another SILENT_S (tests shorten it).
 
 The training of such a run, and `step train --nnodes K`, is a torchrun group across the same hosts: its
 member here is a `TorchrunNode` (standard library only: the run room's `StepContext.training` and the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from specops.contract.errors import CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
 from specops.contract.protocol import Endpoint, stays_inside
 from specops.host import atomic
 
@@ -39,6 +42,20 @@ CHUNK = 4 << 20     # TCPStore's libuv server takes values of at most 8 MiB
 STORE_ERRORS = (RuntimeError,)
 
 
+def silent_s() -> float:
+    """SILENT_S, or SPECOPS_SILENT_S from the environment (a positive number of seconds)."""
+    text = os.environ.get("SPECOPS_SILENT_S")
+    if not text:
+        return SILENT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise BadInput(f"SPECOPS_SILENT_S: expected a positive number of seconds, got {text!r}")
+    return value
+
+
 class Rendezvous:
     """This node's view of the K hosts (specops.pipeline.run.context.Hosts)."""
 
@@ -47,12 +64,14 @@ class Rendezvous:
 
         self.names, self.rank, self.count = names, rank, len(names)
         self.prefix = f"{group}/"
+        self.silent_s = silent_s()
         try:
             self.store = TCPStore(address, port, self.count, rank == 0, timedelta(seconds=CONNECT_S),
                                   wait_for_workers=False)
         except STORE_ERRORS as exc:
             raise CheckFailed(f"{names[rank]}: the rendezvous at {address}:{port} on {names[0]}: {exc}") from None
         self._beats: dict[int, tuple[int, float]] = {}
+        self._looking = threading.Lock()  # the engine's waits and the trainer's watch share the beats seen
         self._stopped = threading.Event()
         self._beating = threading.Thread(target=self._beat, daemon=True, name="specops-beat")
         self._beating.start()
@@ -75,7 +94,7 @@ class Rendezvous:
                 self.store.set(self._key("left", self.rank), b"1")
                 return
             keys = [self._key("left", rank) for rank in range(1, self.count)]
-            deadline = time.monotonic() + SILENT_S
+            deadline = time.monotonic() + self.silent_s
             while time.monotonic() < deadline and not self.store.check(keys) and not self._silent():
                 time.sleep(POLL_S)
         except STORE_ERRORS:
@@ -91,19 +110,33 @@ class Rendezvous:
         except STORE_ERRORS:
             pass  # the store is gone: the others find that out at their next wait
 
-    def _silent(self) -> str | None:
-        now = time.monotonic()
-        for rank in range(self.count):
-            if rank == self.rank:
-                continue
-            count = self.store.add(self._key("beat", rank), 0)
-            seen, since = self._beats.get(rank, (-1, now))
-            if count != seen:
-                self._beats[rank] = (count, now)
-            elif now - since > SILENT_S:
-                return f"{self.names[rank]}: its engine has not been heard for {round(now - since)} s (killed, " \
-                       "its host down or cut off)"
+    def _silent(self, after_s: float | None = None) -> str | None:
+        """The first other node whose beat has not changed for `after_s` (default: SILENT_S), named."""
+        limit = self.silent_s if after_s is None else min(after_s, self.silent_s)
+        with self._looking:
+            now = time.monotonic()
+            for rank in range(self.count):
+                if rank == self.rank:
+                    continue
+                count = self.store.add(self._key("beat", rank), 0)
+                seen, since = self._beats.get(rank, (-1, now))
+                if count != seen:
+                    self._beats[rank] = (count, now)
+                elif now - since > limit:
+                    return f"{self.names[rank]}: its engine has not been heard for {round(now - since)} s (killed, " \
+                           "its host down or cut off)"
         return None
+
+    def gone(self, after_s: float | None = None) -> str | None:
+        """Without waiting: why this node cannot go on with the others (one failed and said why, one is
+        silent for `after_s`, default SILENT_S, or the store is gone), each naming the host; None while
+        every node is heard. The trainer's watch asks it while a training across the hosts runs."""
+        try:
+            if self.store.check([self._key("failed")]):
+                return self.store.get(self._key("failed")).decode()
+            return self._silent(after_s)
+        except STORE_ERRORS as exc:
+            return f"{self.names[0]}: the rendezvous is gone ({exc}): its engine ended"
 
     def wait(self, keys: list[str]) -> None:
         """Until every key exists; CheckFailed naming the host when one failed or went silent."""

@@ -258,15 +258,14 @@ def planned_placement(run: Run) -> dict[str, Any] | None:
     return plan.modes[plan.run.mode]["placement"]
 
 
-def run_loads(run: Run, gpus: int, backend: str | None = None) -> list[planning.Load]:
+def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     """The vLLM loads the run's pipeline makes on this host (at most: a step that finds its outputs skips,
     and a live server that fits is reused). One server captures hidden states and answers regenerate and the
     target-alone baseline; the parity gate's served check and the trained draft's evaluation are one each.
-    `backend`: the pipeline's --backend when given (else the run's own)."""
+    `backend`: the run's (its effective settings', or the plan's for the host it plans)."""
     from specops.pipeline.vllm import serves
 
     config = run.config
-    backend = backend or run.backend(gpus)
     loads: list[planning.Load] = []
     capturing = [name for name, on in (
         ("regenerate", config.regenerate.enabled and (config.regenerate.backend or backend) == "vllm"),
@@ -284,7 +283,7 @@ def run_loads(run: Run, gpus: int, backend: str | None = None) -> list[planning.
     return loads
 
 
-def later_needs(run: Run, gpus: int, backend: str | None = None) -> list[str]:
+def later_needs(run: Run, gpus: int, backend: str) -> list[str]:
     """What needs the run's vLLM port or the GPUs after its first server: the steps of its later loads, and an
     offline training on GPUs (a served target holds most of each GPU's memory). The launch boundary refuses a
     server another run still owns when this is not empty (vllm.check_before_run)."""
@@ -303,12 +302,13 @@ def measured_loads(run: Run) -> list[float]:
             and isinstance((record.get("meta") or {}).get("ready_s"), int | float)]
 
 
-def planned_loads(run: Run, gpus: int, weight_bytes: int) -> dict[str, Any]:
-    """`plan --json`'s "loads": the loads the run makes, each with its estimated time, and their total."""
+def planned_loads(run: Run, gpus: int, weight_bytes: int, backend: str) -> dict[str, Any]:
+    """`plan --json`'s "loads": the loads the run makes with `backend` (the plan's), each with its estimated
+    time, and their total."""
     given = run.config.plan
     rate = planning.load_rate(weight_bytes, given_seconds=given.load_seconds, given_gb_per_s=given.load_gb_per_s,
                               measured_seconds=measured_loads(run))
     from specops.pipeline.vllm import live_server
 
-    loads = run_loads(run, gpus)
-    return planning.plan_loads(loads, rate, weight_bytes, live_server(run, run.backend(gpus)) if loads else None)
+    loads = run_loads(run, gpus, backend)
+    return planning.plan_loads(loads, rate, weight_bytes, live_server(run, backend) if loads else None)

@@ -18,10 +18,10 @@ def run_settings(name: str, backend: str | None = None, serve_python: str | None
     the host's serve env, else $SPECOPS_SERVE_PYTHON); an embedded target is generated first (its first step
     would)."""
     from specops.pipeline import open_run
-    from specops.pipeline.run import resolve
+    from specops.pipeline.engine import enter
 
-    run = open_run(name)
-    return settings_for(run, resolve(run, backend=backend, serve_python=serve_python))
+    run = open_run(name)  # the engine's entry makes the settings, as the launch's own entry will
+    return settings_for(run, enter(run, backend=backend, serve_python=serve_python).settings)
 
 
 def settings_for(run: Run, effective: EffectiveSettings) -> RunSettings:

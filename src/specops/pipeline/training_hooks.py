@@ -11,17 +11,15 @@ if TYPE_CHECKING:
     from specops.pipeline.run import EffectiveSettings, Run, StepContext, StepReport
 
 
-def train_hooks(run: Run, settings: EffectiveSettings | None = None) -> dict[str, Any]:
+def train_hooks(run: Run, settings: EffectiveSettings) -> dict[str, Any]:
     """gate, scorer, and for an online or hybrid run the plan's placement of its server and trainer on
     this host's GPUs (`planned`; a mode that does not fit is refused here, one line, exit 2). `settings`: the
-    run's effective settings (the pipeline's; a lone train step resolves its own)."""
+    run's effective settings (made where the engine was entered, the pipeline or `step train`)."""
     from specops.pipeline.evaluation import epoch_scorer
     from specops.pipeline.parity import before_training
     from specops.pipeline.plan import planned_placement
-    from specops.pipeline.run import resolve
 
-    chosen = settings or resolve(run)
-    return {"gate": lambda plan, gpus: before_training(run, plan, chosen), "scorer": lambda: epoch_scorer(run),
+    return {"gate": lambda plan, gpus: before_training(run, plan, settings), "scorer": lambda: epoch_scorer(run),
             "planned": planned_placement(run)}
 
 
@@ -34,4 +32,5 @@ def pipeline_step(context: StepContext) -> StepReport:
     losses = [row["train"]["loss"] for row in metrics if row.get("train", {}).get("loss") is not None]
     return {**report, "figures": {"loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses
                                   else None, "epochs": metrics, "plot": report.get("plot"),
-                                  "resume": report.get("resume"), "saved_on": report.get("saved_on")}}
+                                  "resume": report.get("resume"), "saved_on": report.get("saved_on"),
+                                  "synced": report.get("synced_before"), "roles": report.get("roles")}}

@@ -130,8 +130,9 @@ def _more_hosts(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rate
         if trainer_fits and not server["problems"] and disk_ok:
             found.append({**_row("mooncake", "online", {**online, "fits": True, "problems": []},
                                  change="1 more host (train role): the server keeps all of this host's GPUs, the "
-                                        "trainer runs on the other; states travel by mooncake (or a folder both "
-                                        "hosts share, with file or fp8)", hosts=2),
+                                        "trainer runs on the other (the run's hosts: {serve: [this], train: "
+                                        "[other]}); states travel by mooncake, or by a folder both hosts share "
+                                        "(hidden_states.shared_dir) with file or fp8", hosts=2),
                           "placement": "split across hosts"})
     return found
 

@@ -1,6 +1,6 @@
 """`python -m specops pipeline --run NAME`: every step of a run, in order, on this host (engine.py);
 with `--hosts A,B --node-rank I --rendezvous HOST0:PORT --group ID`, this host's node of a run across
-those hosts (pipeline.hosts)."""
+those hosts (pipeline.hosts); `--only train` enters the engine with the train step alone (invoke train --hosts)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import run_pipeline
 
     skip = frozenset(["patches"] if args.skip_patches else [])
+    alone = {"only": args.only, "epochs": args.epochs, "fresh": args.fresh}
     if not args.hosts:
-        return run_pipeline(args.run, args.samples, skip, args.backend)
+        return run_pipeline(args.run, args.samples, skip, args.backend, **alone)
     from specops.pipeline.hosts import Rendezvous, TorchrunNode
 
     # the spec (specops.contract.commandline.PIPELINE) saw the node's flags and parsed --rendezvous into an Endpoint;
@@ -27,7 +28,8 @@ def _handle(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                             args.interface)
     rendezvous = Rendezvous(args.hosts, args.node_rank, endpoint.host, endpoint.port, args.group)
     try:
-        return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous, training)
+        return run_pipeline(args.run, args.samples, skip, args.backend, rendezvous, training, **alone,
+                            train_hosts=args.train_hosts)
     finally:
         rendezvous.close()
 

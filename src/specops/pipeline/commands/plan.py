@@ -40,7 +40,8 @@ def _plan(run: Any, samples: int | None) -> tuple[int, dict[str, Any]]:
 
     made = plan_for(run, samples=samples)
     document = made.to_dict()
-    document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes)  # the model loads, timed
+    # the model loads, timed, with the backend the plan chose for its host
+    document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes, made.run.backend)
     return (0 if document["ok"] else 1), document
 
 

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from specops.contract.commandline import PIPELINE, STEPS
 from specops.contract.errors import BadInput
-from specops.pipeline.run import Run
+from specops.pipeline.run import EffectiveSettings, Run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,9 +35,17 @@ def parsed(argv: list[str]) -> argparse.Namespace | None:
     return args
 
 
-def before_launch(run: Run, argv: list[str]) -> dict[str, Any]:
-    """Exit 2 (BadInput) on what the launch would be refused for anyway; else what was checked."""
-    args = parsed(argv)
+def settings_flags(args: argparse.Namespace | None) -> dict[str, str | None]:
+    """The launched step's own --backend, as its entry hands it to the settings (pipeline.engine.enter): regenerate's
+    and evaluate's name their step's backend; the run's backend is run check's own --backend."""
+    if args is None or args.command not in ("step regenerate", "step evaluate"):
+        return {}
+    return {args.command.split()[1]: args.backend}
+
+
+def before_launch(run: Run, args: argparse.Namespace | None, settings: EffectiveSettings) -> dict[str, Any]:
+    """Exit 2 (BadInput) on what the launch would be refused for anyway; else what was checked. `args`: the
+    launch read by its own spec (parsed); `settings`: the run's, as the launch's entry makes them."""
     if args is None:
         return {"checked": []}
     checked: list[str] = []
@@ -45,7 +53,7 @@ def before_launch(run: Run, argv: list[str]) -> dict[str, Any]:
         retiring_rows(run, args.samples, covering=args.command == "step extract")
         checked.append("rows")
     if args.command == "step evaluate":
-        evaluation_values(run, args)
+        evaluation_values(run, args, settings)
         checked.append("checkpoint")
     return {"checked": checked}
 
@@ -64,7 +72,7 @@ def retiring_rows(run: Run, samples: int | None, *, covering: bool) -> None:
             GUARD.reset(token)
 
 
-def evaluation_values(run: Run, args: argparse.Namespace) -> None:
+def evaluation_values(run: Run, args: argparse.Namespace, settings: EffectiveSettings) -> None:
     """The checkpoint evaluate names (best: any finished one), --sweep and --concurrency."""
     from specops.pipeline.evaluation import choose_checkpoint, parse_counts, parse_sweep
 
@@ -75,9 +83,6 @@ def evaluation_values(run: Run, args: argparse.Namespace) -> None:
     if args.sweep is not None:
         parse_sweep(args.sweep)
         concurrency = parse_counts(args.concurrency, "--concurrency") if args.concurrency else [1]
-        if concurrency != [1]:
-            from specops.pipeline.run import resolve
-
-            if resolve(run, evaluate=args.backend).evaluate_backend == "hf":
-                raise BadInput("--concurrency: the hf backend replays the drafting and measures acceptance only "
-                               "(no requests in flight); use --backend vllm for speed at several concurrencies")
+        if concurrency != [1] and settings.evaluate_backend == "hf":
+            raise BadInput("--concurrency: the hf backend replays the drafting and measures acceptance only "
+                           "(no requests in flight); use --backend vllm for speed at several concurrencies")

@@ -41,16 +41,18 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.plan import later_needs, refuse_unfit
 
     document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
-    from specops.host import gpus
     from specops.pipeline import vllm
+    from specops.pipeline.commands.prelaunch import before_launch, parsed, settings_flags
+    from specops.pipeline.engine import enter
 
-    count = gpus.device_count()  # its port held: exit 2 before any job
-    backend = args.backend or run.backend(count)
-    vllm.check_before_run(run, backend, workdir(), later=later_needs(run, count, backend) if args.pipeline else ())
+    launched = parsed(args.launch) if args.launch else None
+    # the settings the launch will run with, made as its own entry makes them (this --backend: the launch's)
+    settings = enter(run, backend=args.backend, **settings_flags(launched)).settings
+    backend = settings.backend  # its port held: exit 2 before any job
+    vllm.check_before_run(run, backend, workdir(),
+                          later=later_needs(run, settings.gpus, backend) if args.pipeline else ())
     if args.launch:  # the launch's own checks that need no model (its checkpoint, rows it would retire)
-        from specops.pipeline.commands.prelaunch import before_launch
-
-        document["launch"] = before_launch(run, args.launch)
+        document["launch"] = before_launch(run, launched, settings)
     return 0, document
 
 

@@ -1,9 +1,11 @@
 """`python -m specops step <name> --run NAME ...`: one step of a run on this host.
 
 Each step's flags and cross-flag rules are its spec in specops.contract.commandline (STEPS), the same the control
-side's builders are made from; `python -m specops step NAME --help` lists them. `step prepare` and
-`step extract` first run the steps they read as the pipeline would on one host (pipeline.run_reads:
-regenerate when the run turns it on, prepare), then their own room's work with their flags.
+side's builders are made from; `python -m specops step NAME --help` lists them. One door: every step of the
+table goes through the engine as the pipeline does, entered for that step alone on one host
+(pipeline.engine.enter: the run's effective settings made once from the run config and this command's
+flags, then engine.run_step). `step prepare` and `step extract` first run the steps they read as the
+pipeline would (regenerate when the run turns it on, prepare), then their own room's work with their flags.
 
 Each handler returns (exit code, one JSON document); progress for people goes to stderr, which
 the job log captures. A run's steps are exclusive on a host (specops.jobs.runlock): a step while
@@ -14,12 +16,16 @@ metrics only reads; extract-shard is a child of the extract that holds the run.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.contract.commandline import STEPS
 from specops.contract.errors import BadInput
 from specops.jobs.runlock import exclusive
-from specops.pipeline import open_run, run_reads
+from specops.pipeline import open_run
+from specops.pipeline.engine import enter, run_step
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import StepContext
 
 
 def retiring(args: argparse.Namespace) -> None:
@@ -34,8 +40,9 @@ def step_prepare(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import prepare
 
     retiring(args)
-    context = run_reads("prepare", args.run, args.samples)  # regenerate, when the run answers its prompts
-    report = prepare(context.run, context.samples, args.strict)
+    context = enter(open_run(args.run), args.samples)
+    # regenerate first, when the run answers its prompts
+    report = run_step("prepare", context, lambda c: prepare(c.run, c.samples, args.strict), reads=True)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -46,8 +53,9 @@ def step_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                                  processes=args.processes, part=args.part, require_whole=args.require_whole)
     retiring(args)
     # regenerate and prepare as the pipeline runs them, with the run's settings (--backend the run's backend)
-    context = run_reads("extract", args.run, args.samples, args.backend)
-    report = extraction.extract(context.run, context.samples, context.backend, options)
+    context = enter(open_run(args.run), args.samples, backend=args.backend)
+    report = run_step("extract", context, lambda c: extraction.extract(c.run, c.samples, c.backend, options),
+                      reads=True)
     return 0, {"ok": True, "run": args.run, **report}
 
 
@@ -60,7 +68,8 @@ def step_extract_shard(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def step_validate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.validation import validate
 
-    report = validate(open_run(args.run), args.fidelity_samples, args.reference)
+    report = run_step("validate", enter(open_run(args.run)), lambda c: validate(
+        c.run, args.fidelity_samples, args.reference, run_backend=c.backend))
     return (0 if report["ok"] else 1), {"run": args.run, **report}
 
 
@@ -68,7 +77,7 @@ def step_vocab(args: argparse.Namespace) -> tuple[int, dict]:
     from specops.pipeline.run import Run
     from specops.pipeline.training import vocab_step
 
-    return 0, vocab_step(Run(args.run))
+    return 0, run_step("vocab", enter(Run(args.run)), lambda c: vocab_step(c.run))
 
 
 def step_train(args: argparse.Namespace) -> tuple[int, dict]:
@@ -84,18 +93,20 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
             raise BadInput(nodes.problems()[0])
     from specops.pipeline.training_hooks import train_hooks
 
-    run = Run(args.run)
-    return train_step(run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes, **train_hooks(run))
+    def work(context: StepContext) -> dict:
+        return train_step(context.run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes,
+                          **train_hooks(context.run, context.settings))
+
+    return run_step("train", enter(Run(args.run)), work)
 
 
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
     """The parity gate on its own: the draft training will write (or a checkpoint) against the installed vLLM."""
     from specops.pipeline.parity import before_evaluation, before_training, check_servable
-    from specops.pipeline.run import resolve
     from specops.pipeline.training import train_plan
 
-    run = open_run(args.run)
-    settings = resolve(run)
+    context = enter(open_run(args.run))  # not a step of the table: the engine's entry for its settings
+    run, settings = context.run, context.settings
     # a draft this host's vLLM cannot serve is refused first: it needs no data, and no data would change it
     check_servable(run, settings, asked=args.serve is True,
                    when="before training" if args.checkpoint is None else "before evaluating")
@@ -120,40 +131,40 @@ def step_metrics(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_regenerate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline import regenerate
-    from specops.pipeline.run import resolve
 
     run = open_run(args.run)
     if (args.part or args.require_whole) and not run.config.regenerate.enabled:
         return 0, {"ok": True, "run": args.run, "step": "regenerate", "status": "skipped: the run does not regenerate"}
-    name = resolve(run, regenerate=args.backend).regenerate_backend  # --backend, else the run's settings
-    if args.require_whole:
-        report = regenerate.require_whole(run, name)
-    else:
+
+    def work(context: StepContext) -> dict[str, Any]:
+        name = context.settings.regenerate_backend  # --backend, else the run's settings
+        if args.require_whole:
+            return regenerate.require_whole(context.run, name)
         backend = regenerate.backend_for(name, stop_server=args.stop_server, port=args.port)
-        report = (regenerate.regenerate_share(run, backend, args.part) if args.part
-                  else regenerate.regenerate(run, backend))
+        return (regenerate.regenerate_share(context.run, backend, args.part) if args.part
+                else regenerate.regenerate(context.run, backend))
+
+    report = run_step("regenerate", enter(run, regenerate=args.backend), work)
     return 0, {"ok": True, "run": args.run, **report}
 
 
 def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.evaluation import evaluate
+    from specops.pipeline import evaluation
 
+    run = open_run(args.run)
     if args.sweep is not None:  # --concurrency only with it, never with --all-epochs: the spec's rules
-        from specops.pipeline.evaluation import parse_counts, parse_sweep, sweep
-
-        tokens = parse_sweep(args.sweep)
-        concurrency = parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
-        document = sweep(open_run(args.run), tokens, concurrency, args.checkpoint, args.prompts, args.backend)
+        tokens = evaluation.parse_sweep(args.sweep)  # its values first: one line before the settings are made
+        concurrency = evaluation.parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
+        document = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.sweep(
+            c.run, c.settings, tokens, concurrency, args.checkpoint, args.prompts))
         return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document}
-    if args.reproduce is not None:
-        from specops.pipeline.evaluation import reproduce
-
-        document = reproduce(open_run(args.run), args.reproduce)
+    if args.reproduce is not None:  # with the record's backend, as the record's evaluation made its settings
+        context = enter(run, evaluate=evaluation.recorded_backend(args.reproduce))
+        document = run_step("evaluate", context, lambda c: evaluation.reproduce(c.run, c.settings, args.reproduce))
         return (0 if document["reproduced"] else 1), {"ok": document["reproduced"], "run": args.run, **document}
-    from specops.pipeline.evaluation import parse_pairs
-
-    report = evaluate(open_run(args.run), args.checkpoint, args.all_epochs, args.prompts, args.backend,
-                      sets=parse_pairs(args.sets))
+    sets = evaluation.parse_pairs(args.sets)
+    report = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.evaluate(
+        c.run, c.settings, args.checkpoint, args.all_epochs, args.prompts, sets=sets, notes=True))
     return 0, {"ok": True, "run": args.run, **report}
 
 

@@ -67,19 +67,20 @@ def vllm_wait(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def vllm_extract(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline import run_reads
+    from specops.pipeline.engine import enter, run_step
     from specops.pipeline.extraction import check_endpoint, extract_through
 
     run = open_run(args.run)
     endpoint = check_endpoint(args.endpoint or f"http://127.0.0.1:{args.port or run.config.vllm.port}/v1")
-    context = run_reads("extract", args.run, args.samples)  # the steps extract reads, as `step extract` runs them
-    report = extract_through(context.run, endpoint, context.samples, host_gpus=args.gpus, part=args.part,
-                             require_whole=args.require_whole)
+    context = enter(run, args.samples)  # the steps extract reads first, as `step extract` runs them
+    report = run_step("extract", context, lambda c: extract_through(
+        c.run, endpoint, c.samples, host_gpus=args.gpus, part=args.part, require_whole=args.require_whole),
+        reads=True)
     document = {"ok": True, "run": args.run, **report}
     if args.validate:
         from specops.pipeline.validation import validate
 
-        checked = validate(run, args.fidelity_samples)
+        checked = validate(run, args.fidelity_samples, run_backend=context.backend)
         document["validate"] = checked
         document["ok"] = checked["ok"]
     return (0 if document["ok"] else 1), document

@@ -3,10 +3,10 @@
 from specops.pipeline.evaluation.drafts import choose_checkpoint
 from specops.pipeline.evaluation.epochs import epoch_scorer
 from specops.pipeline.evaluation.sets import parse_pairs
-from specops.pipeline.evaluation.step import evaluate, pipeline_step, reproduce
+from specops.pipeline.evaluation.step import evaluate, pipeline_step, recorded_backend, reproduce
 from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
 
 __all__ = [
     "choose_checkpoint", "epoch_scorer", "evaluate", "parse_counts", "parse_pairs", "parse_sweep", "pipeline_step",
-    "reproduce", "sweep",
+    "recorded_backend", "reproduce", "sweep",
 ]

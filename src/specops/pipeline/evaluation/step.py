@@ -158,20 +158,21 @@ def chosen_checkpoint(run: Run, which: str) -> tuple[Path, dict[str, Any] | None
     return chosen, best
 
 
-def evaluate(run: Run, checkpoint: str | None = None, all_epochs: bool = False, prompts: int | None = None,
-             backend: str | None = None, run_settings: EffectiveSettings | None = None,
-             sets: dict[str, str] | None = None, exact_sets: bool = False, again: bool = False) -> StepReport:
-    """`run_settings`: the run's effective settings (the pipeline's); without them, resolved here with
-    `backend` as this command's --backend. `sets`: benchmark sets (NAME: FILE) on top of evaluate.sets
-    (`exact_sets`: only these); `again`: evaluate even when the same inputs were scored (--reproduce)."""
+def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None = None, all_epochs: bool = False,
+             prompts: int | None = None, sets: dict[str, str] | None = None, exact_sets: bool = False,
+             again: bool = False, notes: bool = False) -> StepReport:
+    """`run_settings`: the run's effective settings, made where the engine was entered (with the command's
+    --backend); `notes`: say what their resolution changed (the pipeline said it at its start). `sets`:
+    benchmark sets (NAME: FILE) on top of evaluate.sets (`exact_sets`: only these); `again`: evaluate even when
+    the same inputs were scored (--reproduce)."""
     from specops.pipeline.evaluation.benchmarks import chosen_sets, set_digests
     from specops.pipeline.evaluation.drafts import UNTRAINED, epoch_folders, untrained_draft
     from specops.pipeline.evaluation.plot import PLOT_FILE, plot_acceptance
     from specops.pipeline.evaluation.report import summary_line
-    from specops.pipeline.run import EvaluateCounts, Manifest, package_versions, resolve
+    from specops.pipeline.run import EvaluateCounts, Manifest, package_versions
 
-    effective = run_settings or resolve(run, evaluate=backend)
-    if run_settings is None:
+    effective = run_settings
+    if notes:
         for note in effective.notes:
             say(note)
     settings = run.config.evaluate
@@ -325,9 +326,17 @@ def _checkpoint_by_digest(run: Run, digest: str, record_file: Path) -> Path:
                    f"{run.paths.name} has these weights")
 
 
-def reproduce(run: Run, record_file: str | Path) -> dict[str, Any]:
+def recorded_backend(record_file: str | Path) -> Any:
+    """The evaluate backend a provenance record names: --reproduce enters the engine with it as --backend."""
+    from specops.pipeline.evaluation.provenance import read_record
+
+    return read_record(Path(record_file))["settings"].get("backend")
+
+
+def reproduce(run: Run, run_settings: EffectiveSettings, record_file: str | Path) -> dict[str, Any]:
     """Evaluate again from a provenance record: its checkpoint (found by digest), settings and prompt sets;
-    the figures against the recorded ones, and every difference of versions, hardware and settings."""
+    the figures against the recorded ones, and every difference of versions, hardware and settings.
+    `run_settings`: made at the engine's entry with the record's backend (recorded_backend)."""
     from specops.pipeline.evaluation.provenance import RECORD_FILE, differences, figure_changes, read_record
 
     path = Path(record_file)
@@ -350,8 +359,8 @@ def reproduce(run: Run, record_file: str | Path) -> dict[str, Any]:
                        "missing or not a number") from None
     say(f"reproducing {path}: checkpoint {folder.name} (digest {old['checkpoint']['digest']}), "
         f"backend {settings.get('backend')}, sets {', '.join(sets) or 'none'}")
-    evaluate(run, checkpoint=folder.name, prompts=settings.get("prompts"), backend=settings.get("backend"),
-             sets=sets, exact_sets=True, again=True)
+    evaluate(run, run_settings, checkpoint=folder.name, prompts=settings.get("prompts"), sets=sets,
+             exact_sets=True, again=True, notes=True)
     new_path = run.paths.evaluation / RECORD_FILE
     new = json.loads(new_path.read_text())
     changes = figure_changes(old, new)
@@ -375,6 +384,6 @@ def _skipped(report_path: Path) -> StepReport:
 
 def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's evaluate: the run's checkpoint with the run's evaluate backend (its settings')."""
-    report = evaluate(context.run, run_settings=context.settings)
+    report = evaluate(context.run, context.settings)
     shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
     return {**report, "figures": {"evaluation": shown}}

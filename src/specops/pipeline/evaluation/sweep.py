@@ -25,7 +25,7 @@ from specops.contract.errors import BadInput
 from specops.host import atomic
 
 if TYPE_CHECKING:
-    from specops.pipeline.run import Run
+    from specops.pipeline.run import EffectiveSettings, Run
 
 SWEEP_FILE = "sweep.json"
 SWEEP_PLOT = "sweep.png"
@@ -63,13 +63,12 @@ def _cell(k: int, concurrency: int, counts: dict[str, Any], prompts: int, checkp
             **figures(counts, prompts, checkpoint, backend)}
 
 
-def sweep(run: Run, tokens: list[int], concurrency: list[int] | None = None, checkpoint: str | None = None,
-          prompts: int | None = None, backend: str | None = None) -> dict[str, Any]:
+def sweep(run: Run, effective: EffectiveSettings, tokens: list[int], concurrency: list[int] | None = None,
+          checkpoint: str | None = None, prompts: int | None = None) -> dict[str, Any]:
+    """`effective`: the run's settings, made where the engine was entered (with evaluate's --backend)."""
     from specops.pipeline.evaluation.prompts import heldout_token_ids
     from specops.pipeline.evaluation.step import chosen_checkpoint
-    from specops.pipeline.run import resolve
 
-    effective = resolve(run, evaluate=backend)
     for note in effective.notes:
         say(note)
     backend = effective.evaluate_backend

@@ -78,12 +78,9 @@ class VllmBackend:
                                    part=options.part, require_whole=options.require_whole)
 
 
-def backend_for(run: Run, asked: str | None = None) -> Backend:
-    """The backend asked for (the run's settings' backend, from the pipeline), else the run's settings resolved
-    here (`backend:`, else hf on a host without GPUs, vllm otherwise)."""
-    from specops.pipeline.run import resolve
-
-    name = asked or resolve(run).backend
+def backend_for(name: str) -> Backend:
+    """The backend of that name: the run's effective settings' backend (made where the engine was entered:
+    --backend, else the run's `backend:`, else hf on a host without GPUs, vllm otherwise)."""
     if name == "hf":
         return HfBackend()
     if name == "vllm":
@@ -114,11 +111,10 @@ def extract_through(run: Run, endpoint: str, samples: int | None, host_gpus: int
     return run_generate_offline(run, endpoint, samples, host_gpus=host_gpus, part=part, require_whole=require_whole)
 
 
-def extract(run: Run, samples: int | None, backend: str | None = None,
-            options: Options = Options()) -> StepReport:
+def extract(run: Run, samples: int | None, backend: str, options: Options = Options()) -> StepReport:
     """The extract step with the chosen backend; the report names the backend. Online mode extracts nothing:
     the trainer asks the run's server for every row (hybrid writes the rows the disk budget holds)."""
-    chosen = backend_for(run, backend)
+    chosen = backend_for(backend)
     if run.config.hidden_states.mode == "online":
         return {"backend": chosen.name, "step": "extract", "status": ONLINE_SKIP, "counts": {"samples": 0}}
     return {"backend": chosen.name, **chosen.extract(run, samples, options)}

@@ -23,6 +23,7 @@ from specops.pipeline.run.sections import (
     DraftSettings,
     EvaluateSettings,
     HiddenStatesSettings,
+    HostRoles,
     ParitySettings,
     PlanSettings,
     RegenerateSettings,
@@ -52,9 +53,9 @@ class RunConfig(_Strict):
     hidden_states: HiddenStatesSettings = Field(default_factory=HiddenStatesSettings)
     parity: ParitySettings = Field(default_factory=ParitySettings)
     plan: PlanSettings = Field(default_factory=PlanSettings)
-    # inventory hosts the run spreads over (`invoke pipeline` across them); read by the control side,
-    # only carried here
-    hosts: list[str] | None = None
+    # inventory hosts the run spreads over (`invoke pipeline` across them), or by role ({serve: [...],
+    # train: [...]}); read by the control side, only carried here
+    hosts: list[str] | HostRoles | None = None
 
     @model_validator(mode="after")
     def _stop_if_is_measured(self) -> RunConfig:
@@ -63,10 +64,23 @@ class RunConfig(_Strict):
                              "evaluate.epoch_prompts above 0")
         return self
 
+    @model_validator(mode="after")
+    def _roles_train_online(self) -> RunConfig:
+        if isinstance(self.hosts, HostRoles):
+            if self.hidden_states.mode != "online":
+                raise ValueError(f"hosts: serve and train roles take hidden_states.mode online (the trainer asks the "
+                                 f"serve hosts' servers), not {self.hidden_states.mode}; offline across hosts is "
+                                 "hosts: [a, b]")
+            if self.hidden_states.shared_dir is None:
+                raise ValueError("hosts: serve and train roles need hidden_states.shared_dir, a folder every host "
+                                 "sees at the same path: the servers write the states there, the trainer reads them")
+        return self
+
     @field_validator("hosts")
     @classmethod
-    def _safe_host_names(cls, value: list[str] | None) -> list[str] | None:
-        for name in value or []:
+    def _safe_host_names(cls, value: list[str] | HostRoles | None) -> list[str] | HostRoles | None:
+        names = [*value.serve, *value.train] if isinstance(value, HostRoles) else value or []
+        for name in names:
             problem = name_problem(name)
             if problem:
                 raise ValueError(problem)
@@ -258,11 +272,6 @@ class Run:
         return resolve_sizes(self.config.vllm.tensor_parallel, self.config.vllm.data_parallel, host_gpus, shape,
                              gpu_memory_bytes)
 
-    def backend(self, gpu_count: int) -> str:
-        """The run's backend before any command line (default_backend: the one rule); a step reads the run's
-        effective settings (settings.resolve), which add --backend and the host."""
-        return default_backend(self, gpu_count)[0]
-
     def describe(self, gpu_count: int) -> dict[str, Any]:
         return {
             "run": self.paths.name,
@@ -272,7 +281,7 @@ class Run:
                 "data_path": str(self.paths.resolve(self.config.data)),
                 "num_layers": self.num_layers() if (self.model_path / "config.json").exists() else None,
                 "layer_ids": self.layer_ids() if (self.model_path / "config.json").exists() else None,
-                "backend": self.backend(gpu_count),
+                "backend": default_backend(self, gpu_count)[0],  # before any command line (`run show`)
                 "config_hash": config_hash(self.config),
                 "paths": self.paths.as_dict(),
             },

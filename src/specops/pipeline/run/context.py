@@ -39,6 +39,10 @@ class Hosts(Protocol):
     def fail(self, message: str) -> None:
         """Tell every host this one failed (they stop at their next wait, naming it)."""
 
+    def gone(self, after_s: float | None = None) -> str | None:
+        """Without waiting: a host that failed, or went silent for `after_s` (default: the rendezvous'
+        SILENT_S), named in one line; None while every host is heard."""
+
     def close(self) -> None:
         """Leave the run's rendezvous (node 0 stops hosting it)."""
 
@@ -61,6 +65,9 @@ class OneHost:
     def fail(self, message: str) -> None:
         return None
 
+    def gone(self, after_s: float | None = None) -> str | None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -73,7 +80,12 @@ class StepContext:
     hosts: Hosts = field(default_factory=OneHost)
     reports: dict[str, StepReport] = field(default_factory=dict)  # earlier steps' reports, this pipeline
     training: TorchrunNode | None = None  # this host's torchrun node when the training spans the hosts
-    reading_for: str | None = None  # `step X` running the steps X reads (engine.run_reads): X; the pipeline: None
+    reading_for: str | None = None  # `step X` running the steps X reads (engine.run_step): X; else None
+    epochs: int | None = None  # `pipeline --only train --epochs N` (invoke train --hosts): train.epochs overridden
+    fresh: bool = False        # `pipeline --only train --fresh`: the training starts over in a new folder
+    # a role split (the run's hosts: {serve, train}): the ranks that train; every other host serves. Empty:
+    # every host does every step's share
+    train_ranks: tuple[int, ...] = ()
 
     @property
     def backend(self) -> str:

@@ -157,6 +157,9 @@ class HiddenStatesSettings(_Strict):
     # as it arrives, and a prompt's states can differ in their last bits with the batch it was in; 1: each
     # prompt alone, its file's bytes a function of the prompt only (slower on a GPU)
     concurrency: int = Field(8, gt=0)
+    # a folder every host of the run sees at this same absolute path (a shared mount): with `hosts: {serve,
+    # train}` the serve hosts' servers write the states there and the train host's trainer reads them
+    shared_dir: str | None = None
 
     @property
     def extracts(self) -> bool:
@@ -172,6 +175,27 @@ class HiddenStatesSettings(_Strict):
         if self.backend == "mooncake" and self.mode != "online":
             raise ValueError(f"backend mooncake keeps no files, so mode {self.mode} (which extracts to disk) "
                              "cannot use it: mode online, or backend file or fp8")
+        if self.shared_dir is not None and not self.shared_dir.startswith("/"):
+            raise ValueError(f"shared_dir: must be an absolute path (every host sees it there), "
+                             f"got {self.shared_dir!r}")
+        return self
+
+
+class HostRoles(_Strict):
+    """A run's hosts by role: servers on some (each runs the run's vLLM server, the producer of hidden
+    states), the trainer on another (speculators' trainer, the consumer, asks them). Separate hosts: a host
+    that both serves and trains is the one-host online mode."""
+    serve: list[str] = Field(min_length=1)
+    train: list[str] = Field(min_length=1, max_length=1)  # speculators 0.9 trains online on one host
+
+    @model_validator(mode="after")
+    def _separate(self) -> HostRoles:
+        both = sorted(set(self.serve) & set(self.train))
+        if both:
+            raise ValueError(f"{both[0]} is both a serve and a train host; one host that does both is the "
+                             "one-host online mode (hosts: [NAME])")
+        if len(set(self.serve)) != len(self.serve):
+            raise ValueError("serve: a host is named twice")
         return self
 
 

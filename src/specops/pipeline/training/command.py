@@ -338,11 +338,21 @@ STOP_GRACE_S = 15.0
 
 
 def _stop_trainer(process: subprocess.Popen) -> None:
-    """SIGTERM (speculators saves interrupted/), then SIGKILL after a grace: the step must end in bounded time."""
+    """SIGTERM (speculators saves interrupted/), then SIGKILL after a grace: the step must end in bounded time.
+    torchrun's workers run in sessions of their own and a worker stuck in a collective ignores SIGTERM; what
+    is left of them after the grace is killed too (they hold the output pipe the step reads to its end)."""
+    import signal
+
+    from specops.jobs.processes import descendants
+
     if process.poll() is not None:
         return
+    below = descendants(process.pid)  # before any signal: once torchrun is gone they are nobody's children
     process.terminate()
     try:
         process.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         process.kill()
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -21,6 +21,7 @@ from specops.host import gpus
 from specops.pipeline.training import command as train
 from specops.pipeline.training import epochs as epochs_room
 from specops.pipeline.training import metrics, online, plot, vocab
+from specops.pipeline.training.roles import RemoteServer, RemoteServing
 
 TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
 DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
@@ -185,25 +186,32 @@ def trained_rows(plan: train.TrainPlan) -> int:
 def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_run: bool,
                nodes: TorchrunNode | None = None, *, gate: Gate | None = None,
                scorer: Callable[[], epochs_room.Scorer | None] | None = None,
-               planned: dict[str, Any] | None = None) -> tuple[int, dict]:
+               planned: dict[str, Any] | None = None,
+               peers: Callable[..., str | None] | None = None,
+               remote: RemoteServer | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts.
 
     gate(plan, gpus): the parity gate (the parity room), run before anything trains; it raises CheckFailed
     on a mismatch. scorer(): the per-epoch acceptance scorer (the evaluation room), or None where the run
     has no held-out prompts; with it every finished epoch is scored and `train.stop_if` applies.
-    planned: the plan's placement of server and trainer for an online or hybrid run (the caller plans)."""
+    planned: the plan's placement of server and trainer for an online or hybrid run (the caller plans).
+    peers: across hosts, the engine's rendezvous (`Hosts.gone`): a host that fails or goes silent while the
+    trainer runs stops it, and the step fails naming that host (training.peers).
+    remote: a role split's train host: the server it asks runs on a serve host (training.roles)."""
     # first: the group's pre-launch dry run checks this host's training network before anything else;
     # the host's own settings win, as with thread counts: an operator may know better than the inventory
     collectives = {key: os.environ.get(key, value)
                    for key, value in (train.collectives_environment(nodes) if nodes else {}).items()}
     gpus = gpu_count() if gpus is None else gpus
     plan = train_plan(run, epochs)
+    if remote is not None and plan.generation is not None:
+        plan = replace(plan, generation=replace(plan.generation, endpoint=remote.endpoint))
     placement = None
     if plan.generation is not None:
         if nodes is not None:
             raise BadInput(f"{run.label}: hidden_states.mode: {run.config.hidden_states.mode} trains on one host "
                            "(its vllm-server job beside the trainer); use offline for a training over hosts")
-        placement = online.placement_for(run, gpus, planned)
+        placement = remote.placement(gpus) if remote is not None else online.placement_for(run, gpus, planned)
         gpus = len(placement.trainer_gpus)
     command = train.build_train_command(plan, gpus, nodes)
     document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
@@ -245,7 +253,8 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
             raise CheckFailed(f"{line} (recorded; `invoke train --fresh` or a changed run config trains again)")
     # one node of a group checks for all (the same command): the rendezvous host
     parity = gate(plan, gpus) if gate is not None and (nodes is None or nodes.rank == 0) else None
-    serving = online.serve(run, placement) if placement is not None else None
+    serving = (None if placement is None else remote.serving(run, placement) if remote is not None
+               else online.serve(run, placement))
     if serving is not None:
         document["hidden_states"]["server"] = serving.describe()
     moved_aside = train.start_fresh(plan.save_path) if fresh else None
@@ -266,18 +275,26 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         env = {**os.environ, **collectives} if collectives else None
         if serving is not None:
             env = {**os.environ, **serving.trainer_env()}
+        from specops.pipeline.training.peers import PeerWatch
+
+        # one guard a trainer: online and hybrid runs train on one host (refused above with nodes)
+        heard = PeerWatch(peers) if peers is not None and nodes is not None else None
         try:
             code = train.run_training(command, plan.save_path, env, watch=watch,
-                                      guard=serving.watch if serving is not None else None)
+                                      guard=serving.watch if serving is not None else heard)
         finally:
             if serving is not None:
                 serving.watch.stop()
+            if heard is not None:
+                heard.stop()
             print(TRAINER_END, file=sys.stderr, flush=True)
+        # the trainer failed by itself: its collective broke, maybe because a host went (named, not the trainer)
+        gone = (heard.reason or (heard.cause() if code != 0 else None)) if heard is not None else None
         final = train.checkpoint_state(plan.save_path)
         report = metrics_report(run)
         finished_epochs = _finished_epochs(final)
         stopped = watch.stopped if watch is not None else None
-        status = "stopped" if stopped else "done" if code == 0 else "failed"
+        status = "stopped" if stopped else "done" if code == 0 and not gone else "failed"
         outcome.counts, outcome.status = TrainCounts(epochs=finished_epochs, exit_code=code), status
     document.update(status=status, exit_code=code, resumed=state.as_dict() if state.newest_epoch is not None
                     else None, resume=note, checkpoints=final.as_dict(), moved_aside=str(moved_aside)
@@ -286,11 +303,17 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
                     acceptance_errors=watch.errors if watch is not None else None)
     if serving is not None:
         document["hidden_states"]["disk"] = serving.watch.as_dict()
+    if isinstance(serving, RemoteServing):
+        document["accounting"] = serving.accounting(trained_rows(plan), first_epoch(state), finished_epochs)
     if stopped:
         print(f"specops: {stopped}", file=sys.stderr, flush=True)
         raise CheckFailed(stopped)
+    log = plan.save_path / train.LOG_FILE
+    if gone:  # stopped by the watch (whatever its exit status: a SIGTERMed trainer may save and exit 0)
+        what = ("specops stopped this host's trainer" if heard is not None and heard.reason
+                else f"this host's trainer ended too: {online.ended_how(code, None)}")
+        raise CheckFailed(f"{gone}; {what}; run the same command to resume from the newest checkpoint (log: {log})")
     if code != 0:
-        log = plan.save_path / train.LOG_FILE
         if serving is not None:
             raise CheckFailed(serving.failure(code, serving.watch.trainer_pid, log))
         raise CheckFailed(f"{online.ended_how(code, None)} (log: {log})")
@@ -344,6 +367,15 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
     names the host whose trainer saved (c10d's global rank 0), where evaluate runs. `gate` and `scorer`:
     what runs around speculators' trainer (pipeline.training_hooks hands them in)."""
     run, hosts = context.run, context.hosts
+    if context.train_ranks:  # a role split: this host serves, or trains against the serve hosts' servers
+        from specops.pipeline.training import roles
+
+        roles.refuse_unless_online(run)
+        if roles.is_serve_host(context):
+            return roles.serve_for_trainers(context)
+        return roles.train_against_servers(context, lambda remote: train_step(
+            run, fresh=context.fresh, epochs=context.epochs, gpus=None, dry_run=False, gate=gate, scorer=scorer,
+            planned=planned, remote=remote)[1])
     stopped, took = None, None
     if gpus.device_count() > 0 and run.config.hidden_states.mode == "offline":
         from specops.pipeline.vllm import stop_running, take_over
@@ -356,9 +388,10 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
         nodes = context.training  # this host's torchrun node, made where the engine's command line was read
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
-        copied = newest_checkpoint_everywhere(run, hosts)
-    _code, document = train_step(run, fresh=False, epochs=None, gpus=None, dry_run=False, nodes=nodes, gate=gate,
-                                 scorer=scorer, planned=planned)
+        copied = None if context.fresh else newest_checkpoint_everywhere(run, hosts)
+    _code, document = train_step(run, fresh=context.fresh, epochs=context.epochs, gpus=None, dry_run=False,
+                                 nodes=nodes, gate=gate, scorer=scorer, planned=planned,
+                                 peers=hosts.gone if hosts.count > 1 else None)
     saver = hosts.rank
     if hosts.count > 1:
         links = hosts.all_gather("train-saved", len(list(run.paths.checkpoints.glob("epoch*_end"))))

@@ -80,12 +80,13 @@ def unknown(reference: str, reason: str, samples: list | None = None) -> dict:
 
 
 def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], reference: str = "auto",
-                   endpoint: str | None = None, backend: str = "file") -> dict:
+                   endpoint: str | None = None, backend: str = "file", *, run_backend: str) -> dict:
     """Fidelity of rows `indices`: captured final layer -> norm + head (loaded alone) vs the reference.
 
     reference  "hf" (a fresh forward of the whole target), "vllm" (prompt_logprobs of this run's
                vLLM server, or of `endpoint` when given) or "auto" (vllm when such a server is up,
                else hf). What cannot be checked is reported as status "unknown", never ok.
+    run_backend  the run's backend (its effective settings', from the engine's entry)
     """
     import torch
 
@@ -96,7 +97,7 @@ def check_fidelity(run: Run, indices: list[int], files_ok: dict[int, bool], refe
         return unknown(reference, f"reference {reference!r} is not one of {', '.join(REFERENCES)}")
     chosen, how, staging = reference, None, None
     if reference in ("auto", "vllm") and endpoint is None:
-        endpoint, staging, how = vllm.find_endpoint(run)
+        endpoint, staging, how = vllm.find_endpoint(run, run_backend)
         if endpoint is None and reference == "vllm":
             return unknown("vllm", f"no vLLM server to ask: {how}")
     if reference == "auto":
@@ -170,9 +171,10 @@ def decision_rule(total: Any, roundings: float | None = None) -> dict[str, Any]:
 
 
 def validate(run: Run, fidelity_samples: int, reference: str = "auto",
-             endpoint: str | None = None, skip_unchanged: bool = False) -> dict[str, Any]:
+             endpoint: str | None = None, skip_unchanged: bool = False, *, run_backend: str) -> dict[str, Any]:
     """Check the run's hidden-state files. With skip_unchanged (a pipeline's re-run), files that
-    passed before with the same inputs are not checked again; `step validate` always checks."""
+    passed before with the same inputs are not checked again; `step validate` always checks. `run_backend`:
+    the run's backend (its effective settings')."""
     import datasets
 
     from specops.pipeline.target import hidden_size
@@ -200,7 +202,7 @@ def validate(run: Run, fidelity_samples: int, reference: str = "auto",
     indices = fidelity_indices(count, fidelity_samples)
     print(f"validate: fidelity on rows {indices}", file=sys.stderr)
     checks["fidelity"] = check_fidelity(run, indices, {i: i not in bad for i in indices}, reference, endpoint,
-                                        backend)
+                                        backend, run_backend=run_backend)
     checks["fidelity"]["detail"]["hidden_states_backend"] = backend
     ok = all(check["ok"] for check in checks.values())
 
@@ -217,7 +219,7 @@ def pipeline_step(context: StepContext) -> StepReport:
     # fp8's coarser rounding leaves fewer positions decidable: three times the rows (the tiny target: 51 of 658
     # positions at 4 rows, 18 of 578 on other rows; MIN_DECIDABLE is 32)
     fp8 = context.run.config.hidden_states.backend == "fp8"
-    report = validate(context.run, 12 if fp8 else 4, skip_unchanged=True)
+    report = validate(context.run, 12 if fp8 else 4, skip_unchanged=True, run_backend=context.backend)
     if not report["ok"]:
         raise CheckFailed("validation failed: " + "; ".join(
             f"{name}: {check.get('detail')}" for name, check in report["checks"].items() if not check["ok"]))

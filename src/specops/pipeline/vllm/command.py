@@ -47,8 +47,18 @@ def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
 
 
 def staging_dir(run: Run) -> Path:
-    """Where the server writes hidden states before the client moves them (same filesystem as output)."""
-    return run.paths.run_dir / "vllm_staging"
+    """Where the server writes hidden states before the client moves them (same filesystem as output).
+    With hidden_states.shared_dir (a mount every host of the run sees at one path: a role split's trainer
+    reads what the serve hosts' servers write), a folder of this host's own there: a server clears its
+    staging folder of stale files when training starts, and must not clear another host's."""
+    shared = run.config.hidden_states.shared_dir
+    if shared is None:
+        return run.paths.run_dir / "vllm_staging"
+    import hashlib
+    import socket
+
+    this_host = hashlib.sha256(f"{socket.gethostname()}:{run.paths.run_dir.resolve()}".encode()).hexdigest()[:12]
+    return Path(shared) / run.paths.name / f"vllm_staging-{this_host}"
 
 
 def serve_dtype(run: Run, host_gpus: int) -> str:

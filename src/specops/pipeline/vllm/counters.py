@@ -27,10 +27,11 @@ def parse(text: str) -> dict[str, float]:
     return totals
 
 
-def request_counters(port: int, timeout_s: float = 5.0) -> dict[str, float] | None:
-    """The counters of the server on 127.0.0.1:port, None when it does not answer."""
+def request_counters(port: int, timeout_s: float = 5.0, address: str = "127.0.0.1") -> dict[str, float] | None:
+    """The counters of the server on address:port (another host's in a role split), None when it does not
+    answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
+        with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=timeout_s) as response:
             return parse(response.read().decode(errors="replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -226,16 +226,22 @@ class ServerJob:
 def start_server_job(run: Run, gpus: int, *, port: int | None = None,
                      serve_python: str | os.PathLike[str] | None = None,
                      ready_timeout_s: float = 1800.0, visible_gpus: tuple[int, ...] | None = None,
-                     memory_share: float | None = None) -> ServerJob:
+                     memory_share: float | None = None, listen: str | None = None,
+                     served_name: str | None = None) -> ServerJob:
     """This run's ready extraction `vllm-server` job (reused or launched). Raises CheckFailed with the
     server's log tail when it dies or does not get ready, BadInput for a missing serve env.
 
     visible_gpus  only these GPUs (CUDA_VISIBLE_DEVICES): the server's share of a split host
     memory_share  vLLM's --gpu-memory-utilization: a lower share leaves room for a trainer beside it
-    Both go into the job record's signature (meta.server.placement), so a server placed otherwise is
+    listen        the address it listens on (default 127.0.0.1: its clients run on this host); a role split's
+                  serve host listens where the train host reaches it
+    served_name   the model name it serves under (default: the target's path here); a role split's trainer
+                  asks by its own path to the target (speculators checks the served name against it)
+    All go into the job record's signature (meta.server.placement, the argv), so a server placed otherwise is
     replaced."""
     argv, env, signature, version = extraction_command(run, gpus, port=port, serve_python=serve_python,
-                                                       visible_gpus=visible_gpus, memory_share=memory_share)
+                                                       visible_gpus=visible_gpus, memory_share=memory_share,
+                                                       listen=listen, served_name=served_name)
     return start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s,
                      same="same model, layer ids, dtype, serve args and vLLM version", serves=EXTRACTION_SERVES)
 
@@ -246,13 +252,19 @@ EXTRACTION_SERVES = "the target, capturing hidden states"
 def extraction_command(run: Run, gpus: int, *, port: int | None = None,
                        serve_python: str | os.PathLike[str] | None = None,
                        visible_gpus: tuple[int, ...] | None = None,
-                       memory_share: float | None = None) -> tuple[list[str], dict[str, str], dict[str, Any], str]:
+                       memory_share: float | None = None, listen: str | None = None,
+                       served_name: str | None = None) -> tuple[list[str], dict[str, str], dict[str, Any], str]:
     """(argv, env, signature, vLLM version) of the run's extraction server (see start_server_job)."""
     python, version = serve_env(serve_python)
     chosen_port = port or run.config.vllm.port
     serving_gpus = len(visible_gpus) if visible_gpus is not None else gpus
     argv, env = build_serve_command(run, serving_gpus, chosen_port, workdir(), serve_python=python,
                                     vllm_version=version)
+    if listen is not None:
+        argv[argv.index("--host") + 1] = listen
+    if served_name is not None:  # before the run's own serve args, which come last in argv and win
+        at = argv.index("serve") + 2
+        argv[at:at] = ["--served-model-name", served_name]
     placement: dict[str, Any] = {}
     if visible_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, visible_gpus))
@@ -270,18 +282,19 @@ def extraction_command(run: Run, gpus: int, *, port: int | None = None,
     return argv, env, signature, version
 
 
-def launch_ahead(run: Run, gpus: int) -> str | None:
+def launch_ahead(run: Run, gpus: int, regenerate_backend: str) -> str | None:
     """Launch the run's extraction server job without waiting for it, so that it loads while CPU work
     (prepare) runs; extract then finds it (the same signature) and waits only for what is left of the
     load. Only where extract will need it: the run extracts, regenerate did not already start it, and no
     extraction is recorded done (a rerun whose files are whole would not use it: a load thrown away).
-    Returns the job's id, or None when nothing was launched."""
+    `regenerate_backend`: the run's effective settings' (the engine's). Returns the job's id, or None when
+    nothing was launched."""
     from specops.pipeline.run import Manifest
 
     config = run.config
     if not config.hidden_states.extracts or config.hidden_states.mode != "offline":
         return None
-    if config.regenerate.enabled and (config.regenerate.backend or run.backend(gpus)) == "vllm":
+    if config.regenerate.enabled and regenerate_backend == "vllm":
         return None  # regenerate loaded it already
     if (Manifest(run.paths.run_dir).record("extract") or {}).get("status") == "done":
         return None
@@ -365,17 +378,17 @@ def stop_running(run: Run, why: str) -> str | None:
     return (stop_job(current, server, why) or "already ended") if current else None
 
 
-def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
+def find_endpoint(run: Run, backend: str) -> tuple[str | None, str | None, str]:
     """(endpoint, staging, why): this run's running `vllm-server` job whose port answers, else (None, None, why).
 
     The job is found as start_server_job finds it (the jobs layer's records and liveness); its
     recorded signature must name this run's model, its process group must hold the port, and
-    /v1/models must answer.
+    /v1/models must answer. `backend`: the run's (its effective settings'): only a vllm run borrows another's.
     """
     record = launching.running_job(SERVER_JOB, run.paths.name, TmuxServer(workdir()))
     owner = workdir()
     if record is None:
-        borrowed = _borrowed_extraction_server(run)
+        borrowed = _borrowed_extraction_server(run, backend)
         if borrowed is None:
             return None, None, f"no running {SERVER_JOB} job of run {run.paths.name}"
         record, owner = borrowed.record, borrowed.workdir
@@ -395,12 +408,11 @@ def find_endpoint(run: Run) -> tuple[str | None, str | None, str]:
             f"{SERVER_JOB} job {record['id']} on port {port}")
 
 
-def _borrowed_extraction_server(run: Run) -> sharing.Borrowed | None:
+def _borrowed_extraction_server(run: Run, backend: str) -> sharing.Borrowed | None:
     """Another run's extraction server on this run's port that captured what this run's files hold: the same
-    weights, tokenizer and layer ids. Only for a run that extracts through vLLM (its own server would be one)."""
-    from specops.host.gpus import device_count
-
-    if run.backend(device_count()) != "vllm":
+    weights, tokenizer and layer ids. Only for a run that extracts through vLLM (`backend`: the run's effective
+    settings'; its own server would be one)."""
+    if backend != "vllm":
         return None
     holder = port_holder(run.config.vllm.port)
     record = holder.server_record() if holder is not None else None

@@ -1,0 +1,180 @@
+"""The train step of a role split (the run's `hosts: {serve: [...], train: [...]}`, hidden_states.mode online):
+servers on some hosts, the trainer on another, the states on a folder both see (hidden_states.shared_dir).
+
+    serve host   starts (or reuses) the run's vLLM server, the producer: it listens where the train host
+                 reaches it (the inventory's train_address; loopback when the hosts share a machine) and
+                 writes each row's states into its own folder under shared_dir. It publishes its endpoint at
+                 the rendezvous, then waits for the training: a train host that fails or goes silent ends the
+                 wait with that host's one line.
+    train host   speculators' trainer, the consumer (`--vllm-endpoint` the serve host's server, `--on-missing
+                 generate`): it loads each row's file from the shared folder and deletes it. Watched: the
+                 server answering, the serve host's engine heard, the disk budget; the first that fails stops
+                 the trainer with one line naming the serve host.
+The same command resumes from the newest checkpoint (the engine skips what is done; speculators resumes).
+
+Sample accounting: the serve host's server counts its finished requests (vLLM's request_success_total). The
+trainer asks once for each row of each epoch (no row has a file: the trainer deletes each one it loads), so
+a launch that trains epochs first..E-1 of R rows from their start serves (E - first) x R requests: the
+report's `accounting` puts the two side by side. A launch stopped mid-epoch leaves that epoch unsaved (a
+checkpoint is written at an epoch's end): the rerun trains it again from its start, so no row of a saved
+epoch is missing or counted twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specops.contract.errors import CheckFailed
+from specops.pipeline.training import online
+
+if TYPE_CHECKING:
+    from specops.pipeline.run import Run, StepContext, StepReport
+
+VERIFIERS = "role-verifiers"  # the rendezvous tag under which the train hosts publish their target's path
+ENDPOINTS = "role-endpoints"  # ... and every serve host its server
+TRAINED = "role-trained"      # ... and the train hosts their outcome, which the serve hosts wait for
+DOWN_LOOKS = 3                # the server unanswered this many looks in a row (a look a second): dead
+LOOPBACK = "127.0.0.1"
+
+
+def is_serve_host(context: StepContext) -> bool:
+    return bool(context.train_ranks) and context.hosts.rank not in context.train_ranks
+
+
+def serve_index(context: StepContext) -> int:
+    """This serve host's place among the serve hosts (train host j asks serve host j mod their count)."""
+    return [rank for rank in range(context.hosts.count) if rank not in context.train_ranks].index(context.hosts.rank)
+
+
+def serve_for_trainers(context: StepContext) -> StepReport:
+    """A serve host's part: the server up and published, then the training waited for."""
+    from specops.host.gpus import device_count
+    from specops.pipeline import vllm
+
+    run, hosts = context.run, context.hosts
+    address = context.training.local_addr if context.training is not None else None
+    advertised = address or LOOPBACK
+    # on its own machine the server must be reached from the train host's: every interface (the training
+    # network, where torchrun's store is reached too); loopback when the hosts share one machine
+    listen = LOOPBACK if advertised in (LOOPBACK, "localhost") else "0.0.0.0"
+    port = run.config.vllm.port + hosts.rank  # two serve nodes on one machine never collide
+    # speculators' trainer asks for the model by its own path to the target (its --verifier-name-or-path) and
+    # refuses a server that serves another name: the server takes the name of its train host's path
+    verifiers = [path for path in hosts.all_gather(VERIFIERS, None) if path is not None]
+    trainer_of_mine = verifiers[serve_index(context) % len(verifiers)]
+    server = vllm.start_server_job(run, device_count(), port=port, listen=listen, served_name=trainer_of_mine)
+    published = {"host": context.name, "endpoint": f"http://{advertised}:{port}/v1", "address": advertised,
+                 "port": port, "job": server.record["id"], "staging": str(server.staging or vllm.staging_dir(run))}
+    hosts.all_gather(ENDPOINTS, published)
+    outcomes = hosts.all_gather(TRAINED, None)  # a train host that fails ends this wait with its line
+    trained = next(outcome for outcome in outcomes if outcome is not None)
+    return {"step": "train", "status": "served", "role": "serve", "server": published, "saver": trained["saver"],
+            "saved_on": trained["host"]}
+
+
+def train_against_servers(context: StepContext, train: Any) -> StepReport:
+    """A train host's part: `train(remote)` (training.steps.train_step with the chosen server) trains."""
+    hosts = context.hosts
+    hosts.all_gather(VERIFIERS, str(context.run.model_path))
+    servers = [entry for entry in hosts.all_gather(ENDPOINTS, None) if entry is not None]
+    # each train host asks one server (speculators 0.9's trainer takes one --vllm-endpoint)
+    chosen = servers[list(context.train_ranks).index(hosts.rank) % len(servers)]
+    remote = RemoteServer(chosen, hosts.names.index(chosen["host"]), context)
+    document = train(remote)
+    hosts.all_gather(TRAINED, {"host": context.name, "saver": hosts.rank})
+    return {**document, "role": "train", "saver": hosts.rank, "saved_on": context.name,
+            "roles": {"served_by": remote.host, "endpoint": remote.endpoint, "accounting": document.get("accounting")}}
+
+
+@dataclass
+class RemoteServer:
+    """The serve host's server as the train host sees it: its endpoint, whether it answers, its counters."""
+
+    published: dict[str, Any]
+    serve_rank: int
+    context: StepContext
+    served_before: float | None = None
+    _unanswered: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self.published["endpoint"]
+
+    @property
+    def host(self) -> str:
+        return self.published["host"]
+
+    def counters(self) -> dict[str, float] | None:
+        from specops.pipeline.vllm import request_counters
+
+        return request_counters(int(self.published["port"]), address=self.published["address"])
+
+    def problem(self) -> str | None:
+        """None while the server answers and its host's engine is heard; else one line naming the host."""
+        gone = self.context.hosts.gone()
+        if gone:
+            return f"serve host {gone}"
+        if self.counters() is None:
+            self._unanswered += 1
+            if self._unanswered >= DOWN_LOOKS:
+                return (f"serve host {self.host}: its vLLM server (job {self.published['job']}, {self.endpoint}) "
+                        f"stopped answering during training")
+        else:
+            self._unanswered = 0
+        return None
+
+    def placement(self, gpus: int) -> online.Placement:
+        """Every GPU of the train host is the trainer's: the server runs elsewhere."""
+        every = tuple(range(gpus))
+        return online.Placement("remote", (), every, None, f"the server runs on {self.host}")
+
+    def serving(self, run: Run, placement: online.Placement) -> RemoteServing:
+        from specops.pipeline.extraction import budget_bytes
+
+        self.served_before = (self.counters() or {}).get("finished")
+        folders = (run.paths.hidden_states, Path(self.published["staging"]))
+        watch = online.Watch(folders, budget_bytes(run.config.hidden_states.disk_budget_gb), self.problem,
+                             run.paths.run_dir / online.STATE_FILE, counters=self.counters,
+                             server_job=f"{self.host}:{self.published['job']}")
+        return RemoteServing(self, placement, watch)
+
+
+@dataclass
+class RemoteServing:
+    """online.Serving's face for a server on another host (train_step drives either)."""
+
+    remote: RemoteServer
+    placement: online.Placement
+    watch: online.Watch
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {"host": self.remote.host, "job": self.remote.published["job"], "endpoint": self.remote.endpoint,
+                "staging": self.remote.published["staging"]}
+
+    def trainer_env(self) -> dict[str, str]:
+        return {}
+
+    def failure(self, code: int, pid: int | None, log: Path) -> str:
+        resume = "run the same command to resume from the newest checkpoint"
+        if self.watch.reason:
+            return f"{self.watch.reason}; specops stopped the trainer; {resume} (log: {log})"
+        if reason := self.remote.problem():
+            return f"{reason}; {online.ended_how(code, pid)}; {resume} (log: {log})"
+        return f"{online.ended_how(code, pid)}; {resume} (log: {log})"
+
+    def accounting(self, rows: int, first_epoch: int, epochs: int) -> dict[str, Any]:
+        """The server's requests during this launch beside what the epochs it trained ask for."""
+        after = (self.remote.counters() or {}).get("finished")
+        served = None if after is None or self.remote.served_before is None else after - self.remote.served_before
+        trained = epochs - first_epoch
+        return {"rows": rows, "epochs_trained": trained, "expected_requests": rows * trained,
+                "served_requests": served, "server": f"{self.remote.host}:{self.remote.published['job']}"}
+
+
+def refuse_unless_online(run: Run) -> None:
+    if run.config.hidden_states.mode != "online":
+        raise CheckFailed(f"{run.label}: serve and train hosts take hidden_states.mode online, not "
+                          f"{run.config.hidden_states.mode}")

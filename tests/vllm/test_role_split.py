@@ -1,0 +1,207 @@
+"""Servers on one host, the trainer on another (issue 40): the run's `hosts: {serve: [gpu1], train: [gpu2]}`
+in hidden_states.mode online over the file backend, the states on a folder both hosts see
+(hidden_states.shared_dir). Two loopback sshd hosts, the real vLLM CPU server (the serve env) on gpu1,
+real speculators training on gpu2.
+
+One journey on copies of the finished demo run (its prepared data, nothing extracted, nothing trained):
+`invoke pipeline --hosts "serve=gpu1;train=gpu2"`; after the first saved epoch the serve host's server is
+killed -9: one line naming the serve host and its server. The same command again; after the next saved
+epoch the trainer is killed -9: one line naming it. The same command again finishes from the newest
+checkpoint, the serve host's server counting exactly one request a row an epoch it trained, and the draft
+scores like the offline (file on disk) draft of the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import ssh_host
+from tests.foundation.test_many_hosts import second_sshd  # noqa: F401  (a fixture: the second host's sshd)
+from tests.support.agent import Agent, wait_until
+from tests.support.cli import Cli, write_inventory
+from tests.support.finished import copy_of
+from tests.support.sshd import SshServer, free_port
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
+
+T = TypeVar("T")
+RUN = "tiny"
+ROLES = "serve=gpu1;train=gpu2"
+LAUNCH_TIMEOUT_S = 1800
+DEAD_BOUND_S = 90  # a launch ends this soon after its server or its trainer is killed
+
+
+def two_free_ports() -> int:
+    """P with P and P+1 free: node i's server listens on vllm.port + i."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def epochs_saved(workdir: Path) -> int:
+    from specops.pipeline.training.command import is_complete
+
+    folder = workdir / "runs" / RUN / "checkpoints"
+    return sum(1 for entry in folder.glob("[0-9]*") if entry.name.isdigit() and is_complete(entry))
+
+
+def running_server(workdir: Path) -> dict | None:
+    running = [record for record in Agent(workdir).records_on_disk()
+               if record["name"] == "vllm-server" and record.get("state") in ("running", "starting")]
+    return running[-1] if running else None
+
+
+def trainer_in(workdir: Path) -> psutil.Process | None:
+    """The `speculators train` process saving into this workdir's run."""
+    save_path = str(workdir / "runs" / RUN / "checkpoints")
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any(part.endswith("speculators") for part in cmdline) and "train" in cmdline \
+                and any(save_path in part for part in cmdline):
+            return process
+    return None
+
+
+def one_line_error(result: tuple[int, str, str]) -> str:
+    """The one error line of a failed `invoke ... --json` (its document's `error`)."""
+    error = json.loads(result[1])["error"]
+    assert "\n" not in error, error
+    return error
+
+
+@pytest.fixture(scope="module")
+def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_sshd: SshServer  # noqa: F811
+            ) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("roles")
+    workdirs = {name: copy_of(finished, root / f"{name}-workdir") for name in ("gpu1", "gpu2")}
+    for workdir in workdirs.values():  # online: nothing extracted; nothing trained yet
+        shutil.rmtree(workdir / "runs" / RUN / "hidden_states")
+        shutil.rmtree(workdir / "runs" / RUN / "checkpoints")
+    shared = root / "shared"
+    shared.mkdir()
+    runs = root / "runs"
+    runs.mkdir()
+    config = yaml.safe_load((workdirs["gpu1"] / "runs" / f"{RUN}.yaml").read_text())
+    # the server is the run's (backend vllm); the answers and the evaluation stay the offline run's (hf), so
+    # the two drafts differ only in where the states came from
+    config.update(backend="vllm", hosts={"serve": ["gpu1"], "train": ["gpu2"]})
+    config.setdefault("vllm", {})["port"] = two_free_ports()
+    config["regenerate"]["backend"] = "hf"
+    config["evaluate"]["backend"] = "hf"
+    config["hidden_states"] = {"mode": "online", "shared_dir": str(shared)}
+    config["parity"] = {"serve": False}  # the gate's served request is tests/parity's
+    (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(config))
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text(sshd.known_hosts_line() + second_sshd.known_hosts_line())
+    hosts = {name: ssh_host(server, workdirs[name], known_hosts, envs={"serve": str(VLLM_PYTHON)})
+             for name, server in (("gpu1", sshd), ("gpu2", second_sshd))}
+    cli = Cli(write_inventory(root / "inventory.yaml", hosts, default="gpu1"), root / "logs")
+    env = {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(root / "fetched"), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    argv = ("pipeline", "--run", RUN, "--hosts", ROLES, "--json")
+
+    def launch() -> subprocess.Popen:
+        return cli.popen(*argv, "--port", str(two_free_ports()), **env)
+
+    def ended(process: subprocess.Popen) -> tuple[int, str, str]:
+        out, err = process.communicate(timeout=LAUNCH_TIMEOUT_S)
+        return process.returncode, out, err
+
+    def while_running(process: subprocess.Popen, probe: Callable[[], T], what: str) -> T:
+        def looked() -> T:
+            if process.poll() is not None:
+                code, out, err = ended(process)
+                raise AssertionError(f"the launch ended (exit {code}) before {what}: {out[-2000:]} {err[-3000:]}")
+            return probe()
+        return wait_until(looked, LAUNCH_TIMEOUT_S, what)
+
+    found: dict = {"workdirs": workdirs, "shared": shared, "config": config}
+    try:
+        first = launch()
+        while_running(first, lambda: epochs_saved(workdirs["gpu2"]) >= 1 and running_server(workdirs["gpu1"]),
+                      "gpu2's first saved epoch")
+        server = running_server(workdirs["gpu1"])
+        os.killpg(int(server["pgid"]), signal.SIGKILL)
+        killed_at = time.monotonic()
+        found.update(server=server, server_killed=ended(first), server_bound_s=time.monotonic() - killed_at)
+
+        second = launch()
+        saved = epochs_saved(workdirs["gpu2"])
+        trainer = while_running(second, lambda: epochs_saved(workdirs["gpu2"]) > saved and trainer_in(workdirs["gpu2"]),
+                                "the resumed training's next saved epoch")
+        trainer.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        found.update(trainer_pid=trainer.pid, trainer_killed=ended(second),
+                     trainer_bound_s=time.monotonic() - killed_at)
+
+        found["finished"] = ended(launch())
+        yield found
+    finally:
+        for workdir in workdirs.values():
+            Agent(workdir).clean_up()
+
+
+def test_a_killed_server_on_the_serve_host_ends_the_run_with_one_line_naming_it(journey):
+    code, _out, err = journey["server_killed"]
+    assert code != 0
+    line = one_line_error((code, _out, err))
+    assert "serve host gpu1" in line and journey["server"]["id"] in line and "stopped answering" in line, err[-3000:]
+    assert "run the same command to resume" in line
+    assert journey["server_bound_s"] < DEAD_BOUND_S
+
+
+def test_a_killed_trainer_on_the_train_host_ends_the_run_with_one_line_naming_it(journey):
+    code, _out, err = journey["trainer_killed"]
+    assert code != 0
+    line = one_line_error((code, _out, err))
+    assert "gpu2" in line and f"pid {journey['trainer_pid']}" in line and "SIGKILL" in line, err[-3000:]
+    assert journey["trainer_bound_s"] < DEAD_BOUND_S
+
+
+def test_the_same_command_finishes_from_the_newest_checkpoint_on_the_train_host(journey):
+    code, out, err = journey["finished"]
+    assert code == 0, out[-3000:] + err[-6000:]
+    summary = json.loads(out)
+    assert summary["ok"] is True and summary["saved_on"] == "gpu2"
+    assert summary["resume"].startswith("resuming from epoch"), summary["resume"]
+    assert epochs_saved(journey["workdirs"]["gpu2"]) == journey["config"]["train"]["epochs"]
+    assert not (journey["workdirs"]["gpu1"] / "runs" / RUN / "checkpoints").exists()  # the serve host trains nothing
+    assert summary["roles"]["served_by"] == "gpu1"
+
+
+def test_the_serve_host_served_one_request_a_row_an_epoch_nothing_lost_or_doubled(journey):
+    code, out, _err = journey["finished"]
+    assert code == 0
+    accounting = json.loads(out)["roles"]["accounting"]
+    assert accounting["epochs_trained"] >= 1
+    assert accounting["served_requests"] == accounting["expected_requests"] == \
+        accounting["rows"] * accounting["epochs_trained"], accounting
+    # the states went through the shared folder, and none is left there (the trainer deletes what it loads)
+    staged = [path for path in journey["shared"].rglob("*") if path.is_file()]
+    assert staged == [], staged[:5]
+
+
+def test_the_role_split_draft_scores_like_the_offline_draft_of_the_same_data(journey, finished):
+    code, out, _err = journey["finished"]
+    assert code == 0
+    ours = json.loads(out)["evaluation"]["report"]["mean_acceptance_length"]
+    offline = finished[1]["evaluation"]["report"]["mean_acceptance_length"]
+    assert abs(ours - offline) <= 0.1, (ours, offline)
