@@ -53,7 +53,8 @@ def without_own_code(search_path: list[str]) -> list[str]:
     kept = []
     for entry in search_path:
         folder = Path(entry or ".")
-        if folder.name == "specops" and (folder / "protocol.py").is_file() and (folder / "__main__.py").is_file():
+        if folder.name == "specops" and (folder / "contract" / "protocol.py").is_file() \
+                and (folder / "__main__.py").is_file():
             continue
         try:
             names = set(os.listdir(folder)) - {"__pycache__"}
