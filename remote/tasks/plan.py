@@ -20,8 +20,8 @@ from specops.contract.values import whole_flag
 PLAN_TIMEOUT_S = 600  # estimating tokens loads the tokenizer: seconds, a minute on a busy host
 
 
-def plan_call(run: str | None, samples: int | None):
-    """The exchange of one host: (exit code, the plan document)."""
+def plan_call(run: str | None, samples: int | None, roles: dict[str, str] | None = None):
+    """The exchange of one host: (exit code, the plan document); `roles`: each host's part of a role split."""
 
     def exchange(host, conn) -> tuple[int, dict[str, Any]]:
         from remote.agent import agent_call
@@ -29,7 +29,9 @@ def plan_call(run: str | None, samples: int | None):
         from specops.contract import commandline
 
         run_name = run or host.run
-        result = agent_call(conn, host, commandline.plan(run=run_name, samples=samples), timeout=PLAN_TIMEOUT_S)
+        role = (roles or {}).get(host.name)
+        result = agent_call(conn, host, commandline.plan(run=run_name, samples=samples, role=role),
+                            timeout=PLAN_TIMEOUT_S)
         if result.exit_code == 2:
             raise BadInput(local_config_name(str(result.document.get("error")), run_name))
         return result.exit_code, result.document
@@ -68,6 +70,10 @@ def summary(document: dict[str, Any]) -> str:
     """One line of a host's plan (the several-hosts table)."""
     if "modes" not in document:
         return str(document.get("error", "plan failed"))
+    if "role" in document:  # a role split: this host's part
+        role = document["role"]
+        verdict = "fits" if role["fits"] else f"does NOT fit: {role['problems'][0]}"
+        return f"{role['role']}: {role['holds']}: {verdict}"
     mode = document["modes"][document["mode"]]
     verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
     free = document["host_facts"]["disk_free_bytes"]
@@ -212,7 +218,8 @@ def render(document: dict[str, Any]) -> None:
 
 @task(help={"run": "run config runs/NAME.yaml (default: the host's run)",
             "host": "inventory host (default: the inventory's default)",
-            "hosts": "several inventory hosts, comma-separated: each plans on its own GPUs and disk, one row each",
+            "hosts": "several inventory hosts, comma-separated: each plans on its own GPUs and disk, one row each; "
+                     "by role, serve=a,b;train=c: each host plans its part of the role split",
             "all_": "every inventory host, one row each", **commandline.PLAN.helps("samples"),
             "json": "one JSON document on stdout (keys in the README)"})
 @reports_errors
@@ -221,15 +228,20 @@ def plan(c, run=None, host=None, hosts=None, all_=False, samples=None, json=Fals
     of the server and the trainer, parallel sizes, time, and the mode that fits. Exit 1: the run's
     mode does not fit (a launch would be refused)."""
     from remote.inventory import load_inventory
+    from remote.pipeline_nodes import roles_in
     from remote.several_hosts import chosen_hosts, run_across
     from remote.tasks.shared import exchange_once
 
     rows = whole_flag(samples, "--samples")
     inventory = load_inventory()
+    roles = roles_in(hosts, "--hosts") if hosts else None
+    if roles:  # a role split: each host plans its own part (the serve hosts first, as the pipeline ranks them)
+        hosts = ",".join([*roles["serve"], *roles["train"]])
     several = chosen_hosts(inventory, host, hosts, all_)
     if several is not None:
-        run_across(f"plan — run {run or 'each host’s run'}", several, inventory, plan_call(run, rows), summary,
-                   json=json)
+        parts = {name: role for role, names in (roles or {}).items() for name in names}
+        run_across(f"plan — run {run or 'each host’s run'}", several, inventory, plan_call(run, rows, parts or None),
+                   summary, json=json)
         return
     _chosen, code, document = exchange_once(inventory, host, plan_call(run, rows), quick=True)
     if json:

@@ -79,7 +79,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
                 "no_import": True}],
     "run_check": [{"run": RUN}, {"run": RUN, "pipeline": True}, {"run": RUN, "pipeline": True, "backend": "vllm"},
                   {"run": RUN, "launch": ["step", "evaluate", "--run", RUN, "--checkpoint", "99"]}],
-    "plan": [{"run": RUN}, {"run": RUN, "samples": 10}],
+    "plan": [{"run": RUN}, {"run": RUN, "samples": 10}, {"run": RUN, "role": "serve"}, {"run": RUN, "role": "train"}],
     "run_restore": [{"run": RUN}, {"run": RUN, "retired": "20260101T000000"}],
     "fetch_list": [{"run": RUN}, {"run": RUN, "with_training_state": True, "drop": "snapshot-1"}],
     "patch": [{"action": "verify"}, {"action": "apply", "sets": ["vllm-0.16", "speculators"], "dry_run": True},

@@ -170,3 +170,29 @@ def test_a_checkpoint_not_on_the_host_is_one_line(cli: Cli, tmp_path: Path) -> N
         assert "\n" not in line and line.startswith(f"specops: {runs / 'kimi-k25.yaml'}: model: "
                                                     "/models/Kimi-K2.5/config.json not found")
     _nothing_large(tmp_path / "local-workdir")
+
+
+def test_a_role_split_plans_each_hosts_part(cli: Cli, tmp_path: Path) -> None:
+    """Issue 40's Kimi-K2.5 run online at 20,000 rows: no one host fits it (the server beside the trainer needs
+    73.4 GiB a GPU). Planned as a role split, each host plans its own part: the serve host the server on all 8
+    GPUs at tensor parallel 8, the train host the trainer, the prepared rows and the checkpoints; both fit."""
+    runs = _kimi_runs(tmp_path, model=str(Path(__file__).parent / "kimi-k2.5"), samples=20_000,
+                      hidden_states={"mode": "online", "backend": "file"})
+    alone = cli("plan", "--host", "local", "--run", "kimi-k25", "--json", timeout=300, SPECOPS_RUNS_DIR=str(runs))
+    assert alone.exit_code == 1 and not alone.json()["modes"]["online"]["fits"]
+
+    split = cli("plan", "--hosts", "serve=local;train=loop", "--run", "kimi-k25", "--json", timeout=300,
+                SPECOPS_RUNS_DIR=str(runs))
+    assert split.exit_code == 0, split.stdout[-3000:] + split.stderr[-3000:]
+    parts = {row["host"]: row["document"]["role"] for row in split.json()["hosts"]}
+    serve, train = parts["local"], parts["loop"]
+    assert (serve["role"], serve["fits"], serve["server"]["tensor_parallel"]) == ("serve", True, 8)
+    assert serve["server"]["kv_tokens"] >= 2_000  # one whole sequence beside the weights on every GPU
+    assert (train["role"], train["fits"], train["problems"]) == ("train", True, [])
+    assert train["trainer_bytes"] < 95.6 * 2**30 and train["disk_bytes"] > 0
+
+    shown = cli("plan", "--hosts", "serve=local;train=loop", "--run", "kimi-k25", timeout=300,
+                SPECOPS_RUNS_DIR=str(runs))
+    assert shown.exit_code == 0, shown.stderr[-3000:]
+    assert "serve: the run's vLLM server, every GPU of the host: fits" in shown.stdout
+    assert "train: speculators' trainer, every GPU of the host: fits" in shown.stdout

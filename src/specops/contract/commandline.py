@@ -35,6 +35,7 @@ from specops.contract.values import (
     PATH,
     RDZV_ENDPOINT,
     REFERENCE,
+    ROLE,
     ROLE_PYTHONS,
     SECONDS,
     SET_FILES,
@@ -182,7 +183,10 @@ VLLM_EXTRACT = Command(
      Flag("validate", help="then check files and fidelity"), Flag("fidelity_samples", WHOLE, default=4), WAIT),
     (SHARE_OR_CHECK,))
 PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time), the hidden-state mode that "
-               "fits, before any model load", (RUN, SAMPLES))
+               "fits, before any model load",
+               (RUN, SAMPLES, Flag("role", ROLE, help="this host's part of a role split: serve (the run's vLLM "
+                                   "server on all its GPUs) or train (the trainer on all its GPUs); exit 1 if it does "
+                                   "not fit")))
 RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)",
                     (RUN, Flag("pipeline", help="before a whole pipeline: also refuse a vLLM server on the run's "
                                "port that its run still owns when a later step needs the port or the GPUs"),

@@ -22,6 +22,7 @@ from specops.contract.errors import BadInput
 from specops.contract.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
+ROLES = ("serve", "train")  # a host's part of a role split (the run's hosts: {serve, train}; plan --role)
 ALONE_STEPS = ("train",)  # steps the engine may be entered with alone (`pipeline --only`): invoke train --hosts
 CHECKPOINTS = ("best", "last")  # or an epoch number
 REFERENCES = ("auto", "hf", "vllm")
@@ -282,6 +283,7 @@ WHOLE = Kind(whole_flag, "int | str | None", parse=positive_int)  # invoke hands
 COUNT = Kind(partial(whole_flag, minimum=0), "int | str | None", parse=non_negative_int)
 BACKEND = Kind(partial(_choice, choices=BACKENDS), choices=BACKENDS)
 ALONE_STEP = Kind(partial(_choice, choices=ALONE_STEPS), choices=ALONE_STEPS)
+ROLE = Kind(partial(_choice, choices=ROLES), choices=ROLES)
 REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
 PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
 CHECKPOINT = Kind(_checkpoint)

@@ -4,6 +4,7 @@ run's settings and the host's GPUs and disk. Standard library only (the doctor r
     read_target(model_dir)                  -> TargetFacts   config.json + safetensors headers / index
     plan_loads(loads, load_rate(...), bytes) -> dict         the model loads, each with its estimated time
     make_plan(target, run, host, rates)     -> Plan          every figure, per mode; .to_dict() is `plan --json`
+    role_fit(plan, role)                    -> dict          a role split's part of one host (serve | train)
     fits(plan) / plan.problems                               whether the run's own mode fits, and why not
     hidden_state_dtype, hidden_state_file_bytes, on_disk     the arithmetic the doctor's storage check shares
     resolve_sizes / default_sizes / size_problems            vLLM's tensor and data parallel sizes (ParallelSizes)
@@ -32,6 +33,7 @@ from specops.planning._plan import (
     fits,
     human,
 )
+from specops.planning._roles import ROLES, role_fit
 from specops.planning._sizes import (
     GB,
     GIB,
@@ -59,6 +61,7 @@ __all__ = [
     "MODES",
     "ONLINE_SAMPLES_IN_FLIGHT",
     "PLACEMENTS",
+    "ROLES",
     "DraftSize",
     "HostFacts",
     "Load",
@@ -84,6 +87,7 @@ __all__ = [
     "read_headers",
     "read_target",
     "resolve_sizes",
+    "role_fit",
     "row_ranges",
     "safetensors_header",
     "size_problems",

@@ -1,6 +1,7 @@
-"""`python -m specops plan --run NAME [--samples N]`: what the run will cost on this host, before any model
-load (the target's config and safetensors headers, the data's tokens, this host's GPUs and disk).
-Exit 0 when the run's hidden-state mode fits, 1 when it does not (the document says why)."""
+"""`python -m specops plan --run NAME [--samples N] [--role serve|train]`: what the run will cost on this host,
+before any model load (the target's config and safetensors headers, the data's tokens, this host's GPUs and disk).
+Exit 0 when the run's hidden-state mode fits, 1 when it does not (the document says why); with --role, whether
+this host's part of a role split fits (`role` in the document)."""
 
 from __future__ import annotations
 
@@ -23,25 +24,29 @@ def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     # model and writes nothing large (generating it is the run's first step's work)
     config = planned_config(workdir(), run.config.embedded) if run.config.embedded is not None else None
     if config is None:
-        return _plan(open_run(args.run) if run.config.embedded is not None else run, args.samples)
+        return _plan(open_run(args.run) if run.config.embedded is not None else run, args.samples, args.role)
     with tempfile.TemporaryDirectory(prefix="specops-plan-") as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         planned = Run(args.run)
         planned.config = planned.config.model_copy(update={"model": folder})
-        code, document = _plan(planned, args.samples)
+        code, document = _plan(planned, args.samples, args.role)
     size = document["target"]["weight_bytes"] / 1e9
     document["target_note"] = (f"the embedded target ({run.config.embedded}) is not generated yet: planned from its "
                                f"config; the run's first step generates it (~{size:.1f} GB in {run.model_path})")
     return code, document
 
 
-def _plan(run: Any, samples: int | None) -> tuple[int, dict[str, Any]]:
+def _plan(run: Any, samples: int | None, role: str | None = None) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.plan import plan_for, planned_loads
+    from specops.planning import role_fit
 
     made = plan_for(run, samples=samples)
     document = made.to_dict()
     # the model loads, timed, with the backend the plan chose for its host
     document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes, made.run.backend)
+    if role is not None:  # this host's part of a role split: what it holds is what must fit
+        document["role"] = role_fit(made, role)
+        return (0 if document["role"]["fits"] else 1), document
     return (0 if document["ok"] else 1), document
 
 
