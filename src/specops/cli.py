@@ -49,9 +49,9 @@ def _job() -> tuple[Register, ...]:
 
 
 def _pipeline_steps() -> tuple[Register, ...]:
-    from specops.pipeline.commands import steps
+    from specops.pipeline.commands import step_commands
 
-    return (steps.register,)
+    return (step_commands.register,)
 
 
 def _pipeline_commands() -> tuple[Register, ...]:

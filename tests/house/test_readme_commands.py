@@ -79,7 +79,7 @@ INLINE = sorted({(task, flag, "README.md") for line in _inline_invokes((REPO / "
 
 def test_the_inline_commands_are_read() -> None:
     assert ("logs", "--follow", "README.md") in INLINE and ("doctor", "--no-import", "README.md") in INLINE
-    assert ("train", "--fresh", "src/specops/pipeline/training/steps.py") in INLINE
+    assert ("train", "--fresh", "src/specops/pipeline/training/step.py") in INLINE
 
 
 @pytest.mark.parametrize(("task", "flag", "where"), INLINE, ids=lambda value: value)

@@ -53,8 +53,8 @@ def test_the_import_contracts_hold() -> None:
     ("src/specops/doctor/__init__.py", "import specops.pipeline.run", "specops.doctor -> specops.pipeline.run"),
     ("src/specops/contract/protocol.py", "import remote.agent", "specops.contract.protocol -> remote.agent"),
     ("src/specops/check.py", "from specops.analysis import _index", "specops.check -> specops.analysis._index"),
-    ("src/specops/pipeline/training/steps.py", "from specops.pipeline.data.heldout import PROMPTS_FILE",
-     "specops.pipeline.training.steps -> specops.pipeline.data.heldout"),
+    ("src/specops/pipeline/training/step.py", "from specops.pipeline.data.heldout import PROMPTS_FILE",
+     "specops.pipeline.training.step -> specops.pipeline.data.heldout"),
     # bench/ uses the shared helpers of testing/, never tests/ (tests.support included): a test's refactor must
     # not break a benchmark
     ("bench/reuse.py", "from tests.support.vllm import needs_vllm", "bench.reuse -> tests.support.vllm"),

@@ -2,9 +2,9 @@
 
 Each module exposes `register(subparsers)`; specops.cli imports only the module of the command run
 (the rooms behind the handlers are imported when a handler runs):
-  steps.py     `step prepare|extract|validate|vocab|train|metrics --run NAME`
-  runs.py      `tiny`, `run show`
-  pipeline.py  `pipeline --run NAME`
-  fetch.py     `fetch-list --run NAME`
-  vllm.py      `vllm command|serve|wait|extract`
+  step_commands.py  `step prepare|extract|validate|vocab|train|metrics --run NAME`
+  runs.py           `tiny`, `run show`
+  pipeline.py       `pipeline --run NAME`
+  fetch.py          `fetch-list --run NAME`
+  vllm.py           `vllm command|serve|wait|extract`
 """

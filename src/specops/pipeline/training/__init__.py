@@ -3,7 +3,7 @@ checkpoints, the steps with their manifest books, the metrics read back from the
 
 from specops.pipeline.training import command, metrics, plot, vocab
 from specops.pipeline.training.command import TrainPlan, build_train_command
-from specops.pipeline.training.steps import (
+from specops.pipeline.training.step import (
     draft_vocab_size,
     metrics_report,
     train_pipeline_step,

@@ -75,7 +75,7 @@ def serve_for_trainers(context: StepContext) -> StepReport:
 
 
 def train_against_servers(context: StepContext, train: Any) -> StepReport:
-    """A train host's part: `train(remote)` (training.steps.train_step with the chosen server) trains."""
+    """A train host's part: `train(remote)` (training.step.train_step with the chosen server) trains."""
     hosts = context.hosts
     hosts.all_gather(VERIFIERS, str(context.run.model_path))
     servers = [entry for entry in hosts.all_gather(ENDPOINTS, None) if entry is not None]
