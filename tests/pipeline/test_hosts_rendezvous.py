@@ -155,11 +155,15 @@ def test_a_node_that_stops_beating_is_named_by_its_peers_watch_and_one_that_fail
         " s (killed, its host down or cut off)"), reason
     assert cause.startswith("gpu2: ")
 
+    watching = threading.Event()  # node 0 is past the barrier: a failure now reaches its watch, not its wait
+
     def failing(node: rendezvous.Rendezvous) -> Any:
         node.barrier("both-up")
         if node.rank == 1:
+            assert watching.wait(120), "node 0 never got past the barrier"
             node.fail("train: the trainer (speculators train) exited with status 1")
             return None
+        watching.set()
         watch = PeerWatch(node.gone, period_s=0.2)
         return watch.cause(within_s=30.0)
 
