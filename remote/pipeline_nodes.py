@@ -126,20 +126,7 @@ def run_config_hosts(run: str) -> tuple[str, object]:
 def run_hosts(run: str) -> tuple[str, list[str] | None]:
     """(the local run config's name as shown, its `hosts:` list or None; by role: serve hosts, then the train
     host); read here, where the inventory is, because the hosts must be known before any host is asked."""
-    import yaml
-
-    from remote.bundle import runs_dir
-
-    path = runs_dir() / f"{run}.yaml"
-    try:
-        shown = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        shown = str(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return shown, None  # the host's run check names what is wrong with it
-    value = raw.get("hosts") if isinstance(raw, dict) else None
+    shown, value = run_config_hosts(run)
     if value is None:
         return shown, None
     roles = roles_in(value, f"{shown}: hosts")

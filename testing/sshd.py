@@ -33,6 +33,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def two_free_ports() -> int:
+    """P with P and P+1 free: node i of a run across loopback hosts serves on vllm.port + i."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 def keygen(path: Path, comment: str) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
 

@@ -6,7 +6,6 @@ has, evaluated with hf on 2 held-out prompts.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,13 @@ from tests.foundation.test_many_hosts import second_sshd  # noqa: F401  (a fixtu
 from tests.support.agent import Agent
 from tests.support.cli import Cli, write_inventory
 from tests.support.repo import REPO
-from tests.support.sshd import SshServer, free_port
+from tests.support.sshd import SshServer, free_port, two_free_ports
 from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 RUN = "served"
 SAMPLES = 8
-
-
-def two_free_ports() -> int:
-    """P with P and P+1 free: node i's server listens on vllm.port + i."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
 
 
 def test_the_vllm_backend_across_two_hosts_ends_with_a_fetched_checkpoint(

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from tests.foundation.test_many_hosts import second_sshd  # noqa: F401  (a fixtu
 from tests.support.agent import Agent, wait_until
 from tests.support.cli import Cli, write_inventory
 from tests.support.finished import copy_of
-from tests.support.sshd import SshServer, free_port
+from tests.support.sshd import SshServer, two_free_ports
 from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
@@ -43,18 +42,6 @@ RUN = "tiny"
 ROLES = "serve=gpu1;train=gpu2"
 LAUNCH_TIMEOUT_S = 1800
 DEAD_BOUND_S = 90  # a launch ends this soon after its server or its trainer is killed
-
-
-def two_free_ports() -> int:
-    """P with P and P+1 free: node i's server listens on vllm.port + i."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
 
 
 def epochs_saved(workdir: Path) -> int:
