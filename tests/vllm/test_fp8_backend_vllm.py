@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from tests.support.agent import Agent
 from tests.support.agent import run_agent as agent
 from tests.support.runs import edit_run
 from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm, tiny_workdir
@@ -71,9 +72,8 @@ def test_an_fp8_run_extracts_through_vllm_validates_trains_and_evaluates_online_
         assert online["hidden_states"]["mode"] == "online"
         assert not list((run_dir / "hidden_states").glob("hs_*.safetensors"))  # loaded and deleted, none kept
         assert evaluated(root, "online") >= 1.0
-    finally:
-        if job:
-            agent(root, "job", "stop", job, "--grace", "2", env=ENV)
+    finally:  # every server job of the run (the extraction's, any the online training started), however far it got
+        Agent(root).clean_up()
 
     shutil.rmtree(run_dir / "hidden_states", ignore_errors=True)
     (run_dir / "hidden_states.offline").rename(run_dir / "hidden_states")

@@ -8,13 +8,15 @@ One journey on copies of the finished demo run (its prepared data, nothing extra
 killed -9: one line naming the serve host and its server. The same command again; after the next saved
 epoch the trainer is killed -9: one line naming it. The same command again finishes from the newest
 checkpoint, the serve host's server counting exactly one request a row an epoch it trained, and the draft
-scores like the offline (file on disk) draft of the same data.
+scores like the offline (file on disk) draft of the same data. Before all that, the same roles on the command
+line with an offline run config are refused, one line, before any step.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -122,6 +124,13 @@ def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_ss
 
     found: dict = {"workdirs": workdirs, "shared": shared, "config": config}
     try:
+        # roles on the command line only, with a run config that cannot carry them: refused before any step
+        offline = {key: value for key, value in config.items() if key != "hosts"}
+        offline["hidden_states"] = {"mode": "offline"}
+        (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(offline))
+        found["offline_refused"] = ended(launch())
+        (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(config))
+
         first = launch()
         while_running(first, lambda: epochs_saved(workdirs["gpu2"]) >= 1 and running_server(workdirs["gpu1"]),
                       "gpu2's first saved epoch")
@@ -144,6 +153,18 @@ def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_ss
     finally:
         for workdir in workdirs.values():
             Agent(workdir).clean_up()
+
+
+def test_roles_on_the_command_line_with_an_offline_run_are_refused_before_any_step(journey):
+    code, out, err = journey["offline_refused"]
+    assert code != 0, out[-2000:] + err[-3000:]
+    line = one_line_error((code, out, err))
+    assert f"runs/{RUN}.yaml" in line and "hidden_states.mode online" in line and "not offline" in line, line
+    job = re.search(r"job (pipeline-\S+) failed", line)
+    assert job, line
+    # the serve host's pipeline job ended at the run check: its summary has no step
+    summary = json.loads((journey["workdirs"]["gpu1"] / "logs" / f"{job[1]}.log").read_text().splitlines()[-1])
+    assert summary["ok"] is False and summary["steps"] == {} and summary["failed_step"] is None, summary
 
 
 def test_a_killed_server_on_the_serve_host_ends_the_run_with_one_line_naming_it(journey):

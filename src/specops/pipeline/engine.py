@@ -134,6 +134,10 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
 
         # a draft the run asks vLLM to serve and this host's vLLM cannot: one line before any step loads a model
         parity.check_servable(run, settings, when="before any step")
+        if context.train_ranks:  # roles from the command line, refused before a step as the run config's are
+            from specops.pipeline.training import roles
+
+            roles.refuse_unless_ready(run)
         order = [step(only)] if only else list(STEPS)
         for at, entry in enumerate(order):
             if entry.name in skip:

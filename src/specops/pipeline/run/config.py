@@ -34,6 +34,19 @@ from specops.pipeline.run.sections import (
 from specops.planning import ModelShape, ParallelSizes, resolve_sizes
 
 
+def roles_problem(hidden_states: HiddenStatesSettings) -> str | None:
+    """Why these hidden-state settings cannot carry a role split (serve hosts, a train host), or None: one
+    rule for the run config's `hosts: {serve, train}` and for --hosts "serve=..;train=.." given with it."""
+    if hidden_states.mode != "online":
+        return (f"serve and train roles take hidden_states.mode online (the trainer asks the serve hosts' "
+                f"servers), not {hidden_states.mode}; offline across hosts is a plain list of hosts (hosts: [a, b], "
+                "--hosts a,b)")
+    if hidden_states.shared_dir is None:
+        return ("serve and train roles need hidden_states.shared_dir, a folder every host sees at the same "
+                "path: the servers write the states there, the trainer reads them")
+    return None
+
+
 class RunConfig(_Strict):
     model: str = Field(min_length=1)
     trust_remote_code: bool = False
@@ -66,14 +79,8 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _roles_train_online(self) -> RunConfig:
-        if isinstance(self.hosts, HostRoles):
-            if self.hidden_states.mode != "online":
-                raise ValueError(f"hosts: serve and train roles take hidden_states.mode online (the trainer asks the "
-                                 f"serve hosts' servers), not {self.hidden_states.mode}; offline across hosts is "
-                                 "hosts: [a, b]")
-            if self.hidden_states.shared_dir is None:
-                raise ValueError("hosts: serve and train roles need hidden_states.shared_dir, a folder every host "
-                                 "sees at the same path: the servers write the states there, the trainer reads them")
+        if isinstance(self.hosts, HostRoles) and (problem := roles_problem(self.hidden_states)):
+            raise ValueError(f"hosts: {problem}")
         return self
 
     @field_validator("hosts")

@@ -22,11 +22,11 @@ epoch is missing or counted twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.contract.errors import CheckFailed
+from specops.contract.errors import BadInput
 from specops.pipeline.training import online
 
 if TYPE_CHECKING:
@@ -148,7 +148,6 @@ class RemoteServing:
     remote: RemoteServer
     placement: online.Placement
     watch: online.Watch
-    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         return {"host": self.remote.host, "job": self.remote.published["job"], "endpoint": self.remote.endpoint,
@@ -174,7 +173,10 @@ class RemoteServing:
                 "served_requests": served, "server": f"{self.remote.host}:{self.remote.published['job']}"}
 
 
-def refuse_unless_online(run: Run) -> None:
-    if run.config.hidden_states.mode != "online":
-        raise CheckFailed(f"{run.label}: serve and train hosts take hidden_states.mode online, not "
-                          f"{run.config.hidden_states.mode}")
+def refuse_unless_ready(run: Run) -> None:
+    """Before any step: roles given on the command line (--hosts "serve=..;train=..") meet the run config's
+    hidden-state settings by the rule its own `hosts: {serve, train}` meets (run.config.roles_problem)."""
+    from specops.pipeline.run.config import roles_problem
+
+    if problem := roles_problem(run.config.hidden_states):
+        raise BadInput(f"{run.label}: {problem}")

@@ -370,7 +370,6 @@ def train_pipeline_step(context: StepContext, *, gate: Gate | None = None,
     if context.train_ranks:  # a role split: this host serves, or trains against the serve hosts' servers
         from specops.pipeline.training import roles
 
-        roles.refuse_unless_online(run)
         if roles.is_serve_host(context):
             return roles.serve_for_trainers(context)
         return roles.train_against_servers(context, lambda remote: train_step(
