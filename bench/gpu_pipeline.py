@@ -418,10 +418,21 @@ def acceptance_of(entry: dict) -> float | None:
 
 
 def compare(paths: list[Path]) -> int:
-    """Which digests two runs share, and their acceptance."""
+    """Which digests two runs share, and their acceptance: per config both files hold, the first copy in A
+    (a label `run#1` of --repeat, or `run`) against the last in B (two calls on one warm machine, or one
+    --repeat file given twice)."""
     first, second = (json.loads(path.read_text())["runs"] for path in paths)
-    for run in sorted(set(first) & set(second)):
-        compare_entries(run, first[run], second[run])
+
+    def by_config(runs: dict) -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = {}
+        for label in runs:
+            grouped.setdefault(label.partition("#")[0], []).append(label)
+        return grouped
+
+    ones, twos = by_config(first), by_config(second)
+    for run in sorted(set(ones) & set(twos)):
+        one, two = ones[run][0], twos[run][-1]
+        compare_entries(f"{run} ({paths[0]}: {one}; {paths[1]}: {two})", first[one], second[two])
     return 0
 
 
