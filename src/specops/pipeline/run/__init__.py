@@ -12,6 +12,7 @@ from specops.pipeline.run.config import (
     derive_layer_ids,
     load_run_config,
     read_model_config,
+    roles_problem,
     text_config,
 )
 from specops.pipeline.run.context import Hosts, OneHost, StepContext, shares_of
@@ -37,4 +38,4 @@ __all__ = ["GUARD", "Acceptance", "DraftCounts", "EffectiveSettings", "EvaluateC
            "RunConfig", "RunPaths", "StepContext", "StepRecord", "StepReport", "StopIf", "TrainCounts",
            "check_run_name", "config_hash", "default_backend", "dependents", "derive_layer_ids", "file_digest",
            "file_sha256", "load_run_config", "model_digest", "package_versions", "read_model_config", "resolve",
-           "shares_of", "text_config", "tokenizer_digest"]
+           "roles_problem", "shares_of", "text_config", "tokenizer_digest"]

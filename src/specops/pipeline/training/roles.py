@@ -176,7 +176,7 @@ class RemoteServing:
 def refuse_unless_ready(run: Run) -> None:
     """Before any step: roles given on the command line (--hosts "serve=..;train=..") meet the run config's
     hidden-state settings by the rule its own `hosts: {serve, train}` meets (run.config.roles_problem)."""
-    from specops.pipeline.run.config import roles_problem
+    from specops.pipeline.run import roles_problem
 
     if problem := roles_problem(run.config.hidden_states):
         raise BadInput(f"{run.label}: {problem}")
