@@ -192,14 +192,15 @@ def test_loss_plot_is_a_png_with_validation_loss_epoch_marks_legend_and_units(tm
 
 @pytest.mark.wheels
 @pytest.mark.parametrize("name", ["speculators-0.9.0-cpu", "speculators-0.9.0-fused-loss",
-                                  "speculators-0.9.0-remote-code", "speculators-0.9.0-wrapper"])
+                                  "speculators-0.9.0-endpoints", "speculators-0.9.0-remote-code",
+                                  "speculators-0.9.0-wrapper"])
 def test_patch_set_replacements_match_the_pristine_wheel(name: str, tmp_path: Path) -> None:
     from tests.support.wheels import site_with
 
     site = site_with(tmp_path / "site", ("speculators", "0.9.0"))
     patch_set = load_set(REPO / "patches" / name)
     assert patch_set.package == "speculators"
-    # a GPU host never gets the CPU shims; the remote-code and wrapper fixes are for every host
+    # a GPU host never gets the CPU shims; the endpoints, remote-code and wrapper fixes are for every host
     assert patch_set.host == {"speculators-0.9.0-cpu": "cpu", "speculators-0.9.0-fused-loss": "gpu"}.get(name, "any")
     for patch in patch_set.patches:
         source = (site / (patch.module.replace(".", "/") + ".py")).read_text()

@@ -77,11 +77,13 @@ def one_line_error(result: tuple[int, str, str]) -> str:
     return error
 
 
-@pytest.fixture(scope="module")
-def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_sshd: SshServer  # noqa: F811
-            ) -> Iterator[dict]:
-    root = tmp_path_factory.mktemp("roles")
-    workdirs = {name: copy_of(finished, root / f"{name}-workdir") for name in ("gpu1", "gpu2")}
+def role_run(root: Path, finished, servers: dict[str, SshServer], roles: dict[str, list[str]], epochs: int | None = None
+             ) -> tuple[dict[str, Path], Path, Path, dict, Cli, dict[str, str]]:
+    """Copies of the finished demo run (its prepared data, nothing extracted, nothing trained) on each host of
+    `roles` (host name -> its sshd), the run config by role in online mode over a shared folder:
+    (workdirs, shared folder, runs folder, run config, cli, env)."""
+    names = [*roles["serve"], *roles["train"]]
+    workdirs = {name: copy_of(finished, root / f"{name}-workdir") for name in names}
     for workdir in workdirs.values():  # online: nothing extracted; nothing trained yet
         shutil.rmtree(workdir / "runs" / RUN / "hidden_states")
         shutil.rmtree(workdir / "runs" / RUN / "checkpoints")
@@ -89,22 +91,33 @@ def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_ss
     shared.mkdir()
     runs = root / "runs"
     runs.mkdir()
-    config = yaml.safe_load((workdirs["gpu1"] / "runs" / f"{RUN}.yaml").read_text())
+    config = yaml.safe_load((workdirs[names[0]] / "runs" / f"{RUN}.yaml").read_text())
     # the server is the run's (backend vllm); the answers and the evaluation stay the offline run's (hf), so
     # the two drafts differ only in where the states came from
-    config.update(backend="vllm", hosts={"serve": ["gpu1"], "train": ["gpu2"]})
-    config.setdefault("vllm", {})["port"] = two_free_ports()
+    config.update(backend="vllm", hosts=roles)
+    config.setdefault("vllm", {})["port"] = two_free_ports()  # serve host k listens on port + its rank
     config["regenerate"]["backend"] = "hf"
     config["evaluate"]["backend"] = "hf"
     config["hidden_states"] = {"mode": "online", "shared_dir": str(shared)}
     config["parity"] = {"serve": False}  # the gate's served request is tests/parity's
+    if epochs is not None:
+        config["train"]["epochs"] = epochs
     (runs / f"{RUN}.yaml").write_text(yaml.safe_dump(config))
     known_hosts = root / "known_hosts"
-    known_hosts.write_text(sshd.known_hosts_line() + second_sshd.known_hosts_line())
-    hosts = {name: ssh_host(server, workdirs[name], known_hosts, envs={"serve": str(VLLM_PYTHON)})
-             for name, server in (("gpu1", sshd), ("gpu2", second_sshd))}
-    cli = Cli(write_inventory(root / "inventory.yaml", hosts, default="gpu1"), root / "logs")
+    known_hosts.write_text("".join({server.known_hosts_line() for server in servers.values()}))
+    hosts = {name: ssh_host(servers[name], workdirs[name], known_hosts, envs={"serve": str(VLLM_PYTHON)})
+             for name in names}
+    cli = Cli(write_inventory(root / "inventory.yaml", hosts, default=names[0]), root / "logs")
     env = {"SPECOPS_RUNS_DIR": str(runs), "SPECOPS_FETCHED": str(root / "fetched"), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return workdirs, shared, runs, config, cli, env
+
+
+@pytest.fixture(scope="module")
+def journey(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_sshd: SshServer  # noqa: F811
+            ) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("roles")
+    workdirs, shared, runs, config, cli, env = role_run(
+        root, finished, {"gpu1": sshd, "gpu2": second_sshd}, {"serve": ["gpu1"], "train": ["gpu2"]})
     argv = ("pipeline", "--run", RUN, "--hosts", ROLES, "--json")
 
     def launch() -> subprocess.Popen:
@@ -213,3 +226,40 @@ def test_the_role_split_draft_scores_like_the_offline_draft_of_the_same_data(jou
     ours = json.loads(out)["evaluation"]["report"]["mean_acceptance_length"]
     offline = finished[1]["evaluation"]["report"]["mean_acceptance_length"]
     assert abs(ours - offline) <= 0.1, (ours, offline)
+
+
+@pytest.fixture(scope="module")
+def two_servers(finished, patched_vllm, tmp_path_factory, sshd: SshServer, second_sshd: SshServer  # noqa: F811
+                ) -> Iterator[dict]:
+    """Two serve hosts (gpu1, gpu3: one sshd, two workdirs) and one train host, one epoch, one launch."""
+    root = tmp_path_factory.mktemp("two-servers")
+    workdirs, shared, _runs, config, cli, env = role_run(
+        root, finished, {"gpu1": sshd, "gpu3": sshd, "gpu2": second_sshd},
+        {"serve": ["gpu1", "gpu3"], "train": ["gpu2"]}, epochs=1)
+    try:
+        done = cli("pipeline", "--run", RUN, "--json", "--port", str(two_free_ports()), timeout=LAUNCH_TIMEOUT_S, **env)
+        yield {"workdirs": workdirs, "shared": shared, "config": config,
+               "done": (done.exit_code, done.stdout, done.stderr)}
+    finally:
+        for workdir in workdirs.values():
+            Agent(workdir).clean_up()
+
+
+def test_two_serve_hosts_each_answer_their_share_of_one_trainers_rows(two_servers):
+    code, out, err = two_servers["done"]
+    assert code == 0, out[-3000:] + err[-6000:]
+    summary = json.loads(out)
+    assert summary["ok"] is True and summary["saved_on"] == "gpu2"
+    assert summary["roles"]["served_by"] == "gpu1,gpu3"
+    accounting = summary["roles"]["accounting"]
+    each = accounting["served_by_host"]
+    # row i asks server i mod 2 (patch set speculators-0.9.0-endpoints): halves, nothing lost or asked twice
+    assert set(each) == {"gpu1", "gpu3"} and min(each.values()) > 0, accounting
+    assert abs(each["gpu1"] - each["gpu3"]) <= accounting["epochs_trained"], accounting
+    assert accounting["served_requests"] == accounting["expected_requests"] == \
+        accounting["rows"] * accounting["epochs_trained"], accounting
+    assert [path for path in two_servers["shared"].rglob("*") if path.is_file()] == []
+    for serve_host in ("gpu1", "gpu3"):  # neither serve host trains
+        assert not (two_servers["workdirs"][serve_host] / "runs" / RUN / "checkpoints").exists()
+    evaluation = summary["evaluation"]
+    assert evaluation["report"]["mean_acceptance_length"] >= evaluation["untrained"]["mean_acceptance_length"]

@@ -137,7 +137,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
         if context.train_ranks:  # roles from the command line, refused before a step as the run config's are
             from specops.pipeline.training import roles
 
-            roles.refuse_unless_ready(run)
+            roles.refuse_unless_ready(context)
         order = [step(only)] if only else list(STEPS)
         for at, entry in enumerate(order):
             if entry.name in skip:

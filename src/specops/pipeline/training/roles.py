@@ -22,11 +22,11 @@ epoch is missing or counted twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.contract.errors import BadInput
+from specops.contract.errors import BadInput, CheckFailed
 from specops.pipeline.training import online
 
 if TYPE_CHECKING:
@@ -75,69 +75,114 @@ def serve_for_trainers(context: StepContext) -> StepReport:
 
 
 def train_against_servers(context: StepContext, train: Any) -> StepReport:
-    """A train host's part: `train(remote)` (training.step.train_step with the chosen server) trains."""
+    """A train host's part: `train(remote)` (training.step.train_step with its servers) trains."""
     hosts = context.hosts
     hosts.all_gather(VERIFIERS, str(context.run.model_path))
     servers = [entry for entry in hosts.all_gather(ENDPOINTS, None) if entry is not None]
-    # each train host asks one server (speculators 0.9's trainer takes one --vllm-endpoint)
-    chosen = servers[list(context.train_ranks).index(hosts.rank) % len(servers)]
-    remote = RemoteServer(chosen, hosts.names.index(chosen["host"]), context)
+    # train host j asks the serve hosts whose place is j mod the train hosts (`train:` is one host: all of
+    # them); several servers need the trainer's endpoint list (patch set speculators-0.9.0-endpoints)
+    place, count = list(context.train_ranks).index(hosts.rank), len(context.train_ranks)
+    mine = [entry for index, entry in enumerate(servers) if index % count == place % len(servers)] or servers[:1]
+    if len(mine) > 1:
+        refuse_without_endpoint_list(len(mine))
+    remote = RemoteServers(mine, context)
     document = train(remote)
     hosts.all_gather(TRAINED, {"host": context.name, "saver": hosts.rank})
     return {**document, "role": "train", "saver": hosts.rank, "saved_on": context.name,
             "roles": {"served_by": remote.host, "endpoint": remote.endpoint, "accounting": document.get("accounting")}}
 
 
-@dataclass
-class RemoteServer:
-    """The serve host's server as the train host sees it: its endpoint, whether it answers, its counters."""
+ENDPOINT_LIST = "speculators-0.9.0-endpoints"
 
-    published: dict[str, Any]
-    serve_rank: int
+
+def refuse_without_endpoint_list(servers: int, *, before_patches: bool = False) -> None:
+    """Several servers for one trainer: only where this host's speculators takes a list of endpoints (the
+    patch set applied; `before_patches`: at the run check, before the patches step, the set fits)."""
+    from specops.patching import apply_sets, verify_sets
+
+    checked = apply_sets([ENDPOINT_LIST], dry_run=True) if before_patches else verify_sets([ENDPOINT_LIST])
+    entry = next(iter(checked.get("sets", [])), {})
+    if not checked.get("ok") or not entry.get("applicable"):
+        why = entry.get("reason") or entry.get("detail") or checked.get("error") or "not applied"
+        raise CheckFailed(f"{servers} serve hosts for one trainer need speculators to ask several servers (patch "
+                          f"set {ENDPOINT_LIST}: {why}); name one serve host, or install speculators 0.9.0")
+
+
+@dataclass
+class RemoteServers:
+    """The serve hosts' servers as the train host sees them: their endpoints (the trainer's row i asks
+    server i mod n), whether each answers, their counters summed."""
+
+    published: list[dict[str, Any]]
     context: StepContext
-    served_before: float | None = None
-    _unanswered: int = 0
+    served_before: dict[str, float | None] = field(default_factory=dict)
+    _unanswered: dict[str, int] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
-        return self.published["endpoint"]
+        """speculators' --vllm-endpoint: one server, or the comma-separated list of them."""
+        return ",".join(entry["endpoint"] for entry in self.published)
 
     @property
     def host(self) -> str:
-        return self.published["host"]
+        return ",".join(entry["host"] for entry in self.published)
 
-    def counters(self) -> dict[str, float] | None:
+    @property
+    def jobs(self) -> str:
+        return ", ".join(f"{entry['host']}:{entry['job']}" for entry in self.published)
+
+    def readings(self) -> dict[str, dict[str, float] | None]:
+        """Each serve host's server's request counters (vLLM's /metrics), None where it does not answer."""
         from specops.pipeline.vllm import request_counters
 
-        return request_counters(int(self.published["port"]), address=self.published["address"])
+        return {entry["host"]: request_counters(int(entry["port"]), address=entry["address"])
+                for entry in self.published}
+
+    def counters(self) -> dict[str, float] | None:
+        """Every server's request counters summed; None while any of them does not answer."""
+        readings = list(self.readings().values())
+        if any(reading is None for reading in readings):
+            return None
+        return {key: sum(reading[key] for reading in readings) for key in readings[0]}  # type: ignore[index]
+
+    def served_since(self) -> dict[str, float | None]:
+        """Each server's finished requests since `serving` began (None where unknown)."""
+        now = self.readings()
+        return {host: None if reading is None or self.served_before.get(host) is None
+                else reading["finished"] - self.served_before[host]  # type: ignore[operator]
+                for host, reading in now.items()}
 
     def problem(self) -> str | None:
-        """None while the server answers and its host's engine is heard; else one line naming the host."""
+        """None while every server answers and the serve hosts' engines are heard; else one line naming
+        the host."""
+        from specops.pipeline.vllm import request_counters
+
         gone = self.context.hosts.gone()
         if gone:
             return f"serve host {gone}"
-        if self.counters() is None:
-            self._unanswered += 1
-            if self._unanswered >= DOWN_LOOKS:
-                return (f"serve host {self.host}: its vLLM server (job {self.published['job']}, {self.endpoint}) "
+        for entry in self.published:
+            if request_counters(int(entry["port"]), address=entry["address"]) is not None:
+                self._unanswered[entry["host"]] = 0
+                continue
+            self._unanswered[entry["host"]] = looks = self._unanswered.get(entry["host"], 0) + 1
+            if looks >= DOWN_LOOKS:
+                return (f"serve host {entry['host']}: its vLLM server (job {entry['job']}, {entry['endpoint']}) "
                         f"stopped answering during training")
-        else:
-            self._unanswered = 0
         return None
 
     def placement(self, gpus: int) -> online.Placement:
-        """Every GPU of the train host is the trainer's: the server runs elsewhere."""
+        """Every GPU of the train host is the trainer's: the servers run elsewhere."""
         every = tuple(range(gpus))
         return online.Placement("remote", (), every, None, f"the server runs on {self.host}")
 
     def serving(self, run: Run, placement: online.Placement) -> RemoteServing:
         from specops.pipeline.extraction import budget_bytes
 
-        self.served_before = (self.counters() or {}).get("finished")
-        folders = (run.paths.hidden_states, Path(self.published["staging"]))
+        self.served_before = {host: None if reading is None else reading["finished"]
+                              for host, reading in self.readings().items()}
+        folders = (run.paths.hidden_states, *(Path(entry["staging"]) for entry in self.published))
         watch = online.Watch(folders, budget_bytes(run.config.hidden_states.disk_budget_gb), self.problem,
-                             run.paths.run_dir / online.STATE_FILE, counters=self.counters,
-                             server_job=f"{self.host}:{self.published['job']}")
+                             run.paths.run_dir / online.STATE_FILE, counters=self.counters, server_job=self.jobs)
         return RemoteServing(self, placement, watch)
 
 
@@ -145,13 +190,13 @@ class RemoteServer:
 class RemoteServing:
     """online.Serving's face for a server on another host (train_step drives either)."""
 
-    remote: RemoteServer
+    remote: RemoteServers
     placement: online.Placement
     watch: online.Watch
 
     def describe(self) -> dict[str, Any]:
-        return {"host": self.remote.host, "job": self.remote.published["job"], "endpoint": self.remote.endpoint,
-                "staging": self.remote.published["staging"]}
+        return {"host": self.remote.host, "job": self.remote.jobs, "endpoint": self.remote.endpoint,
+                "staging": [entry["staging"] for entry in self.remote.published]}
 
     def trainer_env(self) -> dict[str, str]:
         return {}
@@ -166,17 +211,23 @@ class RemoteServing:
 
     def accounting(self, rows: int, first_epoch: int, epochs: int) -> dict[str, Any]:
         """The server's requests during this launch beside what the epochs it trained ask for."""
-        after = (self.remote.counters() or {}).get("finished")
-        served = None if after is None or self.remote.served_before is None else after - self.remote.served_before
+        each = self.remote.served_since()
+        served = None if None in each.values() else sum(each.values())  # type: ignore[arg-type]
         trained = epochs - first_epoch
         return {"rows": rows, "epochs_trained": trained, "expected_requests": rows * trained,
-                "served_requests": served, "server": f"{self.remote.host}:{self.remote.published['job']}"}
+                "served_requests": served, "server": self.remote.jobs,
+                "served_by_host": each}
 
 
-def refuse_unless_ready(run: Run) -> None:
+def refuse_unless_ready(context: StepContext) -> None:
     """Before any step: roles given on the command line (--hosts "serve=..;train=..") meet the run config's
-    hidden-state settings by the rule its own `hosts: {serve, train}` meets (run.config.roles_problem)."""
+    hidden-state settings by the rule its own `hosts: {serve, train}` meets (run.config.roles_problem); a
+    train host with several serve hosts can ask them all."""
     from specops.pipeline.run import roles_problem
 
+    run = context.run
     if problem := roles_problem(run.config.hidden_states):
         raise BadInput(f"{run.label}: {problem}")
+    serve_hosts = context.hosts.count - len(context.train_ranks)
+    if context.hosts.rank in context.train_ranks and serve_hosts > len(context.train_ranks):
+        refuse_without_endpoint_list(serve_hosts, before_patches=True)

@@ -21,7 +21,7 @@ from specops.host import gpus
 from specops.pipeline.training import command as train
 from specops.pipeline.training import epochs as epochs_room
 from specops.pipeline.training import metrics, online, plot, vocab
-from specops.pipeline.training.roles import RemoteServer, RemoteServing
+from specops.pipeline.training.roles import RemoteServers, RemoteServing
 
 TRAIN_SHARE = 0.9  # speculators' data/train_data_ratio default
 DEFAULT_TOTAL_SEQ_LEN = 8192  # speculators' --total-seq-len default
@@ -188,7 +188,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
                scorer: Callable[[], epochs_room.Scorer | None] | None = None,
                planned: dict[str, Any] | None = None,
                peers: Callable[..., str | None] | None = None,
-               remote: RemoteServer | None = None) -> tuple[int, dict]:
+               remote: RemoteServers | None = None) -> tuple[int, dict]:
     """Train (or resume, or skip); with `nodes`, as one node of a torchrun group over several hosts.
 
     gate(plan, gpus): the parity gate (the parity room), run before anything trains; it raises CheckFailed
@@ -197,7 +197,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     planned: the plan's placement of server and trainer for an online or hybrid run (the caller plans).
     peers: across hosts, the engine's rendezvous (`Hosts.gone`): a host that fails or goes silent while the
     trainer runs stops it, and the step fails naming that host (training.peers).
-    remote: a role split's train host: the server it asks runs on a serve host (training.roles)."""
+    remote: a role split's train host: the servers it asks run on the serve hosts (training.roles)."""
     # first: the group's pre-launch dry run checks this host's training network before anything else;
     # the host's own settings win, as with thread counts: an operator may know better than the inventory
     collectives = {key: os.environ.get(key, value)
