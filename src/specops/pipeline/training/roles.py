@@ -79,10 +79,11 @@ def train_against_servers(context: StepContext, train: Any) -> StepReport:
     hosts = context.hosts
     hosts.all_gather(VERIFIERS, str(context.run.model_path))
     servers = [entry for entry in hosts.all_gather(ENDPOINTS, None) if entry is not None]
-    # train host j asks the serve hosts whose place is j mod the train hosts (`train:` is one host: all of
-    # them); several servers need the trainer's endpoint list (patch set speculators-0.9.0-endpoints)
+    # train host j asks serve hosts j, j + T, j + 2T ... of the T train hosts (as serve host k serves under
+    # train host k mod T's path); `train:` is one host, so: all of them. Several servers need the trainer's
+    # endpoint list (patch set speculators-0.9.0-endpoints)
     place, count = list(context.train_ranks).index(hosts.rank), len(context.train_ranks)
-    mine = [entry for index, entry in enumerate(servers) if index % count == place % len(servers)] or servers[:1]
+    mine = servers[place::count] or [servers[place % len(servers)]]
     if len(mine) > 1:
         refuse_without_endpoint_list(len(mine))
     remote = RemoteServers(mine, context)
