@@ -6,10 +6,11 @@ servers on some hosts, the trainer on another, the states on a folder both see (
                  writes each row's states into its own folder under shared_dir. It publishes its endpoint at
                  the rendezvous, then waits for the training: a train host that fails or goes silent ends the
                  wait with that host's one line.
-    train host   speculators' trainer, the consumer (`--vllm-endpoint` the serve host's server, `--on-missing
-                 generate`): it loads each row's file from the shared folder and deletes it. Watched: the
-                 server answering, the serve host's engine heard, the disk budget; the first that fails stops
-                 the trainer with one line naming the serve host.
+    train host   speculators' trainer, the consumer (`--vllm-endpoint` the serve hosts' servers, `--on-missing
+                 generate`; several: a list, row i asking server i mod n, patch set speculators-0.9.0-endpoints):
+                 it loads each row's file from the shared folder and deletes it. Watched: each server
+                 answering, the serve hosts' engines heard, the disk budget; the first that fails stops the
+                 trainer with one line naming the serve host.
 The same command resumes from the newest checkpoint (the engine skips what is done; speculators resumes).
 
 Sample accounting: the serve host's server counts its finished requests (vLLM's request_success_total). The
