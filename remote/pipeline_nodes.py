@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from remote.ssh import Connection
 
 Check = Callable[["Connection", "Host"], Any]  # run check + doctor of one host (from the task)
-SERVE_PYTHON = {"SPECOPS_SERVE_PYTHON": "serve"}
+SERVE_PYTHON = {commandline.SERVE_PYTHON_ENV: "serve"}
 JOB = "pipeline"
 RDZV_PORT = 29400  # the rendezvous's port on the first host unless --port (the training meets at PORT+1)
 

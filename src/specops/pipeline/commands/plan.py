@@ -16,6 +16,14 @@ from specops.host.paths import workdir
 
 
 def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    """Planned with the serve env the run's jobs will have (--serve-python): its vLLM's loads and live servers."""
+    from specops.pipeline.vllm import serving_from
+
+    with serving_from(args.serve_python):
+        return _planned(args)
+
+
+def _planned(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run, planned_config
     from specops.pipeline.run import Run
 

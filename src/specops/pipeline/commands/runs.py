@@ -27,7 +27,15 @@ def run_show(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     """Exit 0, or 2 with one line (file, key, what): the config's keys and values, then what needs
     the target's config (layer_ids against its layer count) when the target is on this host. `busy`:
-    who holds the run on this host now, if anyone (a step launched now would be refused)."""
+    who holds the run on this host now, if anyone (a step launched now would be refused). Judged with the
+    serve env the launched job will have (--serve-python): its vLLM, and the servers that fit it."""
+    from specops.pipeline.vllm import serving_from
+
+    with serving_from(args.serve_python):
+        return _run_check(args)
+
+
+def _run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.jobs import runlock
     from specops.pipeline.data import open_run
 
@@ -48,6 +56,7 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     launched = parsed(args.launch) if args.launch else None
     # the settings the launch will run with, made as its own entry makes them (this --backend: the launch's)
     settings = enter(run, backend=args.backend, **settings_flags(launched)).settings
+    document["settings"] = settings.describe()  # what the launch will run with: its serve env, its vLLM
     backend = settings.backend  # its port held: exit 2 before any job
     vllm.check_before_run(run, backend, workdir(),
                           later=later_needs(run, settings.gpus, backend) if args.pipeline else ())

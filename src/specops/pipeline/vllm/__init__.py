@@ -9,6 +9,7 @@ from specops.pipeline.vllm.command import (
     needs_scale_out,
     serve_dtype,
     serve_env_version,
+    serving_from,
     staging_dir,
 )
 from specops.pipeline.vllm.counters import request_counters
@@ -68,6 +69,7 @@ __all__ = [
     "served_models",
     "server_loads",
     "serves",
+    "serving_from",
     "staging_dir",
     "start_job",
     "start_server",

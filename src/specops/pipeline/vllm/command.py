@@ -14,14 +14,17 @@ after the last layer, before the final norm.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specops.contract.commandline import SERVE_PYTHON_ENV
 from specops.contract.errors import BadInput
 from specops.doctor import CPUINFO_ENV, native_rotary_args
 from specops.pipeline.run import Run
@@ -33,7 +36,6 @@ from specops.planning import ParallelSizes
 SCALE_OUT_FROM = (0, 30)
 
 
-SERVE_PYTHON_ENV = "SPECOPS_SERVE_PYTHON"
 
 
 def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
@@ -44,6 +46,25 @@ def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
         origin = "serve_python" if serve_python else SERVE_PYTHON_ENV if os.environ.get(SERVE_PYTHON_ENV) else "python"
         raise BadInput(f"{origin}: the serve env's interpreter {path} is not a file (inventory envs.serve)")
     return path
+
+
+@contextlib.contextmanager
+def serving_from(serve_python: str | None) -> Iterator[None]:
+    """Judge the run here as its launched job will: with the serve env the job's environment names (the
+    launch sets SPECOPS_SERVE_PYTHON from the inventory's envs.serve), so that run check and plan read the
+    vLLM the job's server runs, not this env's. None: the environment as it is."""
+    if not serve_python:
+        yield
+        return
+    before = os.environ.get(SERVE_PYTHON_ENV)
+    os.environ[SERVE_PYTHON_ENV] = serve_python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SERVE_PYTHON_ENV, None)
+        else:
+            os.environ[SERVE_PYTHON_ENV] = before
 
 
 def staging_dir(run: Run) -> Path:
