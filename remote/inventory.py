@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from remote.errors import BadInput
+from specops.contract.commandline import SERVE_PYTHON_ENV
 from specops.contract.protocol import name_problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -156,6 +157,12 @@ class Host:
         if role and role in self.envs:
             return self.envs[role]
         return self.python
+
+    def job_env(self) -> dict[str, str]:
+        """What every agent job of a run gets from this host: its serve env (envs.serve) as SPECOPS_SERVE_PYTHON.
+        Every job, not a chosen few: a step runs the steps it reads (prepare runs regenerate, which may serve),
+        and each judges vLLM where the run's server runs."""
+        return {SERVE_PYTHON_ENV: self.envs["serve"]} if "serve" in self.envs else {}
 
 
 _RULES: dict[str, Callable[[Any], Any]] = {

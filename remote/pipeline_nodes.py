@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from remote.ssh import Connection
 
 Check = Callable[["Connection", "Host"], Any]  # run check + doctor of one host (from the task)
-SERVE_PYTHON = {commandline.SERVE_PYTHON_ENV: "serve"}
 JOB = "pipeline"
 RDZV_PORT = 29400  # the rendezvous's port on the first host unless --port (the training meets at PORT+1)
 
@@ -266,7 +265,7 @@ def attach_or_launch(sessions: dict[str, HostSession], hosts: list[Host], run: s
     def start(host: Host, conn: Connection) -> str:
         args = engine_args(run, hosts, ranks[host.name], group, port, samples=samples, backend=backend,
                            skip_patches=skip_patches, alone=alone, train=train)
-        env = {variable: host.envs[role] for variable, role in SERVE_PYTHON.items() if role in host.envs}
+        env = host.job_env()
         meta = {"group": group, "hosts": [member.name for member in hosts], "doctor": preflights[host.name]}
         return launch(conn, host, name, agent_step_command(host, args, "train"), run=run, meta=meta,
                       env=env, wait=wait)["id"]

@@ -44,21 +44,20 @@ def chosen_run(session: HostSession, run: str | None) -> str:
 
 def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str], *, detach: bool,
                  json: bool, doctor: bool = False, skip_doctor: bool = False,
-                 env_role: str | None = None, role_pythons: dict[str, str] | None = None,
+                 env_role: str | None = None,
                  wait: bool = False, backend: str | None = None) -> dict[str, Any] | None:
     """Launch `python -m specops <argv>` (built by specops.contract.commandline) as job `name`, follow it, return its
     JSON result.
 
-    All on the session's one connection. role_pythons  {ENV_VAR: role}: the job gets ENV_VAR set to
-    the interpreter of the host's env of that role (inventory `envs`), when the host has one; e.g.
-    the serve env for extract.
+    All on the session's one connection. The job runs in the env of `env_role` (the default env without) and
+    gets the host's serve env (Host.job_env), as every job of a run does.
     """
     from remote.launch import agent_step_command, follow, launch
 
     host, conn = session.host, session.conn
     # bad config, or the run busy here: exit 2 before any job, record or output exists; `backend` (the run's,
     # extract's --backend): run check, the doctor and the step make the run's settings with the same one
-    env = {variable: host.envs[role] for variable, role in (role_pythons or {}).items() if role in host.envs}
+    env = host.job_env()  # every step job: the steps it reads may serve (prepare runs regenerate)
     check_run(conn, host, run_name, refuse_busy=not wait, backend=backend, launch=argv,
               serve_python=env.get(SERVE_PYTHON_ENV))
     meta: dict[str, Any] = {}
@@ -96,8 +95,7 @@ def regenerate(c, host=None, run=None, backend=None, stop_server=False, port=Non
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_regenerate(run=run_name, backend=backend or None, stop_server=stop_server, port=port)
-        result = run_step_job(session, run_name, "regenerate", argv, detach=detach, wait=wait, json=json,
-                              role_pythons={SERVE_PYTHON_ENV: "serve"})
+        result = run_step_job(session, run_name, "regenerate", argv, detach=detach, wait=wait, json=json)
     if result and not json:
         counts = result.get("counts") or {}
         print(f"regenerated {counts.get('rows')} answers for {counts.get('conversations')} conversations "
@@ -130,7 +128,7 @@ def extract(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fals
         argv = commandline.step_extract(run=run_name, samples=samples, backend=backend or None, stop_server=stop_server,
                                        port=port, retire=retire)
         run_step_job(session, run_name, "extract", argv, detach=detach, wait=wait, json=json, doctor=True,
-                     skip_doctor=skip_doctor, role_pythons={SERVE_PYTHON_ENV: "serve"}, backend=backend or None)
+                     skip_doctor=skip_doctor, backend=backend or None)
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["validate"].helps("fidelity_samples")})
@@ -196,10 +194,8 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh)
-        # the serve env: the parity gate reads the vLLM that will serve the draft (and asks it once)
         result = run_step_job(session, run_name, "train", argv, detach=detach, wait=wait, json=json, doctor=True,
-                              skip_doctor=skip_doctor, env_role="train",
-                              role_pythons={SERVE_PYTHON_ENV: "serve"})
+                              skip_doctor=skip_doctor, env_role="train")
     if result and not json:
         render_epochs(result.get("metrics") or [])
 
@@ -260,7 +256,7 @@ def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=
                                         backend=backend or None, sweep=sweep, concurrency=concurrency,
                                         sets=set_pairs(set_), reproduce=reproduce or None)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
-                              env_role="train", role_pythons={SERVE_PYTHON_ENV: "serve"})
+                              env_role="train")
     if result and not json:
         if result.get("sweep"):
             render_sweep(result["sweep"])

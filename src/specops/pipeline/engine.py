@@ -85,7 +85,8 @@ def run_step(name: str, context: StepContext, work: StepFunction, *, reads: bool
     """`step NAME`: the engine for the table up to NAME on one host (K = 1): with `reads` (prepare, extract),
     the steps NAME reads that the run turns on first, each by its room's function as the pipeline runs it
     (each skipped when unchanged; their reports in the context), then NAME's own work with its command's
-    flags (`work`, a function of the same context). Steps before NAME that it does not read are not run."""
+    flags (`work`, a function of the same context). Steps before NAME that it does not read are not run.
+    Returns NAME's report with the settings it ran with (`settings`, as the pipeline's summary shows them)."""
     if reads:
         context.reading_for = name
         functions = step_functions()
@@ -94,7 +95,7 @@ def run_step(name: str, context: StepContext, work: StepFunction, *, reads: bool
                 context.reports[entry.name] = functions[entry.name](context)
         context.reading_for = None
     context.reports[name] = report = work(context)
-    return report
+    return {**report, "settings": context.settings.describe()}
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,

@@ -93,11 +93,16 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
             raise BadInput(nodes.problems()[0])
     from specops.pipeline.training_hooks import train_hooks
 
-    def work(context: StepContext) -> dict:
-        return train_step(context.run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes,
-                          **train_hooks(context.run, context.settings))
+    codes: list[int] = []
 
-    return run_step("train", enter(Run(args.run)), work)
+    def work(context: StepContext) -> dict:  # the step's report is its document; its exit code beside it
+        code, document = train_step(context.run, args.fresh, args.epochs, args.gpus, args.dry_run, nodes,
+                                    **train_hooks(context.run, context.settings))
+        codes.append(code)
+        return document
+
+    document = run_step("train", enter(Run(args.run)), work)
+    return codes[0], document
 
 
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
