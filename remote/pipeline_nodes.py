@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from remote.session import HostSession
     from remote.ssh import Connection
 
-Check = Callable[["Connection", "Host"], Any]  # run check + doctor of one host (from the task)
+Check = Callable[["Connection", "Host", int], Any]  # run check + doctor of one host, by its rank (from the task)
 JOB = "pipeline"
 RDZV_PORT = 29400  # the rendezvous's port on the first host unless --port (the training meets at PORT+1)
 
@@ -254,12 +254,12 @@ def attach_or_launch(sessions: dict[str, HostSession], hosts: list[Host], run: s
                          f"{' but not on ' + ', '.join(missing) if missing else ' in another launch'}; let it end, "
                          f"or stop it (invoke stop --hosts {names} --job {name} --run {run}) before launching "
                          "another")
-    checked = fan_out(hosts, lambda host, conn: check(conn, host), sessions=sessions)
+    ranks = {host.name: rank for rank, host in enumerate(hosts)}
+    checked = fan_out(hosts, lambda host, conn: check(conn, host, ranks[host.name]), sessions=sessions)
     first_failure(checked, "check", "; nothing was launched on any host" if len(hosts) > 1 else "")
     if len(hosts) > 1:
         check_training_network(sessions, hosts, inventory_path, run, port)
     group = safe_name(f"{run}-{time.strftime('%Y%m%d-%H%M%S')}", "--run")
-    ranks = {host.name: rank for rank, host in enumerate(hosts)}
     preflights = {host: (outcome.value or {}).get("preflight") for host, outcome in checked.items()}
 
     def start(host: Host, conn: Connection) -> str:

@@ -220,9 +220,9 @@ def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any
     alone = Alone("train", epochs=epochs, fresh=fresh)
     launch_argv = commandline.pipeline(run=run_name, only="train", epochs=epochs, fresh=fresh)  # checked here
 
-    def check(conn, member):  # the config and the run busy there, then the doctor: exit 2 before any job
+    def check(conn, member, rank):  # the config and the run busy there, then the doctor: exit 2 before any job
         checked = check_run(conn, member, run_name, refuse_busy=True, launch=launch_argv,
-                            serve_python=member.envs.get("serve"))
+                            serve_python=member.envs.get("serve"), rank=rank)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor)}
 
     names = ", ".join(member.name for member in members)
@@ -318,9 +318,9 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
                                        backend=backend or None)  # checked before any host
     rendezvous_port = whole_flag(port, "--port") or RDZV_PORT
 
-    def check(conn, member):  # the run busy on a host (another job of it): exit 2 before the doctor
+    def check(conn, member, rank):  # the run busy on a host (another job of it): exit 2 before the doctor
         checked = check_run(conn, member, run_name, refuse_busy=not wait, pipeline=True, backend=backend or None,
-                            launch=launch_argv, serve_python=member.envs.get("serve"))
+                            launch=launch_argv, serve_python=member.envs.get("serve"), rank=rank)
         return {**checked, "preflight": preflight(conn, member, run_name, skip_doctor, backend or None,
                                                   as_patched=not skip_patches)}
 

@@ -55,7 +55,7 @@ def doctor_call(conn: Connection, host: Host, run: str | None,
 
 def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = False,
               pipeline: bool = False, backend: str | None = None, launch: list[str] | None = None,
-              serve_python: str | None = None) -> dict[str, Any]:
+              serve_python: str | None = None, rank: int = 0) -> dict[str, Any]:
     """The run config checked on the host BEFORE anything is launched (keys and values, and layer_ids
     against the target's layers): bad is one line naming this checkout's file, exit 2, nothing written.
     `refuse_busy`: also exit 2 when another job or step of the run runs there (before the doctor; the
@@ -63,11 +63,12 @@ def check_run(conn: Connection, host: Host, run: str, *, refuse_busy: bool = Fal
     `backend`: the run's --backend of the pipeline or step launched (else the run's own). `launch`: the agent
     argv about to be launched, whose own checks that need no model (its checkpoint, rows that would retire a
     training) come now. `serve_python`: the serve env the launched job's environment will name (its
-    SPECOPS_SERVE_PYTHON): the run is judged with that env's vLLM, as the job will run it."""
+    SPECOPS_SERVE_PYTHON): the run is judged with that env's vLLM, as the job will run it. `rank`: the host's
+    place among the run's hosts (its server's port is vllm.port + rank, as its engine's)."""
     from remote.agent import agent_call
 
     argv = commandline.run_check(run=run, pipeline=pipeline, backend=backend, serve_python=serve_python,
-                                 launch=launch)
+                                 node_rank=rank or None, launch=launch)
     result = agent_call(conn, host, argv, timeout=RUN_CHECK_TIMEOUT_S)
     if result.exit_code == 2:
         raise BadInput(local_config_name(str(result.document.get("error")), run))

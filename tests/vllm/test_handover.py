@@ -211,6 +211,21 @@ def test_a_server_its_run_still_owns_is_refused_at_launch_when_the_run_would_nee
     assert json.loads((held.owner / "state" / "jobs" / f"{held.job}.json").read_text())["state"] == "running"
 
 
+def test_run_check_judges_the_port_the_hosts_engine_serves_on(owned_fitting: Held) -> None:
+    """Node k of a run across hosts serves on vllm.port + k (two nodes on one machine never collide); its run
+    check judges that port, as its engine does before its first step."""
+    held = owned_fitting
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", env=ENV)
+    assert code == 2 and f"port {held.port} is held" in document["error"], document
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", "--node-rank", "1",
+                                  env=ENV)
+    # node 1's port, free unless another process took it meanwhile: then that is what is named, never node 0's
+    assert code == 0 or f"port {held.port + 1} is held" in document["error"], document
+    code, document, _ = run_agent(held.next, "run", "check", "--run", "tiny", "--pipeline", "--node-rank", "0",
+                                  env=ENV)
+    assert code == 2, document
+
+
 def test_the_plan_counts_no_load_for_a_live_server_that_fits_and_names_one_it_stops(
         kept_fitting: Held) -> None:
     held = kept_fitting

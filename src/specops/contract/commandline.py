@@ -159,12 +159,15 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
             (RUN, Flag("no_plot", help="only the table (quick, for `invoke status`)"))),
 )}
 
+# a host's place among a run's hosts: the engine's, and run check's judging the port that host's server takes
+NODE_RANK = Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous; its vLLM server "
+                 "listens on vllm.port + it)")
 PIPELINE = Command(
     ("pipeline",), "every step of a run, each skipped when unchanged",
     (RUN, Flag("samples", WHOLE, help="samples to prepare and extract"), Flag("backend", BACKEND, help="hf | vllm"),
      Flag("skip_patches", help="do not apply/verify this host's patch sets"),
      Flag("hosts", HOSTS, help="the run's hosts by node rank, comma-separated (a run across hosts)"),
-     Flag("node_rank", COUNT, help="this host's place in --hosts (0 hosts the rendezvous)"),
+     NODE_RANK,
      Flag("rendezvous", ENDPOINT, help="HOST0:PORT where the nodes meet (the training meets at PORT+1)"),
      Flag("group", NAME, help="this launch's id, the same on every node"), LOCAL_ADDR, INTERFACE,
      Flag("train_hosts", HOSTS, help="the hosts of --hosts that train, the others serve (hosts: {serve, train})"),
@@ -197,7 +200,7 @@ RUN_CHECK = Command(("run", "check"), "check a run config before anything is lau
                                "port that its run still owns when a later step needs the port or the GPUs"),
                      Flag("backend", BACKEND, help="the launch's --backend for the run (pipeline, step extract; "
                           "default: the run's own)"),
-                     SERVE_PYTHON,
+                     SERVE_PYTHON, NODE_RANK,
                      Flag("launch", COMMAND, rest=True, help="-- then the agent command about to be launched "
                           "(`step evaluate --run R --checkpoint 3`): its checks that need no model, made now")))
 RUN_RESTORE = Command(("run", "restore"), "bring back what a retirement set aside in <run>/retired/ (what is there "

@@ -28,9 +28,7 @@ from specops.doctor import (
 Pending = Callable[[ModuleIndex, list[str]], list[dict]]
 
 # the flags, and which go together, are DOCTOR in specops.contract.commandline (the builder's too); their helps:
-HELPS = {"serve_python": "the serve env's interpreter (inventory envs.serve): vLLM is judged there "
-                         f"(default: ${SERVE_PYTHON_ENV}, else this env)",
-         "checks": f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)"}
+HELPS = {"checks": f"comma-separated subset of {','.join(CHECKS)} (default: all that apply)"}
 
 
 def options(args: argparse.Namespace) -> tuple[list[str] | None, str | None]:

@@ -58,7 +58,7 @@ def _run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     settings = enter(run, backend=args.backend, **settings_flags(launched)).settings
     document["settings"] = settings.describe()  # what the launch will run with: its serve env, its vLLM
     backend = settings.backend  # its port held: exit 2 before any job
-    vllm.check_before_run(run, backend, workdir(),
+    vllm.check_before_run(run, backend, workdir(), rank=args.node_rank or 0,
                           later=later_needs(run, settings.gpus, backend) if args.pipeline else ())
     if args.launch:  # the launch's own checks that need no model (its checkpoint, rows it would retire)
         document["launch"] = before_launch(run, launched, settings)
