@@ -162,7 +162,9 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         concurrency = evaluation.parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
         document = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.sweep(
             c.run, c.settings, tokens, concurrency, args.checkpoint, args.prompts))
-        return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document}
+        settings = document.pop("settings")  # the command's, beside the sweep (sweep.json is the sweep alone)
+        return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document,
+                   "settings": settings}
     if args.reproduce is not None:  # with the record's backend, as the record's evaluation made its settings
         context = enter(run, evaluate=evaluation.recorded_backend(args.reproduce))
         document = run_step("evaluate", context, lambda c: evaluation.reproduce(c.run, c.settings, args.reproduce))
