@@ -41,6 +41,9 @@ def _false_errors(document: dict) -> list[str]:
 
 def _vllm_run(root: Path) -> Path:
     shutil.copytree(REPO / "runs", root / "runs", dirs_exist_ok=True)
+    # the patch sets beside the runs, as the agent's bundle puts them in a host's workdir: on a fresh serve env
+    # the doctor names the set that fixes its dying `vllm` from there
+    shutil.copytree(REPO / "patches", root / "patches", dirs_exist_ok=True)
     edit_run(root / "runs" / "tiny.yaml", backend="vllm")
     return root
 

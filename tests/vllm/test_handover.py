@@ -267,6 +267,14 @@ def test_run_check_and_plan_judge_the_run_with_the_serve_env_its_job_will_have(k
     assert document["loads"]["reused"] == 1
 
 
+@pytest.mark.parametrize("command", [("run", "check", "--pipeline"), ("plan",)])
+def test_a_serve_env_that_is_not_there_is_one_line_before_anything_is_judged(workdirs, command) -> None:
+    missing = str(workdirs[2] / "no-such-env" / "bin" / "python")
+    code, document, _ = run_agent(workdirs[2], *command, "--run", "tiny", "--serve-python", missing, isolated=True)
+    assert code == 2, document
+    assert document["error"] == f"--serve-python {missing}: no such interpreter (inventory envs.serve)"
+
+
 def test_invoke_judges_the_launch_in_the_hosts_serve_env(owned_from_serve_env: Held, tmp_path: Path) -> None:
     """The workstation hands the host's envs.serve to the run check: the server its run still owns is refused
     for what the job would find (its later steps need the port), not for a vLLM program it would not run."""

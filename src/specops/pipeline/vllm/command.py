@@ -52,10 +52,13 @@ def choose_serve_python(serve_python: str | os.PathLike[str] | None) -> Path:
 def serving_from(serve_python: str | None) -> Iterator[None]:
     """Judge the run here as its launched job will: with the serve env the job's environment names (the
     launch sets SPECOPS_SERVE_PYTHON from the inventory's envs.serve), so that run check and plan read the
-    vLLM the job's server runs, not this env's. None: the environment as it is."""
+    vLLM the job's server runs, not this env's. None: the environment as it is. One that is not there is bad
+    input, as the doctor says it: the job's server could not start."""
     if not serve_python:
         yield
         return
+    if not Path(serve_python).is_file():
+        raise BadInput(f"--serve-python {serve_python}: no such interpreter (inventory envs.serve)")
     before = os.environ.get(SERVE_PYTHON_ENV)
     os.environ[SERVE_PYTHON_ENV] = serve_python
     try:
