@@ -79,7 +79,10 @@ def forget_current(host: Host) -> None:
 
 def agent_argv(host: Host, args: Sequence[str], *, env_role: str | None, digest: str, install: bool) -> list[str]:
     """`sh -c PRELUDE` with the prelude's four positional parameters, then the agent's arguments."""
-    prelude_args = [host.workdir, digest, host.env_python(env_role), bundle_module.INSTALL_SCRIPT if install else ""]
+    from remote.revision import revision_note
+
+    script = bundle_module.install_script(revision_note(digest)) if install else ""
+    prelude_args = [host.workdir, digest, host.env_python(env_role), script]
     return ["sh", "-c", _PRELUDE, "specops-agent", *prelude_args, *args]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from functools import cache
 
@@ -25,3 +26,9 @@ def current_revision() -> dict[str, object]:
     oid = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
     return {"commit": None if oid in (None, "(initial)") else oid,
             "dirty": any(not line.startswith("#") for line in lines)}
+
+
+def revision_note(bundle_digest: str) -> str:
+    """state/revision.json as a host keeps it beside its copy of the agent: the revision, and the bundle it
+    describes (the agent believes the note only while state/agent.sha256 names that bundle)."""
+    return json.dumps({**current_revision(), "bundle": bundle_digest}) + "\n"

