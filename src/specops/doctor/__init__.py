@@ -26,6 +26,7 @@ from specops.doctor._serve_env import (
     vllm_version,
 )
 from specops.doctor._serving import EVALUATE_ANYWAY
+from specops.doctor._training_free import Support, training_free_support
 from specops.doctor.checks import CHECKS, run_doctor
 from specops.doctor.settings import RunSettings, parse_run_json
 
@@ -33,9 +34,10 @@ RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningl
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
 __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
-           "AttentionReading", "AuxRule", "Capture", "RunSettings", "aux_capture", "aux_rule", "chosen_serve_python",
-           "diagnose", "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build",
-           "native_rotary_args", "parse_run_json", "read_attention", "site_path", "vllm_path", "vllm_version"]
+           "AttentionReading", "AuxRule", "Capture", "RunSettings", "Support", "aux_capture", "aux_rule",
+           "chosen_serve_python", "diagnose", "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path",
+           "is_cpu_build", "native_rotary_args", "parse_run_json", "read_attention", "site_path",
+           "training_free_support", "vllm_path", "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,

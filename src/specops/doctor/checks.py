@@ -34,6 +34,7 @@ from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writ
 from specops.doctor._serve_env import is_cpu_build, serve_view, vllm_version
 from specops.doctor._serving import DRAFT_MODEL_TYPE, attention_items, check_serving
 from specops.doctor._target import check_target
+from specops.doctor._training_free import training_free_items
 from specops.doctor.settings import RunSettings
 from specops.host.gpus import device_count
 from specops.host.installed import distributions, normalise
@@ -132,6 +133,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
               + attention_items(serving, settings, versions["vllm"], platform)
               + aux_items(serving, versions["vllm"], facts.get("layer_ids"), facts.get("layers"))
               + connector_items(serving, settings.hidden_states_backend, versions["vllm"])
+              + training_free_items(serving)  # what `evaluate --compare` serves without training
               + cached_items("http", [versions], serving, lambda: http_items(serving, versions), cache_hits))
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)
