@@ -249,7 +249,7 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
 
 
 @task(help={"host": "inventory host",
-            "job": "job id or name (newest of that name); default: the one running job of the run",
+            "job": "job id or name (newest of that name); default: every running job of the run",
             "run": "the run (default: the host's run)", "json": "one JSON document on stdout",
             "hosts": "stop the named job on several hosts at once (a training across hosts: --job train)",
             "all_hosts": "on every inventory host"})
@@ -257,13 +257,13 @@ def logs(c, host=None, job=None, follow_=False, lines=40, json=False):
 def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=False):
     """End a job: its whole process group (SIGTERM, then SIGKILL), recorded as stopped.
 
-    Without --job: the run's running job when there is exactly one; with several, they are listed (exit 2).
+    Without --job: the run, whole: its running step or pipeline first (it stops the vLLM server it started,
+    unless the run keeps it), then the run's services still up (its vLLM server, a kept server's watch).
     """
     from remote.inventory import load_inventory
     from remote.jobs import job_call
     from remote.names import safe_name
     from remote.several_hosts import chosen_hosts, run_across
-    from specops.contract.protocol import ACTIVE_STATES
 
     if job is not None:
         safe_name(job, "--job")
@@ -280,33 +280,63 @@ def stop(c, host=None, job=None, run=None, json=False, hosts=None, all_hosts=Fal
                    stopped_summary, json=json)
         return
     with host_connection(host) as (chosen, conn):
-        chosen_note = None
         if job is None:
-            run_name = run or chosen.run
-            running = [entry for entry in job_call(conn, chosen, commandline.job_list())["jobs"]
-                       if entry["state"] in ACTIVE_STATES and entry.get("run") == run_name]
-            if not running:
-                raise BadInput(f"stop: no job of run {run_name} is running on {chosen.name}; name one with --job")
-            if len(running) > 1:
-                listed = ", ".join(f"{entry['id']} ({entry['name']})" for entry in running)
-                raise BadInput(f"stop: {len(running)} jobs of run {run_name} are running on {chosen.name}: "
-                               f"{listed}; choose one with --job")
-            job = running[0]["id"]
-            chosen_note = f"the one running job of run {run_name}"
-        document = job_call(conn, chosen, commandline.job_stop(job=job, run=run))
-    if chosen_note:
-        document["chosen"] = chosen_note
+            document = stop_run(conn, chosen, run or chosen.run)
+        else:
+            document = job_call(conn, chosen, commandline.job_stop(job=job, run=run))
     if json:
         emit_json(document)
         return
     print(stopped_summary(document))
 
 
+def stop_run(conn: object, chosen: object, run_name: str) -> dict:
+    """Every running job of the run stopped: the steps first (each stops, as it ends, the server it started
+    unless the run keeps it; a server started for a step must not outlive the step's stop), then the run's
+    services still running (protocol.RUN_SERVICES). One job: its document as `job stop` gives it; several:
+    {"ok", "run", "stopped": [each job's document, in the order stopped]}."""
+    from remote.jobs import job_call
+    from specops.contract.protocol import ACTIVE_STATES, RUN_SERVICES
+
+    def running() -> list[dict]:
+        return [entry for entry in job_call(conn, chosen, commandline.job_list())["jobs"]
+                if entry["state"] in ACTIVE_STATES and entry.get("run") == run_name]
+
+    found = running()
+    if not found:
+        raise BadInput(f"stop: no job of run {run_name} is running on {chosen.name}; name one with --job")
+    if len(found) == 1:
+        return {**job_call(conn, chosen, commandline.job_stop(job=found[0]["id"])),
+                "chosen": f"the one running job of run {run_name}"}
+    steps = [entry for entry in found if entry["name"] not in RUN_SERVICES]
+    stopped = [job_call(conn, chosen, commandline.job_stop(job=entry["id"])) for entry in steps]
+    # after the steps: what is still up (a step stops its own server as it ends, unless the run keeps it);
+    # the servers before their watch, whose job is to stop them
+    services = sorted((entry for entry in found if entry["name"] in RUN_SERVICES),
+                      key=lambda entry: entry["name"] != "vllm-server")
+    stopped += [job_call(conn, chosen, commandline.job_stop(job=entry["id"])) for entry in services]
+    return {"ok": True, "run": run_name, "stopped": stopped,
+            "chosen": f"every running job of run {run_name}: its steps, then its services"}
+
+
 def stopped_summary(document: dict) -> str:
-    record = document["job"]
-    what = "had already ended" if document.get("already_ended") else f"stopped ({document.get('signal')})"
+    if "stopped" in document:  # a whole run: a line per job, in the order stopped
+        if document.get("chosen"):
+            print(f"stopping {document['chosen']}", file=sys.stderr)
+        return "\n".join(f"{_stopped_line(entry)} ({entry['job'].get('name')})" for entry in document["stopped"])
     if document.get("chosen"):
-        print(f"stopping {record['id']}: {document['chosen']}", file=sys.stderr)
+        print(f"stopping {document['job']['id']}: {document['chosen']}", file=sys.stderr)
+    return _stopped_line(document)
+
+
+def _stopped_line(document: dict) -> str:
+    record = document["job"]
+    if document.get("already_ended"):
+        # a server whose step stopped it as it ended (vllm.keep_server false), before its turn came here
+        with_its_step = record["state"] == "stopped" and record.get("name") == "vllm-server"
+        what = "was stopped by its run's step as the step ended" if with_its_step else "had already ended"
+    else:
+        what = f"stopped ({document.get('signal')})"
     return f"job {record['id']} {what}; state {record['state']}"
 
 

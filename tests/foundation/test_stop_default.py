@@ -1,9 +1,7 @@
-"""`invoke stop` without --job: the run's one running job is stopped (and it says which); several are
-listed and nothing is stopped (exit 2)."""
+"""`invoke stop` without --job stops the run: its one running job (and it says which), or every running job
+of it, its steps first and then its services (issue 51: a pipeline and the vLLM server it started), each named."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -33,19 +31,28 @@ def test_stop_without_job_stops_the_one_running_job_of_the_run_and_says_so(cli: 
     assert _states(cli, host_name)[job_id] == "stopped"
 
 
-def test_stop_without_job_lists_several_running_jobs_and_stops_none(cli: Cli, host_name: str) -> None:
-    first, second = _launch(cli, host_name, "train"), _launch(cli, host_name, "vllm-server")
+def test_stop_without_job_stops_the_runs_step_then_the_server_it_started(cli: Cli, host_name: str) -> None:
+    step, server = _launch(cli, host_name, "pipeline"), _launch(cli, host_name, "vllm-server")
     try:
         result = cli("stop", "--host", host_name, "--run", "r1", "--json")
-        assert result.exit_code == 2
-        assert len(result.stderr.strip().splitlines()) == 1
-        assert first in result.stderr and second in result.stderr and "choose one with --job" in result.stderr
-        assert json.loads(result.stdout)["ok"] is False
+        assert result.exit_code == 0, result.stderr
+        document = result.json()
+        assert [entry["job"]["id"] for entry in document["stopped"]] == [step, server]  # the step first
+        assert all(entry["job"]["state"] == "stopped" for entry in document["stopped"])
         states = _states(cli, host_name)
-        assert states[first] == "running" and states[second] == "running"
+        assert states[step] == "stopped" and states[server] == "stopped"
     finally:
-        for job_id in (first, second):
+        for job_id in (step, server):
             cli("stop", "--host", host_name, "--job", job_id)
+
+
+def test_stopping_a_run_says_what_became_of_each_job(cli: Cli, host_name: str) -> None:
+    step, server = _launch(cli, host_name, "extract"), _launch(cli, host_name, "vllm-server")
+    result = cli("stop", "--host", host_name, "--run", "r1")
+    assert result.exit_code == 0, result.stderr
+    assert "stopping every running job of run r1: its steps, then its services" in result.stderr
+    assert result.stdout.splitlines() == [f"job {step} stopped (SIGTERM); state stopped (extract)",
+                                          f"job {server} stopped (SIGTERM); state stopped (vllm-server)"]
 
 
 def test_stop_without_job_when_nothing_of_the_run_runs_is_bad_input(cli: Cli) -> None:
