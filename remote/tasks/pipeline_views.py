@@ -93,9 +93,16 @@ def acceptance_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not evaluation or not evaluation.get("report"):
         return []
     trained, untrained = evaluation["report"], evaluation.get("untrained") or {}
-    return [("mean acceptance length", f"{trained['mean_acceptance_length']:.3f} trained vs "
+    rows = [("mean acceptance length", f"{trained['mean_acceptance_length']:.3f} trained vs "
              f"{number_text(untrained.get('mean_acceptance_length'))} untrained "
              f"({trained['prompts']} held-out prompts, {trained['backend']})")]
+    for name, result in (evaluation.get("sets") or {}).items():  # briefly: the per-set table is above
+        rows.append((f"  on {name}", f"{result['trained']['mean_acceptance_length']:.3f} trained vs "
+                     f"{number_text(result['untrained'].get('mean_acceptance_length'))} untrained "
+                     f"({result['prompts']} prompts)"))
+    if evaluation.get("record"):
+        rows.append(("evaluation record", f"{evaluation['record']} (on the host: `invoke evaluate --reproduce`)"))
+    return rows
 
 
 def render_summary(summary: dict[str, Any]) -> None:

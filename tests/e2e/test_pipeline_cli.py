@@ -12,6 +12,7 @@ launch, follow, fetch) logs in to the real sshd exactly once, counted in its log
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -74,6 +75,13 @@ def _assert_first_run(summary: dict, fetched: Path, host_name: str) -> None:
     assert summary["samples"] == SSH_SAMPLES and summary["fidelity"] >= 0.98
     assert summary["loss_last"] < summary["loss_first"]
     _assert_evaluated_and_fetched(summary, fetched, host_name, prompts=SSH_PROMPTS, learned=False)
+    # the agent came with its bundle, and the workstation's revision with it: the record names this checkout's
+    record = json.loads(Path(summary["evaluation"]["record"]).read_text())
+    state = Path(summary["evaluation"]["record"]).parents[3] / "state"  # the host's workdir/state
+    assert record["specops"]["from"] == "sync" and record["specops"]["bundle"] == (state / "agent.sha256").read_text()
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", record["specops"]["commit"], "HEAD"],
+                          cwd=REPO).returncode == 0
+    assert record["patches"] and all(entry["verify"] == "ok" for entry in record["patches"].values())
 
 
 def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str, prompts: int = 20,
@@ -94,6 +102,7 @@ def _assert_evaluated_and_fetched(summary: dict, fetched: Path, host_name: str, 
     assert (fetched / host_name / "tiny" / "acceptance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fetched_evaluation = json.loads((fetched / host_name / "tiny" / "evaluation.json").read_text())
     assert fetched_evaluation["report"] == trained
+    assert summary["evaluation"]["record"] == fetched_evaluation["record"]  # what made the figures, named
     assert json.loads((fetched / host_name / "tiny" / "parity.json").read_text())["ok"]  # the last parity gate
     assert not (checkpoint / "optimizer_state_dict.pt").exists()
 

@@ -61,6 +61,12 @@ def test_three_sets_each_scored_by_the_replay_in_one_table(with_sets) -> None:
     text = shown.getvalue()
     assert "mean acceptance length per benchmark set" in text and "theirs: lightseekorg/kimi-k2.5-eagle3" in text
     assert f"{sets['gsm8k']['trained']['mean_acceptance_length']:.3f}" in text and "3.201" in text
+    # the pipeline's summary names each set briefly, and the record that says what made the figures
+    from remote.tasks.pipeline_views import acceptance_rows
+
+    rows = dict(acceptance_rows(document))
+    assert rows["  on gsm8k"].startswith(f"{sets['gsm8k']['trained']['mean_acceptance_length']:.3f} trained vs ")
+    assert rows["evaluation record"].startswith(document["record"])
 
 
 def test_the_record_beside_the_figures_says_what_made_them(with_sets) -> None:

@@ -11,6 +11,8 @@ from tests.support.agent import run_agent as agent
 from tests.support.repo import REPO
 from tests.support.runs import edit_run
 
+LOG_FILE = "regenerate.log"
+
 
 @pytest.fixture(scope="session")
 def regen_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -26,9 +28,12 @@ def regen_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def regenerated(regen_workdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the workdir after one uninterrupted `step regenerate`."""
+    """A copy of the workdir after one uninterrupted `step regenerate`; what it printed beside it (LOG_FILE),
+    a progress line at every generation step (the tiny model answers a batch in about a second)."""
     root = tmp_path_factory.mktemp("regenerated") / "w"
     shutil.copytree(regen_workdir, root, symlinks=True)
-    code, document, stderr = agent(root, "step", "regenerate", "--run", "tiny", timeout=600)
+    code, document, stderr = agent(root, "step", "regenerate", "--run", "tiny", timeout=600,
+                                   env={"SPECOPS_PROGRESS_S": "0"})
     assert code == 0, f"{document}\n{stderr[-3000:]}"
+    (root.parent / LOG_FILE).write_text(stderr)
     return root

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -75,6 +76,26 @@ def test_the_step_report_counts_answers_failures_and_held_out_prompts(regenerate
     assert record["inputs"]["sampling"] == {"concurrency": 16, "max_tokens": 24, "seed": 0, "temperature": 0.0,
                                             "top_p": 1.0}
     assert record["inputs"]["model_digest"]
+
+
+def test_answering_is_shown_as_it_goes_with_answers_a_second_and_an_eta(regenerated: Path) -> None:
+    from tests.regenerate.conftest import LOG_FILE
+
+    counts = json.loads((regenerated / "runs" / "tiny" / "manifest.json").read_text())["steps"]["regenerate"]["counts"]
+    lines = [line for line in (regenerated.parent / LOG_FILE).read_text().splitlines()
+             if re.match(r"regenerate: \d+/278 conversations, ", line)]
+    assert lines[0].startswith("regenerate: 0/278 conversations, 0 answers, ") and lines[0].endswith("ETA ?")
+    # inside a batch, at every generation step (SPECOPS_PROGRESS_S=0 here; 10 s by default)
+    assert any(re.search(r"answers/s, ETA \d+s \(batch 2/18, turn 1 of 16 conversations: \d+ of at most 24 "
+                         r"tokens\)$", line) for line in lines)
+    # after each batch of 16, with the rate and what is left
+    ends = [line for line in lines if not line.endswith(")")]
+    assert any(line.startswith("regenerate: 16/278 conversations, ") for line in ends)
+    failed = f"{counts['failed']} failed, " if counts["failed"] else ""
+    assert ends[-1].startswith(f"regenerate: 278/278 conversations, {counts['rows']} answers, {failed}")
+    assert ends[-1].endswith("ETA 0s")
+    shown = json.loads((_folder(regenerated) / "progress.json").read_text())  # what `invoke status` reads
+    assert shown["state"] == "done" and shown["done"] == shown["total"] == 278 and shown["answers_per_s"] > 0
 
 
 def _kill_after(root: Path, chunks: int) -> None:

@@ -86,6 +86,10 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
         online = online_progress(paths.workdir() / "runs" / record["run"])
         if online is not None:
             return online
+    if record.get("name") in ("pipeline", "prepare", "regenerate", "extract"):  # the steps that may answer first
+        answering = _running(paths.workdir() / "runs" / record["run"] / "regenerated" / "progress.json")
+        if answering is not None:
+            return answering
     if record.get("name") in ("evaluate", "pipeline"):
         evaluation = paths.workdir() / "runs" / record["run"] / "evaluation" / "progress.json"
         try:
@@ -102,6 +106,21 @@ def step_progress(record: JobRecord) -> dict[str, Any] | None:
         return json.loads(progress.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _running(path: Path, fresh_s: float = 300.0) -> dict[str, Any] | None:
+    """A progress file that says it is running and was written lately (regenerate rewrites it every 10 s while
+    it answers; one left "running" by a killed job is not believed)."""
+    import json
+    import time
+
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("state") != "running":
+        return None
+    return document if time.time() - float(document.get("updated_at") or 0) < fresh_s else None
 
 
 def server_load(record: JobRecord) -> dict[str, Any]:

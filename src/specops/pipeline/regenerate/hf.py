@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.host import atomic
 from specops.pipeline.data import regenerated
+from specops.pipeline.regenerate.progress import PROGRESS_FILE, Answering
 
 if TYPE_CHECKING:
     from specops.pipeline.run import RegenerateSettings, Run
@@ -61,8 +63,10 @@ class Generator:
 
         return render_ids(self.tokenizer, messages, generation_prompt=True)
 
-    def complete(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], str]]:
-        """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it."""
+    def complete(self, prompts: list[list[int]], seed: int,
+                 on_step: Callable[[int], None] | None = None) -> list[tuple[list[int], str]]:
+        """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it.
+        on_step(tokens generated so far): called at every generation step (progress inside a long batch)."""
         from specops.pipeline.target import left_padded, repeatable_attention
 
         torch = self.torch
@@ -73,6 +77,8 @@ class Generator:
         if settings.temperature > 0:
             torch.manual_seed(seed)
             options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0}
+        if on_step is not None:
+            options["stopping_criteria"] = _steps(torch, width, on_step)
         # the same rows answer alike on every run: SDPA's cuDNN backend does not (issue 42)
         with torch.no_grad(), repeatable_attention(self.device):
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
@@ -86,8 +92,10 @@ class Generator:
                 results.append((row, "length"))
         return results
 
-    def batch(self, items: list[tuple[int, dict[str, Any]]], seed: int) -> tuple[list[dict], list[dict]]:
-        """Answer one batch of source rows turn by turn; (rows in source order, errors)."""
+    def batch(self, items: list[tuple[int, dict[str, Any]]], seed: int,
+              where: Callable[[str], None] | None = None) -> tuple[list[dict], list[dict]]:
+        """Answer one batch of source rows turn by turn; (rows in source order, errors). where(text): how far
+        the batch is, at every generation step (`Answering.within`, which shows it at its own pace)."""
         from specops.pipeline.regenerate.source import prompt_turns
 
         params = sampling_params(self.settings)
@@ -113,7 +121,12 @@ class Generator:
             if not pending:
                 break
             prompts = [self.render(state["prefix"]) for state in pending]
-            completions = self.complete(prompts, seed * 1000 + turn_round)
+            on_step = None
+            if where is not None:
+                def on_step(tokens: int, turn: int = turn_round + 1, rows: int = len(pending)) -> None:
+                    where(f"turn {turn} of {rows} conversations: {tokens} of at most {self.settings.max_tokens} "
+                          "tokens")
+            completions = self.complete(prompts, seed * 1000 + turn_round, on_step)
             turn_round += 1
             for state, prompt, (completion, reason) in zip(pending, prompts, completions, strict=True):
                 # As vLLM's incremental detokenizer: an unfinished UTF-8 sequence at the end is held back
@@ -169,18 +182,27 @@ def regenerate_hf(run: Run, folder: Path, source: list[dict[str, Any]], span: tu
         print(f"regenerate: {len(written)} of {len(numbers)} batches already written; resuming", file=sys.stderr)
     generator: Generator | None = None
     kept, done = 0, 0
+    # the conversations this run answers (with `samples`, at most: it may stop after fewer batches)
+    progress = Answering(folder / PROGRESS_FILE, sum(len(batches[number]) for number in numbers
+                                                     if number not in written))
     for number in numbers:
         rows_file, errors_file = chunk_paths(folder, number)
         if number in written:
             rows, _broken = regenerated.read_jsonl(rows_file) if samples is not None else ([], 0)
         else:
-            generator = generator or Generator(run)
-            rows, errors = generator.batch(batches[number], run.config.regenerate.seed + number)
+            if generator is None:
+                generator = Generator(run)
+                progress.start()  # after the load: the rates and the ETA are the answering's
+            label = f"batch {number + 1}/{len(batches)}"
+            rows, errors = generator.batch(batches[number], run.config.regenerate.seed + number,
+                                           where=lambda text, label=label: progress.within(f"{label}, {text}"))
             atomic.write_text(errors_file, _lines(errors))  # errors first: the rows file marks the batch done
             atomic.write_text(rows_file, _lines(rows))
             done += 1
             print(f"regenerate: batch {number + 1}/{len(batches)} ({done} this run): {len(rows)} answers, "
                   f"{len(errors)} failed", file=sys.stderr, flush=True)
+            progress.add(len(batches[number]), len(rows), len(errors), force=True,
+                         tokens=sum(row["metadata"]["usage"]["completion_tokens"] for row in rows))
         if samples is not None:
             kept += sum(1 for row in rows if regenerated.usable(row["loss_mask"], run.config.max_seq_len))
             if kept >= samples:
@@ -196,7 +218,22 @@ def regenerate_hf(run: Run, folder: Path, source: list[dict[str, Any]], span: tu
 
     atomic.write_text(folder / ERRORS_FILE, "".join(joined_errors))
     atomic.write_text(folder / RESPONSES_FILE, "".join(joined))
+    if generator is not None:
+        progress.finish()
     report: dict[str, Any] = {"batches": len(numbers), "batches_resumed": resumed}
     if samples is not None:
         report["answered"] = min(len(source), numbers.stop * size)
     return report
+
+
+def _steps(torch: Any, width: int, on_step: Callable[[int], None]) -> Any:
+    """A stopping criterion that never stops: it tells `on_step` how many tokens the batch has generated, at
+    every step of `generate` (one call, minutes long for a batch of long answers on a real model)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Steps(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            on_step(input_ids.shape[1] - width)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Steps()])

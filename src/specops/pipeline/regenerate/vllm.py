@@ -86,7 +86,7 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
                     atomic.write_text(dataset, "".join(lines[:answered]))
                 # The model name the server knows is its path; the client loads the tokenizer from it too.
                 argv = regenerate_argv(run, endpoint, model, folder, dataset=dataset)
-                code = run_client(argv, run.config.trust_remote_code)
+                code = _client_shown(argv, run, folder, [row["id"] for row in source[:answered]])
                 if code != 0 or answered == len(source) or samples is None:
                     break
                 if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
@@ -102,6 +102,20 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     if samples is not None:
         report["answered"] = answered
     return report
+
+
+def _client_shown(argv: list[str], run: Run, folder: Path, asked: list[Any]) -> int:
+    """run_client, with its progress shown while it runs: the conversations it answers of those it was given
+    that the outfile does not hold yet (--resume skips those), counted as it appends them (regenerate.progress)."""
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE
+    from specops.pipeline.regenerate.progress import PROGRESS_FILE, Answering, OutfileWatcher, answered_before
+
+    before = answered_before(folder / RESPONSES_FILE)
+    progress = Answering(folder / PROGRESS_FILE, sum(1 for key in asked if str(key) not in before))
+    with OutfileWatcher(progress, folder / RESPONSES_FILE, folder / ERRORS_FILE):
+        code = run_client(argv, run.config.trust_remote_code)
+    progress.finish()
+    return code
 
 
 def _asked_before(folder: Path) -> int:
