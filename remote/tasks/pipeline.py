@@ -84,7 +84,20 @@ def run_step_job(session: HostSession, run_name: str, name: str, argv: list[str]
         error = BadInput if outcome.exit_code == 2 else AgentError  # the job's exit code is the task's: one rule
         raise error(f"{name} on {host.name}: job {job['id']} {outcome.state}: {reason}")
     print(f"specops: {name} on {host.name}: succeeded", file=sys.stderr)
+    said_of_servers((result or {}).get("vllm_servers"))
     return result
+
+
+def said_of_servers(servers: dict[str, Any] | None) -> None:
+    """The last word on the run's vLLM server once a step or the pipeline ended (the engine's account,
+    vllm.serving): kept (which, how long, how to stop it) or stopped; nothing where the command served none."""
+    if not servers:
+        return
+    if servers.get("stays"):
+        print(f"specops: {servers['stays']}", file=sys.stderr)
+    elif servers.get("stopped"):
+        print(f"specops: the run's vLLM server was stopped ({servers['stopped']}): vllm.keep_server is false",
+              file=sys.stderr)
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["regenerate"].helps("backend", "stop_server", "port")})
@@ -340,6 +353,7 @@ def pipeline(c, host=None, run=None, samples=None, backend=None, skip_doctor=Fal
     render_epochs(summary.get("epochs") or [])
     render_evaluation(summary.get("evaluation"))
     render_summary(summary)
+    said_of_servers(summary.get("servers"))
 
 
 @task(help={"host": "inventory host", "run": "run config (default: the host's run)",

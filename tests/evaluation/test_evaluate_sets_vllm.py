@@ -24,6 +24,7 @@ import pytest
 
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
+from tests.support.runs import edit_run
 from tests.support.sets import write_sets
 from tests.support.vllm import spec_decode_total
 from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
@@ -43,6 +44,7 @@ def served_sets(evaluated, patched_vllm, tmp_path_factory) -> dict:
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("port: 8000", f"port: {port}")
                       .replace("  max_tokens: 64", f"  max_tokens: {MAX_TOKENS}"))
+    edit_run(config, vllm={"keep_server": True})  # the server stays for its /metrics, asked by the run
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm",
                            "--prompts", str(PROMPTS), "--set", "mtbench=bench/question.jsonl",

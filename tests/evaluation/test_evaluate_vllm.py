@@ -3,10 +3,11 @@ speculator; what specops reports is what the server itself counted, and the hf r
 
 One evaluation with every server opted in (three: the target alone, `evaluate.baseline_server`; with the
 trained draft; with the untrained one, `evaluate.untrained: server`) is shared by most tests of this
-module; the last server is left running, so the test reads its own /metrics afterwards and stops it.
+module; its run keeps its last server (`vllm.keep_server: true`), which the step's document and log name
+with how to stop it, so the test reads its own /metrics afterwards and stops it.
 By default (issue 34) evaluate loads one server, the trained draft's: the untrained draft's floor comes
 from the hf replay, and with no target-alone rate measured during extract the report says the speedup
-was not measured.
+was not measured; and (issue 54) when the step returns, no server of the run is running.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def served(evaluated, patched_vllm, tmp_path_factory) -> dict:
     port = free_port()
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("port: 8000", f"port: {port}"))
-    edit_run(config, evaluate={"untrained": "server", "baseline_server": True})  # every server, opted in
+    edit_run(config, evaluate={"untrained": "server", "baseline_server": True},  # every server, opted in
+             vllm={"keep_server": True})  # and the last one kept, for its /metrics
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     import os
     import subprocess
@@ -77,6 +79,16 @@ def test_hf_and_vllm_agree_on_the_tiny_model(served, evaluated) -> None:
     assert vllm["report"]["mean_acceptance_length"] > vllm["untrained"]["mean_acceptance_length"] + 0.4
 
 
+def test_the_kept_server_is_named_with_how_to_stop_it(served) -> None:
+    document = served["document"]
+    last = document["servers"][-1]["job"]
+    lifetime = document["vllm_servers"]
+    assert lifetime["kept"] is True and lifetime["stopped"] is None and lifetime["starts"] == 3
+    assert lifetime["keeper"] == {"server": last, "idle_s": None, "job": None}
+    assert lifetime["stays"] == (f"vLLM server job {last} of run tiny stays up until stopped by hand "
+                                 f"(vllm.keep_server: true); stop it now with `invoke stop --run tiny --job {last}`")
+
+
 def test_speed_with_and_without_the_draft_is_reported(served) -> None:
     report = served["document"]["report"]
     assert report["tokens_per_s_spec"] > 0 and report["tokens_per_s_base"] > 0
@@ -96,9 +108,12 @@ def by_default(evaluated, patched_vllm, tmp_path_factory) -> dict:
 
     done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+    code, jobs, _ = agent(root, "job", "list")  # what is running once the step returned
+    agent(root, "job", "stop", "vllm-server", "--run", "tiny")  # a failing step's leftover, if any
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    agent(root, "job", "stop", "vllm-server", "--run", "tiny")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    assert code == 0, jobs
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "running_after": [
+        job["id"] for job in jobs["jobs"] if job["name"] == "vllm-server" and job["state"] == "running"]}
 
 
 def test_by_default_one_server_the_replay_for_the_floor_and_no_speedup_claimed(by_default, evaluated) -> None:
@@ -109,3 +124,11 @@ def test_by_default_one_server_the_replay_for_the_floor_and_no_speedup_claimed(b
     report = by_default["report"]
     assert report["speedup"] is None and report["tokens_per_s_spec"] > 0
     assert report["speedup_baseline"]["how"].startswith("not measured")
+
+
+def test_by_default_the_steps_server_is_stopped_when_it_returns(by_default) -> None:
+    (server,) = by_default["servers"]
+    assert by_default["running_after"] == []  # vllm.keep_server unset: nothing of the run holds the port
+    lifetime = by_default["vllm_servers"]
+    assert lifetime["kept"] is False and lifetime["starts"] == 1 and lifetime["loads"][0]["job"] == server["job"]
+    assert lifetime["stopped"] in ("SIGTERM", "SIGKILL")

@@ -52,7 +52,8 @@ def vllm_regen_workdir(patched_vllm, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("vllm-regen") / "w"
     root.mkdir()
     shutil.copytree(REPO / "runs", root / "runs")
-    edit_run(root / "runs" / "tiny.yaml", backend="vllm", vllm={"port": free_port()},
+    # one server for every step of the module: reuse between steps run by hand is the run config's to ask
+    edit_run(root / "runs" / "tiny.yaml", backend="vllm", vllm={"port": free_port(), "keep_server": True},
              regenerate={"max_tokens": 24, "concurrency": 8})
     tiny.generate(root)
     data = root / tiny.DATA_FILE  # a shorter dataset: the resume is what counts here, not the volume

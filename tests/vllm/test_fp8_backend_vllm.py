@@ -41,7 +41,8 @@ def test_an_fp8_run_extracts_through_vllm_validates_trains_and_evaluates_online_
     config, run_dir = root / "runs" / "tiny.yaml", root / "runs" / "tiny"
     # 4 held-out prompts set aside by prepare, for the two evaluations
     edit_run(config, hidden_states={"backend": "fp8"}, train={"epochs": 1},
-             evaluate={"enabled": True, "heldout_prompts": 4})
+             evaluate={"enabled": True, "heldout_prompts": 4},
+             vllm={"keep_server": True})  # validate checks fidelity against extract's server: kept, as asked
     code, extracted, stderr = agent(root, "step", "extract", "--run", "tiny", "--samples", str(SAMPLES), env=ENV,
                                     timeout=900)
     job = (extracted.get("server") or {}).get("job")

@@ -163,7 +163,9 @@ def online(finished, patched_vllm, tmp_path_factory) -> Iterator[dict]:
     shutil.rmtree(run_dir / "checkpoints")
     # the server is the run's (backend vllm, which the plan asks of online runs); the answers and the
     # evaluation stay the offline run's (hf), so the two drafts differ only in where the states came from
-    edit_run(root / "runs" / "tiny.yaml", backend="vllm", vllm={"port": free_port()}, regenerate={"backend": "hf"},
+    # the server outlives each step (vllm.keep_server): the relaunches reuse it, the hybrid test reads its counters
+    edit_run(root / "runs" / "tiny.yaml", backend="vllm", vllm={"port": free_port(), "keep_server": True},
+             regenerate={"backend": "hf"},
              evaluate={"backend": "hf"}, hidden_states={"mode": "online", "disk_budget_gb": BUDGET_GB},
              parity={"serve": False})  # the gate's served request is tests/parity's; here one server load less
     steps = Steps(root)

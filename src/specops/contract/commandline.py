@@ -93,7 +93,8 @@ def _one_node_of_several(values: Values) -> str | None:
 STEPS: dict[str, Command] = {command.words[-1]: command for command in (
     Command(("step", "regenerate"), "the target answers the conversations' prompts (resumes after an interruption)",
             (RUN, Flag("backend", BACKEND, help="hf | vllm (default: the run's regenerate.backend, else its backend)"),
-             Flag("stop_server", help="vllm: stop the server job afterwards"), PORT,
+             Flag("stop_server", help="vllm: stop the server job afterwards even where vllm.keep_server keeps it"),
+             PORT,
              SHARE, WHOLE_CHECK, WAIT), (SHARE_OR_CHECK,)),
     Command(("step", "prepare"), "tokenise conversations, loss mask, token frequencies",
             (RUN, SAMPLES, Flag("strict", help="malformed records are fatal (exit 2)"), RETIRE, WAIT)),
@@ -101,7 +102,8 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
             (RUN, Flag("samples", WHOLE, help="extract rows 0..N-1 (default: all prepared)"),
              Flag("backend", BACKEND, help="hf | vllm"),
              Flag("batch_tokens", WHOLE, help="padded tokens per forward batch"),
-             Flag("stop_server", help="vllm: stop the vllm-server job afterwards (default: keep it)"), PORT,
+             Flag("stop_server", help="vllm: stop the vllm-server job afterwards even where vllm.keep_server keeps "
+                  "it"), PORT,
              Flag("processes", WHOLE, help="hf: processes sharing the rows, one per GPU (default: every GPU; 1 on "
                   "CPU)"), SHARE, WHOLE_CHECK, RETIRE, WAIT), (SHARE_OR_CHECK,)),
     Command(("step", "extract-shard"), "one process's batches of a several-process hf extract (started by step "

@@ -86,16 +86,22 @@ def run_step(name: str, context: StepContext, work: StepFunction, *, reads: bool
     the steps NAME reads that the run turns on first, each by its room's function as the pipeline runs it
     (each skipped when unchanged; their reports in the context), then NAME's own work with its command's
     flags (`work`, a function of the same context). Steps before NAME that it does not read are not run.
-    Returns NAME's report with the settings it ran with (`settings`, as the pipeline's summary shows them)."""
-    if reads:
-        context.reading_for = name
-        functions = step_functions()
-        for entry in reads_of(name):
-            if enabled(entry, context.run.config):
-                context.reports[entry.name] = functions[entry.name](context)
-        context.reading_for = None
-    context.reports[name] = report = work(context)
-    return {**report, "settings": context.settings.describe()}
+    Returns NAME's report with the settings it ran with (`settings`, as the pipeline's summary shows them)
+    and, where the run served, what became of its server (`vllm_servers`: the loads, stopped or kept).
+    However the step ends, the run's server ends with it unless vllm.keep_server keeps it (vllm.serving)."""
+    from specops.pipeline import vllm
+
+    with vllm.serving(context.run, f"step {name}") as servers:
+        if reads:
+            context.reading_for = name
+            functions = step_functions()
+            for entry in reads_of(name):
+                if enabled(entry, context.run.config):
+                    context.reports[entry.name] = functions[entry.name](context)
+            context.reading_for = None
+        context.reports[name] = report = work(context)
+    served = servers["starts"] or servers["stopped"] or servers.get("stays")
+    return {**report, "settings": context.settings.describe(), **({"vllm_servers": servers} if served else {})}
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
@@ -113,7 +119,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     context.epochs, context.fresh = epochs, fresh
     if train_hosts:
         context.train_ranks = tuple(context.hosts.names.index(name) for name in train_hosts)
-    hosts, functions = context.hosts, step_functions()
+    hosts = context.hosts
     results: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run_name, "backend": context.backend, "settings": settings.describe(),
                                "steps": results}
@@ -121,7 +127,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
         say(note)
     if hosts.count > 1:
         summary.update(hosts=hosts.names, host=context.name, node_rank=hosts.rank)
-    started_all, since = time.perf_counter(), time.time()
+    started_all = time.perf_counter()
     from specops.host.gpus import device_count
     from specops.host.paths import workdir
     from specops.pipeline import vllm
@@ -130,6 +136,21 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
     # held: one line, no step
     vllm.check_before_run(run, context.backend, workdir(), rank=context.hosts.rank,
                           later=later_needs(run, device_count(), context.backend))
+    # however the pipeline ends, its last server ends with it unless the run keeps it (vllm.serving)
+    with vllm.serving(run, "the run's last step") as servers:
+        summary["servers"] = servers  # filled when the work ends, before the summary is emitted
+        return _run_steps(context, order_of(only), skip, summary, results, started_all)
+
+
+def order_of(only: str | None) -> list[Step]:
+    return [step(only)] if only else list(STEPS)
+
+
+def _run_steps(context: StepContext, order: list[Step], skip: frozenset[str], summary: dict[str, Any],
+               results: dict[str, Any], started_all: float) -> tuple[int, dict[str, Any]]:
+    from specops.pipeline import vllm
+
+    run, settings, hosts, functions = context.run, context.settings, context.hosts, step_functions()
     try:
         from specops.pipeline import parity
 
@@ -139,7 +160,6 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
             from specops.pipeline.training import roles
 
             roles.refuse_unless_ready(context)
-        order = [step(only)] if only else list(STEPS)
         for at, entry in enumerate(order):
             if entry.name in skip:
                 results[entry.name] = {"status": f"skipped: --skip-{entry.name}"}
@@ -179,7 +199,6 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
         summary.update(ok=False, error=str(exc), failed_step=next(
             (name for name, result in results.items() if result.get("status") == "failed"), None))
         summary["seconds"] = round(time.perf_counter() - started_all, 2)
-        summary["servers"] = vllm_servers(run, since)
         return (2 if isinstance(exc, BadInput) else 1), summary
     shown = figures(context)
     if hosts.count > 1:  # what a step shows where it ran (validate on the first host, evaluate on the saver)
@@ -190,8 +209,7 @@ def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backe
             if value is None:
                 shown[key] = next((entry["figures"][key] for entry in gathered if entry["figures"][key] is not None),
                                   None)
-    summary.update(ok=True, **shown, seconds=round(time.perf_counter() - started_all, 2),
-                   servers=vllm_servers(run, since))
+    summary.update(ok=True, **shown, seconds=round(time.perf_counter() - started_all, 2))
     return 0, summary
 
 
@@ -201,17 +219,6 @@ def while_loading(rest: list[Step], at_hand: set[str]) -> list[Step]:
     of steps that do not read each other changes (the table's `reads`), on one host (no barrier to meet)."""
     server_free = [entry for entry in rest if set(entry.reads) <= at_hand and entry.name != "extract"]
     return server_free + [entry for entry in rest if entry not in server_free]
-
-
-def vllm_servers(run: Run, since: float) -> dict[str, Any]:
-    """The server loads this pipeline made (from the job records); its server stopped unless kept."""
-    from specops.pipeline import vllm
-
-    servers = vllm.end_of_run(run, since)
-    if servers["starts"]:
-        say(f"vLLM server loads: {servers['starts']}, {servers['seconds_loading']} s loading"
-            + (f"; the last one stopped ({servers['stopped']})" if servers["stopped"] else ""))
-    return servers
 
 
 def figures(context: StepContext) -> Figures:

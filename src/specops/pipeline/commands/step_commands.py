@@ -107,10 +107,17 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
 
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:
     """The parity gate on its own: the draft training will write (or a checkpoint) against the installed vLLM."""
+    from specops.pipeline.vllm import serving
+
+    context = enter(open_run(args.run))  # not a step of the table: the engine's entry for its settings
+    with serving(context.run, "step parity"):  # its served check's server ends with it, as a step's does
+        return _parity(args, context)
+
+
+def _parity(args: argparse.Namespace, context: StepContext) -> tuple[int, dict]:
     from specops.pipeline.parity import before_evaluation, before_training, check_servable
     from specops.pipeline.training import train_plan
 
-    context = enter(open_run(args.run))  # not a step of the table: the engine's entry for its settings
     run, settings = context.run, context.settings
     # a draft this host's vLLM cannot serve is refused first: it needs no data, and no data would change it
     check_servable(run, settings, asked=args.serve is True,
@@ -163,8 +170,9 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         document = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.sweep(
             c.run, c.settings, tokens, concurrency, args.checkpoint, args.prompts))
         settings = document.pop("settings")  # the command's, beside the sweep (sweep.json is the sweep alone)
+        lifetime = document.pop("vllm_servers", None)  # and what became of its servers
         return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document,
-                   "settings": settings}
+                   "settings": settings, **({"vllm_servers": lifetime} if lifetime else {})}
     if args.reproduce is not None:  # with the record's backend, as the record's evaluation made its settings
         context = enter(run, evaluate=evaluation.recorded_backend(args.reproduce))
         document = run_step("evaluate", context, lambda c: evaluation.reproduce(c.run, c.settings, args.reproduce))

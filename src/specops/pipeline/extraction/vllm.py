@@ -194,7 +194,8 @@ def extract_with_server(run: Run, samples: int | None, *, stop_server: bool = Fa
 
     run              the loaded run (its embedded model, if any, already generated)
     samples          N; None: the run's `samples`, else every prepared row
-    stop_server      stop the server job afterwards (default: keep it for the next extract)
+    stop_server      stop the server job at once afterwards, even where vllm.keep_server keeps it (without it,
+                     the command's end stops it unless the run keeps it: vllm.serving)
     serve_python     the serve env's interpreter (default: $SPECOPS_SERVE_PYTHON, else this one)
     ready_timeout_s  how long the server may take to load before the step fails
     port             where the server listens (default: the run's vllm.port)

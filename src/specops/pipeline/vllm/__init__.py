@@ -27,7 +27,7 @@ from specops.pipeline.vllm.job import (
     start_server_job,
     stop_running,
 )
-from specops.pipeline.vllm.lifetime import end_of_run, server_loads
+from specops.pipeline.vllm.lifetime import end_of_run, server_loads, serving
 from specops.pipeline.vllm.ports import check_before_run, live_server, port_holder, refuse_held_port, serves
 from specops.pipeline.vllm.readiness import (
     group_pids,
@@ -69,6 +69,7 @@ __all__ = [
     "served_models",
     "server_loads",
     "serves",
+    "serving",
     "serving_from",
     "staging_dir",
     "start_job",

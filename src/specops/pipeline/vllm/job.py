@@ -14,9 +14,9 @@ says there is work for a server (a real target takes ~18 min to load):
 3. readiness.wait_ready gates the requests (load progress to stderr; a server that dies fails
    the step at once, with its log's tail).
 
-The extraction client (extraction.vllm) then sends the rows; it stops the job afterwards only when
-asked, since the next extract would load the model again. `find_endpoint` is how the fidelity check
-finds the same job's server.
+The extraction client (extraction.vllm) then sends the rows; the command's end stops the job unless
+the run keeps it (vllm.keep_server: lifetime.serving), so a next step run by hand reuses it only when the
+run asks. `find_endpoint` is how the fidelity check finds the same job's server.
 
 The serve env's interpreter comes from the caller (`serve_python`), else from SPECOPS_SERVE_PYTHON
 (set by the control side from the inventory's `envs.serve`), else this interpreter.
