@@ -172,7 +172,7 @@ def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows:
         tensor_parallel=config.vllm.tensor_parallel, data_parallel=config.vllm.data_parallel,
         gpu_memory_utilization=float(utilisation) if utilisation else 0.9,
         kv_dtype_bytes=1 if kv_dtype.startswith("fp8") else None,
-        draft_vocab=config.draft.vocab_size, draft_layers=config.draft.num_layers, ttt_steps=config.draft.ttt_steps,
+        draft_vocab=config.draft.vocab_size, draft_layers=config.draft.layers, ttt_steps=config.draft.ttt_steps,
         tokens_per_step=config.train.total_seq_len or 8192, optimizer=config.train.optimizer or "muon",
         expert_parallel="--enable-expert-parallel" in config.vllm.serve_args,
         hidden_state_backend=config.hidden_states.backend)

@@ -13,10 +13,46 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
+# The kinds of draft `speculators train --speculator-type` names (0.9.0). Whether the installed speculators
+# trains one and the host's vLLM serves it is read from their code by the doctor (doctor/_kinds.py), not here.
+DRAFT_METHODS = ("eagle3", "dflash", "dflash2", "dspark", "xpress", "peagle", "mtp")
+# Kinds drafting a block of tokens in one pass (speculators' `dflash` group: --block-size)
+BLOCK_METHODS = ("dflash", "dflash2", "dspark", "xpress")
+# speculators' default draft depth when --num-layers is unset (train/config/schema.py _resolve_derived_defaults)
+DEFAULT_LAYERS = {"dflash": 5, "dflash2": 5, "dspark": 5, "xpress": 5}
+
+
 class DraftSettings(_Strict):
+    # the kind of speculator speculators trains (--speculator-type); eagle3 keeps every eagle3 run as it was
+    method: Literal["eagle3", "dflash", "dflash2", "dspark", "xpress", "peagle", "mtp"] = "eagle3"
     vocab_size: int = Field(32000, gt=0)
-    num_layers: int = Field(1, gt=0)
+    # decoder layers of the draft; null: 1 for eagle3 and peagle, speculators' 5 for the block kinds;
+    # mtp reuses the target's own MTP layers and takes none
+    num_layers: int | None = Field(None, gt=0)
     ttt_steps: int = Field(3, gt=0)
+    # block kinds only: tokens drafted per block (speculators' --block-size; null: its default, 16 for dflash and
+    # xpress, 8 for dflash2 and dspark); vLLM drafts block_size - 1 tokens a step with it
+    block_size: int | None = Field(None, gt=1)
+    # peagle only: parallel prediction depths (speculators' --num-depths; null: its default, 8)
+    num_depths: int | None = Field(None, gt=0)
+    # mtp only: prediction steps (speculators' --num-speculative-steps; null: its default, 3)
+    num_speculative_steps: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _settings_of_the_kind(self) -> DraftSettings:
+        own = {"block_size": BLOCK_METHODS, "num_depths": ("peagle",), "num_speculative_steps": ("mtp",)}
+        for key, kinds in own.items():
+            if getattr(self, key) is not None and self.method not in kinds:
+                raise ValueError(f"{key} is a setting of {', '.join(kinds)} drafts, not of method {self.method}")
+        if self.method == "mtp" and self.num_layers is not None:
+            raise ValueError("num_layers: an mtp draft reuses the target's own MTP layers (speculators refuses "
+                             "--num-layers with it); leave it out")
+        return self
+
+    @property
+    def layers(self) -> int:
+        """The draft's decoder layers as speculators will build it (mtp: one MTP layer counted)."""
+        return self.num_layers if self.num_layers is not None else DEFAULT_LAYERS.get(self.method, 1)
 
 
 class StopIf(_Strict):

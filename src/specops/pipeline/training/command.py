@@ -1,4 +1,5 @@
-"""The train step's command: the EAGLE-3 draft trained with `speculators train` (speculators 0.9.0).
+"""The train step's command: the draft trained with `speculators train` (speculators 0.9.0), of the kind the run's
+`draft.method` names (`--speculator-type`; eagle3 when unset, its argv as it always was).
 
 The command is built here from a `TrainPlan` (pure, unit-tested) and run as a subprocess whose output
 goes to stderr and, appended, to `<save_path>/train.log` (metrics.py reads it back). speculators resumes
@@ -59,7 +60,7 @@ class TrainPlan:
     d2t_path: Path | None = None
     t2d_path: Path | None = None
     trust_remote_code: bool = False
-    num_layers: int = 1
+    num_layers: int | None = 1  # None: speculators' default for the kind (mtp: the target's own MTP layers)
     ttt_steps: int = 3
     epochs: int = 1
     lr: float = 1e-4
@@ -74,6 +75,21 @@ class TrainPlan:
     # speculators' --hidden-states-backend (an hs_connectors backend: fp8 reads the quantised files dequantised,
     # mooncake a store); None: its default, file
     hidden_states_backend: str | None = None
+    # the kind of draft (--speculator-type) and its own settings; None: speculators' default for the kind
+    speculator_type: str = "eagle3"
+    block_size: int | None = None  # dflash, dflash2, dspark, xpress
+    num_depths: int | None = None  # peagle
+    num_speculative_steps: int | None = None  # mtp
+
+
+# What each kind's own setting is called on speculators' command line (train/config/schema.py).
+KIND_FLAGS = {"block_size": "--block-size", "num_depths": "--num-depths",
+              "num_speculative_steps": "--num-speculative-steps"}
+
+
+def uses_vocab_mapping(kind: str) -> bool:
+    """mtp drafts in the target's own vocabulary through its own head: speculators reads no d2t/t2d for it."""
+    return kind != "mtp"
 
 
 def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_layers: int) -> tuple[int, ...]:
@@ -137,6 +153,9 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
         raise BadInput("d2t and t2d paths go together: give both or neither")
     if nodes is not None and nodes.problems():
         raise BadInput(nodes.problems()[0])
+    kind = plan.speculator_type
+    if kind == "mtp" and (plan.num_layers is not None or plan.d2t_path is not None):
+        raise BadInput("an mtp draft reuses the target's MTP layers and vocabulary: no num_layers, no d2t/t2d")
     if gpus > 1 or nodes is not None:
         launcher = [*torchrun_launcher(gpus, nodes), "-m", "speculators.train"]
     else:
@@ -150,12 +169,17 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
         # offline: never let the trainer call an inference server
         *(plan.generation.args() if plan.generation else ["--on-missing", "raise"]),
         "--save-path", str(plan.save_path),
-        "--draft-vocab-size", str(plan.draft_vocab_size),
-        "--num-layers", str(plan.num_layers),
+        *(["--draft-vocab-size", str(plan.draft_vocab_size)] if uses_vocab_mapping(kind) else []),
+        *(["--num-layers", str(plan.num_layers)] if plan.num_layers is not None else []),
         "--ttt-steps", str(plan.ttt_steps),
         "--epochs", str(plan.epochs),
         "--lr", repr(float(plan.lr)),
     ]
+    if kind != "eagle3":  # speculators' default; eagle3's argv stays what it always was
+        args += ["--speculator-type", kind]
+    for key, flag in KIND_FLAGS.items():
+        if getattr(plan, key) is not None:
+            args += [flag, str(getattr(plan, key))]
     if plan.target_layer_ids:
         args += ["--target-layer-ids", *map(str, plan.target_layer_ids)]
     if plan.trust_remote_code:
@@ -180,9 +204,13 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
         args += ["--loss-implementation", loss]
     attn = plan.draft_attn_impl
     if attn == "auto":
-        attn = "sdpa" if on_cpu else ""
+        attn = "sdpa" if on_cpu and kind != "mtp" else ""  # mtp: speculators refuses any but its own
     if attn:
         args += ["--draft-attn-impl", attn]
+    if on_cpu and kind != "eagle3":
+        # on a CPU no autocast runs: DFlash fed bf16 hidden states to its fp32 fc ("expected m1 and m2 to have
+        # the same dtype", measured); EAGLE-3 casts them itself, and keeps its argv
+        args += ["--hidden-states-dtype", "float32"]
     return launcher + args + list(plan.extra_args)
 
 

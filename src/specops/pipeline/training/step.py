@@ -95,6 +95,8 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
     target_vocab = vocab.target_vocab_size(run.model_path)
     size = draft_vocab_size(run, target_vocab)
     outputs = vocab.outputs_in(paths.vocab, size)
+    draft = config.draft
+    mapped = train.uses_vocab_mapping(draft.method)
     return train.TrainPlan(
         verifier=str(run.model_path),
         trust_remote_code=config.trust_remote_code,
@@ -103,10 +105,13 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
         save_path=paths.checkpoints,
         target_layer_ids=train.aux_layer_ids(run.layer_ids(), run.num_layers()),
         draft_vocab_size=size,
-        d2t_path=outputs.d2t,
-        t2d_path=outputs.t2d,
-        num_layers=config.draft.num_layers,
-        ttt_steps=config.draft.ttt_steps,
+        d2t_path=outputs.d2t if mapped else None,
+        t2d_path=outputs.t2d if mapped else None,
+        # eagle3 and peagle: 1 unless set (eagle3's plan, and so its inputs' hash, as before); the others: the
+        # kind's own default in speculators unless set
+        num_layers=draft.num_layers if draft.num_layers is not None or draft.method not in ("eagle3", "peagle")
+        else 1,
+        ttt_steps=draft.ttt_steps,
         epochs=epochs if epochs is not None else config.train.epochs,
         lr=config.train.lr,
         loss_implementation=config.train.loss_implementation,
@@ -118,6 +123,10 @@ def train_plan(run: Run, epochs: int | None = None) -> train.TrainPlan:
         extra_args=tuple(config.train.extra_args),
         generation=generation_for(run),
         hidden_states_backend=None if config.hidden_states.backend == "file" else config.hidden_states.backend,
+        speculator_type=draft.method,
+        block_size=draft.block_size,
+        num_depths=draft.num_depths,
+        num_speculative_steps=draft.num_speculative_steps,
     )
 
 
@@ -133,7 +142,8 @@ def _train_inputs(run: Run, plan: train.TrainPlan, gpus: int, nodes: TorchrunNod
     settings = {key: _within(run.paths.workdir, value) if relative else str(value)
                 for key, value in vars(replace(plan, epochs=0, generation=None)).items()
                 if not (value is None and key in ("optimizer", "log_freq", "loader_workers", "generation",
-                                                  "hidden_states_backend"))}
+                                                  "hidden_states_backend", *train.KIND_FLAGS))
+                and not (key == "speculator_type" and value == "eagle3")}  # eagle3 runs keep their hash
     inputs = {"plan": settings, "gpus": gpus, "vocab": manifest.inputs_hash("vocab"),
               "extract": manifest.inputs_hash("extract"), "samples": trained_rows(plan)}
     if plan.generation is not None:  # offline runs keep the hash they had before online mode existed

@@ -39,6 +39,7 @@ from specops.pipeline.vllm.readiness import (
     wait_ready,
 )
 from specops.pipeline.vllm.sharing import release_all as release_servers
+from specops.pipeline.vllm.speculative import served_method, serving_config, speculative_config
 
 __all__ = [
     "CPU_KVCACHE_GIB",
@@ -66,11 +67,14 @@ __all__ = [
     "serve_dtype",
     "serve_env",
     "serve_env_version",
+    "served_method",
     "served_models",
     "server_loads",
     "serves",
     "serving",
+    "serving_config",
     "serving_from",
+    "speculative_config",
     "staging_dir",
     "start_job",
     "start_server",
