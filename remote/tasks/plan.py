@@ -213,6 +213,10 @@ def render(document: dict[str, Any]) -> None:
     console.print("rates: " + "; ".join(f"{name} {rate['tokens_per_s'] or '?'} tokens/s ({rate['source']})"
                                        for name, rate in rates.items()))
     console.print(recommended_line(document), soft_wrap=True)  # one line, however long
+    from rich.markup import escape
+
+    for line in document.get("advice") or []:  # settings known to waste the training (an agent without it: none)
+        console.print(f"[yellow]advice[/]: {escape(line)}", soft_wrap=True, highlight=False)
     verdict = "fits" if document["ok"] else f"does NOT fit: {document['problems'][0]}"
     console.print(out.status_text(document["ok"], f"the run's mode {document['mode']} {verdict}"))
 

@@ -25,6 +25,7 @@ from specops.doctor._engine_loop import check_engine_loops
 from specops.doctor._flags import check_flags
 from specops.doctor._http import http_items
 from specops.doctor._instances import check_instances
+from specops.doctor._kinds import kind_items, read_kind
 from specops.doctor._model import check_model
 from specops.doctor._model_rules import command_flag_items, model_rule_items
 from specops.doctor._parallel import check_parallel
@@ -40,7 +41,7 @@ from specops.host.gpus import device_count
 from specops.host.installed import distributions, normalise
 from specops.host.paths import workdir
 
-CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources", "entry_point")
+CHECKS = ("api", "import", "flags", "capability", "serving", "model", "resources", "entry_point", "draft")
 
 
 def without_own_code(search_path: list[str]) -> list[str]:
@@ -144,6 +145,9 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
           + cached_items("model", [versions, architecture, facts.get("remote_tokenizer"), facts.get("remote_config"),
                                    facts.get("outer_model_type"), settings.trust_remote_code, settings.backend], index,
                          lambda: model_rule_items(index, versions, facts, settings), cache_hits))
+    # the run's kind of draft: trained by this env's speculators, served by the serve env's vLLM (its loader)
+    timed("draft", lambda: kind_items(read_kind(settings.draft_method or "eagle3", index,
+                                                serving if versions["vllm"] else None, versions)))
     if probe is not None:
         timed("import", lambda: _import_probe.items(probe[0], versions, probe[1]))
     layer_ids = facts.get("layer_ids")
@@ -154,7 +158,9 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
         found.append(same_filesystem(settings.staging_dir, settings.output_dir) or Item(
             "resources", "unknown", "staging_dir", "staging_dir or output_dir not set",
             "set both (on one filesystem, so finished files move into place atomically)"))
-        return [*found, tmux(), writable(workdir())]
+        advice = [Item("resources", "warn", "run settings", line, "see the line: the figure and the setting to "
+                       "use instead") for line in settings.advice]  # known to waste a training: said before it
+        return [*found, tmux(), writable(workdir()), *advice]
 
     timed("resources", resources)
     if entry is not None:

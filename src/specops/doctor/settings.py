@@ -47,6 +47,9 @@ class RunSettings:
     # --backend vllm on evaluate), "default" (the run's backend; the hf replay stands in where vLLM cannot),
     # None (nothing serves it here)
     serves_draft: str | None = None
+    # the run's settings known to waste a training (planning.learning_advice), one line each: warnings
+    advice: list[str] = field(default_factory=list)
+    draft_method: str | None = None      # the run's draft.method (speculators' --speculator-type); None: eagle3
 
 
 def _positive(value: Any) -> bool:
@@ -81,8 +84,9 @@ _RULES: dict[str, tuple[Any, str]] = {
     "disk_budget_gb": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0, "a number > 0"),
     "serve_python": (lambda v: isinstance(v, str), "a string"),
     "serves_draft": (lambda v: v in SERVES_DRAFT, "'asked' or 'default'"),
+    "draft_method": (lambda v: isinstance(v, str) and v.isidentifier(), "a kind of draft, e.g. 'eagle3' or 'dflash'"),
     **{key: (_strings, "a list of strings") for key in ("serve_flags", "serve_args", "prepare_flags",
-                                                         "generate_flags", "train_flags")},
+                                                         "generate_flags", "train_flags", "advice")},
 }
 assert set(_RULES) == {f.name for f in fields(RunSettings)}
 

@@ -223,6 +223,23 @@ def plan_for(run: Run, *, samples: int | None = None, estimate: bool = True) -> 
     return planning.make_plan(target, facts, host, measured_rates(run))
 
 
+def run_advice(run: Run, gpus: int) -> list[str]:
+    """The run's settings known to waste a training (planning.learning_advice), as lines naming the run config's
+    key: what `plan` and the doctor say before a launch."""
+    from specops.pipeline.run import read_model_config, text_config
+
+    config_file = run.model_path / "config.json"
+    hidden = text_config(read_model_config(run.model_path)).get("hidden_size") if config_file.is_file() else None
+    try:
+        rows = rows_asked(run)
+    except (BadInput, OSError):  # the data is not readable yet: prepare says why
+        rows = None
+    advice = planning.learning_advice(rows=rows, optimizer=run.config.train.optimizer, gpus=gpus,
+                                      hidden=hidden if isinstance(hidden, int) else None,
+                                      generated_target=run.config.embedded is not None)
+    return [f"{run.label}: {entry.key}: {entry.line}" for entry in advice]
+
+
 def checked_plan(run: Run) -> planning.Plan | None:
     """The plan the launch boundary judges (None without the target's config, or without a row count short
     of a hub download): with the upper bound of the tokens first (no tokenizer), and only when that does

@@ -20,7 +20,7 @@ def run_settings(name: str, backend: str | None = None, serve_python: str | None
     from specops.pipeline import open_run
     from specops.pipeline.engine import enter
 
-    run = open_run(name)  # the engine's entry makes the settings, as the launch's own entry will
+    run = open_run(name, weights=False)  # the engine's entry makes the settings, as the launch's own entry will
     return settings_for(run, enter(run, backend=backend, serve_python=serve_python).settings)
 
 
@@ -54,7 +54,18 @@ def settings_for(run: Run, effective: EffectiveSettings) -> RunSettings:
         disk_budget_gb=run.config.hidden_states.disk_budget_gb,
         serve_python=effective.serve_python,
         serves_draft=effective.serves_draft,
+        draft_method=run.config.draft.method,
+        advice=_advice(run, gpus),
     )
+
+
+def _advice(run: Run, gpus: int) -> list[str]:
+    from specops.pipeline.plan import run_advice
+
+    try:
+        return run_advice(run, gpus)
+    except (BadInput, OSError):  # what it reads is not there yet: the doctor's own checks say so
+        return []
 
 
 def _tokens(run: Run) -> dict:

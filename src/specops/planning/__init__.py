@@ -9,8 +9,10 @@ run's settings and the host's GPUs and disk. Standard library only (the doctor r
     hidden_state_dtype, hidden_state_file_bytes, on_disk     the arithmetic the doctor's storage check shares
     resolve_sizes / default_sizes / size_problems            vLLM's tensor and data parallel sizes (ParallelSizes)
     row_ranges(count, parts)                                 rows cut into contiguous shares (hosts, processes)
+    learning_advice(rows=, optimizer=, gpus=, hidden=, ...)  -> [Advice]  settings known to waste a training
 """
 
+from specops.planning._advice import Advice, learning_advice
 from specops.planning._loads import Load, LoadRate, load_rate, plan_loads
 from specops.planning._options import make_plan
 from specops.planning._parallel import (
@@ -62,6 +64,7 @@ __all__ = [
     "ONLINE_SAMPLES_IN_FLIGHT",
     "PLACEMENTS",
     "ROLES",
+    "Advice",
     "DraftSize",
     "HostFacts",
     "Load",
@@ -80,6 +83,7 @@ __all__ = [
     "hidden_state_dtype",
     "hidden_state_file_bytes",
     "human",
+    "learning_advice",
     "load_rate",
     "make_plan",
     "on_disk",

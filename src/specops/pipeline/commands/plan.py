@@ -25,14 +25,16 @@ def plan(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 def _planned(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.data import open_run, planned_config
-    from specops.pipeline.run import Run
+    from specops.pipeline.run import Run, is_gguf
 
     run = Run(args.run)
     # an embedded GPU-sized target not generated yet is planned from its config, made in memory: plan loads no
     # model and writes nothing large (generating it is the run's first step's work)
     config = planned_config(workdir(), run.config.embedded) if run.config.embedded is not None else None
     if config is None:
-        return _plan(open_run(args.run) if run.config.embedded is not None else run, args.samples, args.role)
+        # a GGUF target is planned from its folder's description (config, tokenizer), written without a load
+        opened = run.config.embedded is not None or is_gguf(run.config.model)
+        return _plan(open_run(args.run, weights=False) if opened else run, args.samples, args.role)
     with tempfile.TemporaryDirectory(prefix="specops-plan-") as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         planned = Run(args.run)
@@ -45,11 +47,12 @@ def _planned(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _plan(run: Any, samples: int | None, role: str | None = None) -> tuple[int, dict[str, Any]]:
-    from specops.pipeline.plan import plan_for, planned_loads
+    from specops.pipeline.plan import plan_for, planned_loads, run_advice
     from specops.planning import role_fit
 
     made = plan_for(run, samples=samples)
     document = made.to_dict()
+    document["advice"] = run_advice(run, made.host.gpus)  # settings known to waste the training: said before it
     # the model loads, timed, with the backend the plan chose for its host
     document["loads"] = planned_loads(run, made.host.gpus, made.target.weight_bytes, made.run.backend)
     if role is not None:  # this host's part of a role split: what it holds is what must fit

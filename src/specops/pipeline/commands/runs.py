@@ -39,7 +39,7 @@ def _run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.jobs import runlock
     from specops.pipeline.data import open_run
 
-    run = open_run(args.run)  # the embedded tiny target is made here, as the first step would
+    run = open_run(args.run, weights=False)  # the embedded tiny target is made here, as the first step would
     document: dict[str, Any] = {"ok": True, "run": args.run, "config_file": run.label}
     holder = runlock.live_holder(args.run)  # a launch would be refused (the launch itself decides)
     if holder is not None:

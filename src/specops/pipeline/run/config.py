@@ -214,7 +214,15 @@ class RunPaths:
         self.evaluation = self.run_dir / "evaluation"
 
     def resolve(self, value: str) -> Path:
-        """A path from the run config: relative paths are relative to the workdir."""
+        """A path from the run config: relative paths are relative to the workdir; `pkg:MODULE/PATH` is a file
+        inside a package installed in this env (host.packaged)."""
+        from specops.host.packaged import is_packaged, resolve_packaged
+
+        if is_packaged(value):
+            try:
+                return resolve_packaged(value)
+            except BadInput as exc:
+                raise BadInput(f"{self.config_file}: {exc}") from None
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.workdir / path
 
@@ -240,6 +248,7 @@ class Run:
         self.paths = RunPaths(check_run_name(name), root)
         self.config = load_run_config(self.paths.config_file)
         self.label = f"runs/{name}.yaml"
+        self._gguf_folder: Path | None = None
 
     def samples_for(self, asked: int | None) -> int | None:
         """The rows a step works on: --samples when given, else the run's `samples` (None: every row).
@@ -248,7 +257,24 @@ class Run:
 
     @property
     def model_path(self) -> Path:
-        return self.paths.resolve(self.config.model)
+        """The target's folder: the run's `model:`, or for a GGUF file the folder written from it (run.gguf_target)."""
+        from specops.pipeline.run.gguf_target import gguf_file, gguf_folder, is_gguf
+
+        if not is_gguf(self.config.model):
+            return self.paths.resolve(self.config.model)
+        if self._gguf_folder is None:  # the file's digest once per loaded run
+            source = gguf_file(self.config.model, self.paths.resolve(self.config.model), self.paths.config_file)
+            self._gguf_folder = gguf_folder(source, self.paths.workdir, self.config.dtype)
+        return self._gguf_folder
+
+    @property
+    def gguf_path(self) -> Path | None:
+        """The GGUF file the target is written from, or None."""
+        from specops.pipeline.run.gguf_target import gguf_file, is_gguf
+
+        if not is_gguf(self.config.model):
+            return None
+        return gguf_file(self.config.model, self.paths.resolve(self.config.model), self.paths.config_file)
 
     def num_layers(self) -> int:
         config = text_config(read_model_config(self.model_path))

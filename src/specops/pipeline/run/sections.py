@@ -153,8 +153,12 @@ class EvaluateSettings(_Strict):
     # false and no extraction-server rate: the report says the speedup was not measured
     baseline_server: bool = False
     # benchmark sets evaluated beside the held-out prompts, NAME: FILE (JSONL or .jsonl.gz, relative to the
-    # workdir): MT-Bench `turns`, GSM8K `question`, HumanEval `prompt`, or conversations (`messages`)
+    # workdir, or pkg:MODULE/PATH inside an installed package): MT-Bench `turns`, GSM8K `question`, HumanEval
+    # `prompt`, or conversations (`messages`)
     sets: dict[str, str] = Field(default_factory=dict)
+    # the first N conversations of each set (MT-Bench's 80 two-turn questions and HumanEval's 164 prompts take
+    # a CPU server many minutes a draft); None: every one. The command's --prompts, when given, wins
+    set_prompts: int | None = Field(None, gt=0)
     # published figures shown beside ours, labelled as theirs: LABEL: {SET: mean acceptance length}
     compare: dict[str, dict[str, float]] = Field(default_factory=dict)
 
