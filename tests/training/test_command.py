@@ -236,3 +236,23 @@ def test_bad_optimizer_log_freq_or_workers_are_bad_input(field: str, value: obje
     with pytest.raises(BadInput) as raised:
         build_train_command(TrainPlan(**{**PLAN.__dict__, field: value}), gpus=1)
     assert str(raised.value) == message
+
+
+def test_the_trainer_runs_with_its_numerics_pinned_and_a_hosts_own_value_wins(tmp_path: Path) -> None:
+    """Issue 53: what a warm cache or a GPU's timings would choose is pinned in the trainer's environment (the
+    fused loss's tile, Inductor's reduction configs); a value the host's environment names is kept."""
+    import json
+    import sys
+
+    from specops.pipeline.training.command import LOG_FILE, PINNED, pinned_numerics, run_training, train_environment
+
+    assert PINNED == {"SPECOPS_FIXED_LOSS_TILE": "1", "TORCHINDUCTOR_DETERMINISTIC": "1"}
+    names = sorted(PINNED)
+    show = [sys.executable, "-c", f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {names}}}))"]
+    given_back = {"TORCHINDUCTOR_DETERMINISTIC": "0"}  # the host gives one choice back to timing
+    for host, seen in (({}, PINNED), (given_back, {**PINNED, **given_back})):
+        save = tmp_path / str(len(host))
+        base = {"PATH": "/usr/bin:/bin", **host}
+        assert run_training(show, save, env=base) == 0
+        assert json.loads((save / LOG_FILE).read_text().splitlines()[-1]) == seen
+        assert pinned_numerics(train_environment(base)) == seen  # what the step's record says it ran with

@@ -55,3 +55,14 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path: Path, train: dict, message
     assert code == 2
     assert document["error"].startswith(message), document["error"]
     assert "\n" not in document["error"]
+
+
+def test_the_step_names_what_it_pins_and_a_hosts_own_value(tmp_path: Path) -> None:
+    root = workdir_with(tmp_path, {"epochs": 1})
+    code, document, stderr = agent(root, "step", "train", "--run", "s", "--dry-run", "--gpus", "1")
+    assert code == 0, stderr
+    assert document["pinned"] == {"SPECOPS_FIXED_LOSS_TILE": "1", "TORCHINDUCTOR_DETERMINISTIC": "1"}
+    code, document, stderr = agent(root, "step", "train", "--run", "s", "--dry-run", "--gpus", "1",
+                                   env={"TORCHINDUCTOR_DETERMINISTIC": "0"})
+    assert code == 0, stderr
+    assert document["pinned"]["TORCHINDUCTOR_DETERMINISTIC"] == "0"

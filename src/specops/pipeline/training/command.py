@@ -215,18 +215,36 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
 
 
 FIXED_LOSS_TILE = "SPECOPS_FIXED_LOSS_TILE"
+INDUCTOR_DETERMINISTIC = "TORCHINDUCTOR_DETERMINISTIC"
+# What the trainer's numerics would otherwise take from the machine's state (its GPU's timings, what an earlier
+# run left in the Triton and Inductor caches) rather than from the run: each pinned here unless the host's own
+# environment names it ("0" gives the choice back to timing). bench/README.md, issues 33 and 53.
+PINNED = {
+    # the fused loss's row tile: one per vocabulary width (patch fixed-tile of speculators-0.9.0-fused-loss),
+    # not the one triton.autotune times fastest on a fresh cache
+    FIXED_LOSS_TILE: "1",
+    # Inductor's reduction kernels: one config by rule, not the fastest by timing on a cold cache (tiles reduce in
+    # different orders); a warm cache hands a run the choices an earlier one timed (bench/train_caches.py)
+    INDUCTOR_DETERMINISTIC: "1",
+}
 
 
 def train_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the trainer: wide, plain log lines so metrics parse back in one piece, and the
-    fused loss's row tile fixed instead of autotuned by timing (patch fixed-tile of
-    speculators-0.9.0-fused-loss): on fresh machines the autotuner's choices differ and so do the
-    drafts (bench/README.md, "Where the acceptance spread comes from"); 0 in the environment restores it."""
+    numerics pinned to the run (PINNED): on fresh machines, or a second run over an earlier run's caches,
+    timed choices differ and so do the drafts (bench/README.md, issues 33 and 53)."""
     env = dict(os.environ if base is None else base)
     env.setdefault("COLUMNS", "240")
-    env.setdefault(FIXED_LOSS_TILE, "1")
+    for name, value in PINNED.items():
+        env.setdefault(name, value)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def pinned_numerics(env: dict[str, str]) -> dict[str, str | None]:
+    """What the trainer ran with, for the record: each PINNED variable's value in `env` (a trainer's
+    environment, train_environment's), None where it is unset."""
+    return {name: env.get(name) for name in PINNED}
 
 
 # --- checkpoints on disk -------------------------------------------------------------------------

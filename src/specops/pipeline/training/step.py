@@ -224,7 +224,10 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
         placement = remote.placement(gpus) if remote is not None else online.placement_for(run, gpus, planned)
         gpus = len(placement.trainer_gpus)
     command = train.build_train_command(plan, gpus, nodes)
-    document: dict[str, Any] = {"step": "train", "command": command, "save_path": str(plan.save_path)}
+    # what the trainer's numerics are pinned to besides the command (its environment: training.command.PINNED)
+    pinned = train.pinned_numerics(train.train_environment())
+    document: dict[str, Any] = {"step": "train", "command": command, "pinned": pinned,
+                                "save_path": str(plan.save_path)}
     if collectives:
         document["collectives"] = collectives
     if placement is not None:
@@ -271,7 +274,7 @@ def train_step(run: Run, fresh: bool, epochs: int | None, gpus: int | None, dry_
     from specops.pipeline.run import TrainCounts
 
     # a stopped or failed trainer is recorded so (the block ends before the CheckFailed below)
-    with manifest.recorded("train", inputs_hash, {**inputs, "command": command}) as outcome:
+    with manifest.recorded("train", inputs_hash, {**inputs, "command": command, "pinned": pinned}) as outcome:
         set_aside = train.set_aside_incomplete(plan.save_path)
         state = train.checkpoint_state(plan.save_path)
         note = state.resume_note() or "starting fresh"
