@@ -17,6 +17,7 @@ from specops.doctor._aux_layers import AuxRule, aux_rule
 from specops.doctor._capture import Capture, aux_capture
 from specops.doctor._contract import PIPELINE
 from specops.doctor._cpu_rotary import native_rotary_args
+from specops.doctor._kinds import KindReading, read_kind
 from specops.doctor._serve_env import (
     SERVE_PYTHON_ENV,
     chosen_serve_python,
@@ -30,14 +31,14 @@ from specops.doctor._training_free import Support, training_free_support
 from specops.doctor.checks import CHECKS, run_doctor
 from specops.doctor.settings import RunSettings, parse_run_json
 
-RUN_CHECKS = ("flags", "model", "resources")  # about a run's settings: meaningless without one
+RUN_CHECKS = ("flags", "model", "resources", "draft")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
 __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
-           "AttentionReading", "AuxRule", "Capture", "RunSettings", "Support", "aux_capture", "aux_rule",
-           "chosen_serve_python", "diagnose", "draft_attention", "eagle3_support", "host_has_amx", "interpreter_path",
-           "is_cpu_build", "native_rotary_args", "parse_run_json", "read_attention", "site_path",
-           "training_free_support", "vllm_path", "vllm_version"]
+           "AttentionReading", "AuxRule", "Capture", "KindReading", "RunSettings", "Support", "aux_capture",
+           "aux_rule", "chosen_serve_python", "diagnose", "draft_attention", "draft_kind", "eagle3_support",
+           "host_has_amx", "interpreter_path", "is_cpu_build", "native_rotary_args", "parse_run_json",
+           "read_attention", "site_path", "training_free_support", "vllm_path", "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
@@ -80,6 +81,20 @@ def eagle3_support(search_path: list[str], architecture: str) -> tuple[bool | No
     if mapped is None:
         return False, f"vLLM's model registry has no {architecture}"
     return implements(index, f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}", "SupportsEagle3"), mapped[1]
+
+
+def draft_kind(kind: str, train_path: list[str], serve_path: list[str] | None, tokens: int = 1) -> KindReading:
+    """Whether the speculators on `train_path` trains `kind` drafts and the vLLM on `serve_path` (None: none here)
+    serves them, and the speculative config its loader gives them; read from their files (doctor/_kinds.py)."""
+    from specops.analysis import ModuleIndex
+    from specops.host.installed import distributions, normalise
+
+    installed = distributions(train_path)
+    versions = {"speculators": installed[normalise("speculators")].version
+                if normalise("speculators") in installed else None,
+                "vllm": vllm_version(serve_path) if serve_path else None}
+    return read_kind(kind, ModuleIndex(train_path), ModuleIndex(serve_path) if serve_path else None, versions,
+                     tokens)
 
 
 def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_size: int | None = None,

@@ -67,4 +67,10 @@ def handle(args: argparse.Namespace, checks: list[str] | None, serve_python: str
                         sets_of=pending)
     if args.run:
         document["run"] = args.run
+    # a kind of draft this stack cannot train or serve is the run config's bad input (draft.method): exit 2, not 1
+    refused = [item["why"] for item in document.get("findings", [])
+               if item["check"] == "draft" and item["result"] == "error"]
+    if refused:
+        document["refused"] = f"draft.method: {refused[0]}"
+        return 2, document
     return (0 if document["ok"] else 1), document

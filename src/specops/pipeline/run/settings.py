@@ -113,6 +113,7 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
     serve_python = chosen_serve_python(serve_python)
     path = vllm_path(serve_python)
     version = vllm_version(path) if path else None
+    refuse_unservable_kind(run, path)
     if config.parity.serve is not None:
         parity_serve, origins["parity_serve"] = config.parity.serve, f"{run.label}: parity.serve"
     else:
@@ -142,6 +143,23 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
             notes.append(f"parity: the served request is skipped: {why}")
     return EffectiveSettings(chosen, regenerate_backend, evaluate_backend, dtype, gpus, serve_python, path, version,
                              serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype)
+
+
+def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None) -> None:
+    """A run whose kind of draft (`draft.method`) this env's speculators does not train, or the host's vLLM does not
+    serve, is bad input before any step: read from their files by the doctor (doctor/_kinds.py: speculators'
+    model registry, vLLM's speculators-config loader and the speculative methods it accepts). eagle3 is judged
+    by the doctor's serving check, as it always was; where a side cannot be read nothing is refused here."""
+    import sys
+
+    from specops.doctor import draft_kind
+
+    kind = run.config.draft.method
+    if kind == "eagle3":
+        return
+    refused = draft_kind(kind, sys.path, vllm_search_path).refusal()
+    if refused:
+        raise BadInput(f"{run.label}: draft.method: {refused}")
 
 
 def _attention(run: Run, path: list[str], gpus: int) -> AttentionReading | None:
