@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from specops.pipeline.run import Hosts, Run
 
 
-def open_run(name: str) -> Run:
-    """The named run, its embedded tiny target (if it uses one) generated first."""
+def open_run(name: str, weights: bool = True) -> Run:
+    """The named run, its embedded tiny target (if it uses one) generated first; a GGUF target's folder written
+    (its weights only with `weights`: the checks before a launch load nothing)."""
     from specops.pipeline.data import open_run as open_with_data
 
-    return open_with_data(name)
+    return open_with_data(name, weights)
 
 
 def run_pipeline(run_name: str, samples: int | None, skip: frozenset[str], backend: str | None,
