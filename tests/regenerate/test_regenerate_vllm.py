@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,12 @@ def test_a_killed_vllm_regenerate_resumes_to_the_same_rows_none_twice(vllm_regen
     assert not failed & {row["primary_id"] for row in rows}
     assert counts["conversations"] >= conversations - 5
     assert all(row["metadata"]["endpoint"].endswith("/v1/chat/completions") for row in rows)
+    # shown while the client ran, counted from its outfile: the conversations this run asked (those the kill left
+    # unanswered), from none to all of them
+    shown = [match for line in stderr.splitlines()
+             if (match := re.match(r"regenerate: (\d+)/(\d+) conversations, (\d+) answers, .* answers/s, ETA ", line))]
+    assert shown[0].group(1) == "0" and shown[-1].group(1) == shown[-1].group(2), stderr[-3000:]
+    assert conversations - written <= int(shown[-1].group(2)) < conversations
 
     # an uninterrupted run of the same inputs on the same server
     shutil.rmtree(root / "runs" / "tiny" / "regenerated")
