@@ -66,11 +66,15 @@ def patch_sets(run: Run, serve_python: str | None) -> dict[str, Any] | None:
 
 def target(run: Run) -> dict[str, Any]:
     """The target by the digests the run's steps decide by (regenerate's, extract's and the servers'
-    model_digest: config.json by content, weights by name and size; the tokenizer's files by content)."""
-    from specops.pipeline.run import model_digest, tokenizer_digest
+    model_digest: config.json by content, weights by name and size; the tokenizer's files by content), and for a
+    target written from a GGUF file that file (its path, digest, size) and the dtype it was written in."""
+    from specops.pipeline.run import gguf_source, model_digest, tokenizer_digest
 
+    source = gguf_source(run.model_path)
+    if source is not None:  # where the file lies is not what it holds: its digest is compared, its path not
+        source = {"file": source.get("gguf"), **{key: value for key, value in source.items() if key != "gguf"}}
     return {"model": run.config.model, "digest": model_digest(run.model_path),
-            "tokenizer": tokenizer_digest(run.model_path)}
+            "tokenizer": tokenizer_digest(run.model_path), "gguf": source}
 
 
 def data(run: Run) -> dict[str, Any]:
