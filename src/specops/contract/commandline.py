@@ -23,6 +23,7 @@ from specops.contract.values import (
     BACKEND,
     CHECKPOINT,
     COMMAND,
+    COMPARE,
     CONCURRENCY,
     COUNT,
     ENDPOINT,
@@ -139,16 +140,24 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
              Flag("sweep", SWEEP, metavar="num_speculative_tokens=1,2,3",
                   help="num_speculative_tokens=1,2,3,4,5: score the checkpoint at each (a table, sweep.png, "
                   "sweep.json; with vllm also tokens/s with and without the draft)"),
-             Flag("concurrency", CONCURRENCY, metavar="1,8", help="with --sweep and vllm: requests in flight, "
-                  "e.g. 1,8 (a cell each)"),
+             Flag("concurrency", CONCURRENCY, metavar="1,8", help="with --sweep or --compare and vllm: requests in "
+                  "flight, e.g. 1,8 (a cell each; --compare's default: 1,8)"),
+             Flag("compare", COMPARE, metavar="none,ngram,suffix,eagle3",
+                  help="speculators side by side on the same prompts, one vLLM server each: none (the target alone), "
+                  "ngram, suffix (vLLM's, no training), trained kinds (the run's draft, or KIND@RUN's): acceptance "
+                  "per set, tokens/s, speedup against none, the best (compare.json, compare.png)"),
              Flag("sets", SET_FILES, default=[], metavar="NAME=FILE", repeat=True, spelled="set",
                   help="NAME=FILE: a benchmark set on the host (JSONL or .jsonl.gz: MT-Bench turns, GSM8K question, "
                   "HumanEval prompt, conversations); repeatable, beside the run's evaluate.sets"),
              Flag("reproduce", TEXT, metavar="RECORD", help="RECORD: evaluate again from a provenance record "
                   "(<run>/evaluation/record.json on the host) and say what differs"), WAIT),
-            (only_with("sweep", ("concurrency",),
-                       "--concurrency: only with --sweep (evaluate sends its prompts one at a time)"),
+            (Rule(lambda values: "--concurrency: only with --sweep or --compare (evaluate sends its prompts one at "
+                  "a time)" if given(values["concurrency"]) and not (given(values["sweep"]) or given(values["compare"]))
+                  else None),
              excludes("sweep", "all_epochs", "a sweep scores one checkpoint"),
+             excludes("compare", "sweep", "a comparison serves each kind at the run's k"),
+             excludes("compare", "all_epochs", "a comparison serves one checkpoint of each trained kind"),
+             excludes("reproduce", "compare", "a record is of one evaluation"),
              excludes("reproduce", "sweep", "a record is of one evaluation"),
              excludes("reproduce", "all_epochs", "a record is of one checkpoint"))),
     Command(("step", "parity"), "the train-vs-serve parity gate: the draft config read the way the installed vLLM "

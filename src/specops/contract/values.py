@@ -30,6 +30,12 @@ PATCH_ACTIONS = ("apply", "verify", "status", "revert", "new")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SWEEP_SETTINGS = ("num_speculative_tokens",)  # what `evaluate --sweep` can vary
 MAX_SPECULATIVE_TOKENS = 16  # beyond this no server is worth asking
+# `evaluate --compare`: the speculators compared side by side. none: the target alone (no speculation);
+# vLLM's training-free ones; the kinds speculators 0.9.0 trains (a run's draft.method), each from a run's draft
+NO_SPECULATION = "none"
+TRAINING_FREE = ("ngram", "suffix")
+TRAINED_KINDS = ("eagle3", "peagle", "dflash", "dflash2", "dspark", "xpress", "mtp")
+SPECULATOR_KINDS = (NO_SPECULATION, *TRAINING_FREE, *TRAINED_KINDS)
 
 
 # ---- parsers: ValueError without the flag's name (each side adds it)
@@ -71,6 +77,25 @@ def sweep_setting(text: str) -> list[int]:
     if name.strip() not in SWEEP_SETTINGS or not values.strip():
         raise ValueError(f"--sweep: expected {SWEEP_SETTINGS[0]}=1,2,3 (a comma-separated list), got {text!r}")
     return positive_list(values, f"--sweep {SWEEP_SETTINGS[0]}", MAX_SPECULATIVE_TOKENS)
+
+
+def speculator_list(text: str) -> list[str]:
+    """`none,ngram,suffix,eagle3` -> ["none", "ngram", "suffix", "eagle3"] (`evaluate --compare`, read the same
+    way on both sides): kinds of SPECULATOR_KINDS, each once; a trained kind may name the run whose draft it is
+    (`dflash@tiny-dflash`; without it, the evaluated run's own draft)."""
+    labels: list[str] = []
+    for part in str(text).split(","):
+        label = part.strip()
+        kind, at, run = label.partition("@")
+        if kind not in SPECULATOR_KINDS:
+            raise ValueError(f"--compare: {label!r} is not a speculator kind; choose from "
+                             f"{', '.join(SPECULATOR_KINDS)} (a trained kind may name its run: KIND@RUN), got {text!r}")
+        if at and (kind not in TRAINED_KINDS or name_problem(run) is not None):
+            raise ValueError(f"--compare: {label!r}: only a trained kind names a run (KIND@RUN, a run name)")
+        if label in labels:
+            raise ValueError(f"--compare: {label} appears twice in {text!r}")
+        labels.append(label)
+    return labels
 
 
 # ---- the agent's argparse types: BadInput, one line (argparse would reword a ValueError)
@@ -182,6 +207,14 @@ def _concurrency(value: object, flag: str) -> str:
         raise BadArgument(str(exc)) from None
 
 
+def _compare(value: object, flag: str) -> str:
+    """none,ngram,suffix,eagle3"""
+    try:
+        return ",".join(speculator_list(str(value)))
+    except ValueError as exc:
+        raise BadArgument(str(exc)) from None
+
+
 def _checkpoint(value: object, flag: str) -> str:
     text = str(value)
     if not (text in CHECKPOINTS or text.isdigit()):
@@ -289,6 +322,7 @@ PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
 CONCURRENCY = Kind(_concurrency)
+COMPARE = Kind(_compare)
 ENDPOINT = _endpoint_kind("--rendezvous", lambda _value, exc: str(exc))
 RDZV_ENDPOINT = _endpoint_kind("--rdzv-endpoint", lambda value, _exc: f"{value!r} is not HOST:PORT")
 HOSTS = Kind(_hosts, "Sequence[str] | None", parse=lambda text: text.split(","), text=",".join)

@@ -173,6 +173,15 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         lifetime = document.pop("vllm_servers", None)  # and what became of its servers
         return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "swept", "sweep": document,
                    "settings": settings, **({"vllm_servers": lifetime} if lifetime else {})}
+    if args.compare is not None:  # never with --sweep, --all-epochs or --reproduce: the spec's rules
+        labels = evaluation.parse_compare(args.compare)  # its values first: one line before the settings are made
+        concurrency = evaluation.parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
+        sets = evaluation.parse_pairs(args.sets)
+        document = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.compare(
+            c.run, c.settings, labels, concurrency, args.checkpoint, args.prompts, sets))
+        around = {key: document.pop(key) for key in ("settings", "vllm_servers") if key in document}
+        return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "compared", "compare": document,
+                   **around}
     if args.reproduce is not None:  # with the record's backend, as the record's evaluation made its settings
         context = enter(run, evaluate=evaluation.recorded_backend(args.reproduce))
         document = run_step("evaluate", context, lambda c: evaluation.reproduce(c.run, c.settings, args.reproduce))

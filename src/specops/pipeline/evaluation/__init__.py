@@ -1,5 +1,6 @@
 """Step `evaluate`: the draft's acceptance when it speculates for the target, on held-out prompts."""
 
+from specops.pipeline.evaluation.compare import compare, parse_compare
 from specops.pipeline.evaluation.drafts import choose_checkpoint
 from specops.pipeline.evaluation.epochs import epoch_scorer
 from specops.pipeline.evaluation.sets import parse_pairs
@@ -7,6 +8,6 @@ from specops.pipeline.evaluation.step import evaluate, pipeline_step, recorded_b
 from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
 
 __all__ = [
-    "choose_checkpoint", "epoch_scorer", "evaluate", "parse_counts", "parse_pairs", "parse_sweep", "pipeline_step",
-    "recorded_backend", "reproduce", "sweep",
+    "choose_checkpoint", "compare", "epoch_scorer", "evaluate", "parse_compare", "parse_counts", "parse_pairs",
+    "parse_sweep", "pipeline_step", "recorded_backend", "reproduce", "sweep",
 ]

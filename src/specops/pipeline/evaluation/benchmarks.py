@@ -56,23 +56,20 @@ def _hf_answer(run: Run, scorer: Scorer, tokenizer: Any) -> Answer:
     return answer
 
 
-def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any,
-            conversations: list[list[str]]) -> tuple[Acceptance, list[tuple[list[int], list[int]]]]:
-    """The trained draft served by vLLM: every turn through the server, its answers carrying the next."""
-    from specops.pipeline.evaluation.report import figures, with_speed
+def served_turns(server: dict[str, Any], tokenizer: Any, conversations: list[list[str]], k: int, max_tokens: int,
+                 concurrency: int = 1) -> tuple[dict[str, Any], list[tuple[list[int], list[int]]], dict[str, Any]]:
+    """Every turn of every conversation through a speculating server, its own answers carrying each conversation to
+    its next turn: (its counts summed over the turns, the (prompt, answer) pairs, {"tokens", "seconds"} spent)."""
     from specops.pipeline.evaluation.served import run_prompts
     from specops.pipeline.evaluation.sets import walk_turns
-    from specops.pipeline.vllm import eagle3_config, generating_server
 
-    server = generating_server(run, speculative=eagle3_config(folder, scorer.k))
-    scorer.servers.append(server)
     totals: dict[str, Any] = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0,
-                              "accepted_per_position": [0] * scorer.k}
-    spent = {"tokens": 0, "seconds": 0.0}
+                              "accepted_per_position": [0] * k}
+    spent: dict[str, Any] = {"tokens": 0, "seconds": 0.0}
 
     def answer(prompts: list[list[int]]) -> list[list[int]]:
-        result = run_prompts(server["endpoint"], server["model"], prompts, scorer.max_tokens, scorer.k,
-                             speculative=True)
+        result = run_prompts(server["endpoint"], server["model"], prompts, max_tokens, k, speculative=True,
+                             concurrency=concurrency)
         counts = result["per_request"] or result["counters"]
         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
             totals[key] += counts[key]
@@ -83,6 +80,20 @@ def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any,
         return result["outputs"]
 
     pairs = walk_turns(tokenizer, conversations, answer)
+    return totals, pairs, spent
+
+
+def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any,
+            conversations: list[list[str]]) -> tuple[Acceptance, list[tuple[list[int], list[int]]]]:
+    """The trained draft served by vLLM: every turn through the server, its answers carrying the next."""
+    from specops.pipeline.evaluation.report import figures, with_speed
+    from specops.pipeline.vllm import generating_server, serving_config
+
+    speculative = serving_config(folder, scorer.k)  # as the draft's kind is served (eagle3: k a step, as always)
+    server = generating_server(run, speculative=speculative)
+    scorer.servers.append(server)
+    totals, pairs, spent = served_turns(server, tokenizer, conversations, speculative["num_speculative_tokens"],
+                                        scorer.max_tokens)
     rate = round(spent["tokens"] / spent["seconds"], 2) if spent["seconds"] else None
     report = with_speed(figures(totals, len(pairs), folder.name, "vllm"), rate, scorer.base_tokens_per_s)
     return {**report, "generated_tokens": spent["tokens"],

@@ -93,6 +93,53 @@ def plot_sweep(document: dict[str, Any], path: Path, title: str = "") -> Path:
         pyplot.close(figure)
 
 
+def plot_compare(document: dict[str, Any], path: Path, title: str = "") -> Path:
+    """compare.png: output tokens/s of each kind at each concurrency (vllm; the speedup against none on each bar)
+    beside each kind's mean acceptance length on each set. Kinds with no number are named below the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    rows = [row for row in document["rows"] if not row.get("unavailable")]
+    missing = [f"{row['label']}: {row['unavailable']}" for row in document["rows"] if row.get("unavailable")]
+    sets = ["heldout", *document.get("sets", {})]
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(12, 4.6), dpi=100)
+    try:
+        places = list(range(len(rows)))
+        concurrency = document["concurrency"] if document["backend"] == "vllm" else []
+        width = 0.8 / max(len(concurrency), 1)
+        for i, c in enumerate(concurrency):
+            cells = [next((cell for cell in row.get("speed") or [] if cell["concurrency"] == c), {}) for row in rows]
+            bars = left.bar([x + (i - (len(concurrency) - 1) / 2) * width for x in places],
+                            [cell.get("tokens_per_s") or 0.0 for cell in cells], width, label=f"concurrency {c}")
+            left.bar_label(bars, labels=["" if cell.get("speedup") is None else f"{cell['speedup']:.2f}x"
+                                         for cell in cells], fontsize=8)
+        left.set_xticks(places, [row["label"] for row in rows])
+        left.set_ylabel("output tokens/s (x: against none)")
+        if concurrency:
+            left.legend()
+        else:
+            left.text(0.5, 0.5, "tokens/s: vLLM only", ha="center", transform=left.transAxes)
+        left.grid(alpha=0.3, axis="y")
+        accepting = [row for row in rows if row.get("acceptance")]
+        width = 0.8 / max(len(sets), 1)
+        for i, name in enumerate(sets):
+            right.bar([x + (i - (len(sets) - 1) / 2) * width for x in range(len(accepting))],
+                      [((row["acceptance"].get(name) or {}).get("mean_acceptance_length") or 0.0)
+                       for row in accepting], width, label=name)
+        right.axhline(1.0, color="gray", linestyle="--")
+        right.set_xticks(list(range(len(accepting))), [row["label"] for row in accepting])
+        right.set_ylabel("mean acceptance length")
+        right.legend()
+        right.grid(alpha=0.3, axis="y")
+        if missing:
+            figure.text(0.01, -0.02, "no number: " + "; ".join(missing), fontsize=7, va="top", wrap=True)
+        return _save(figure, path, title or "speculators compared")
+    finally:
+        pyplot.close(figure)
+
+
 def _save(figure: Any, path: Path, title: str) -> Path:
     """The figure titled and written atomically (a reader never sees half a PNG)."""
     figure.suptitle(title)

@@ -1,4 +1,5 @@
-"""A `vllm-server` job of the run that generates: the target alone, or with an EAGLE-3 draft as its speculator.
+"""A `vllm-server` job of the run that generates: the target alone, or with a speculator (a trained draft, or
+vLLM's own training-free ngram or suffix).
 
 regenerate asks the target for answers; evaluate asks it with the draft as its speculator
 (`--speculative-config {"method":"eagle3","model":DRAFT,"num_speculative_tokens":k}`) and without
@@ -105,9 +106,10 @@ def generation_signature(run: Run, argv: list[str], speculative: dict[str, Any] 
     (CONTRIBUTING: which server-config keys matter)."""
     from specops.pipeline.run import model_digest, tokenizer_digest
 
-    draft = _draft_digest(Path(speculative["model"])) if speculative else None
+    # a training-free speculator (ngram, suffix) has no draft: its method and settings are the whole of it
+    draft = _draft_digest(Path(speculative["model"])) if speculative and speculative.get("model") else None
     shown = json.dumps(speculative, separators=(",", ":")) if speculative else None
-    unplaced = {**speculative, "model": draft} if speculative else None
+    unplaced = ({**speculative, "model": draft} if draft else dict(speculative)) if speculative else None
     return {"purpose": "generate", "model": str(run.model_path), "model_digest": model_digest(run.model_path),
             "tokenizer_digest": tokenizer_digest(run.model_path), "speculative": unplaced, "draft_digest": draft,
             "serve_args": list(run.config.vllm.serve_args), "trust_remote_code": run.config.trust_remote_code,
@@ -129,7 +131,8 @@ def generating_server(run: Run, *, speculative: dict[str, Any] | None = None, po
     chosen_port = port or run.config.vllm.port
     argv, env = build_generate_command(run, gpus, chosen_port, python, version, speculative)
     signature = generation_signature(run, argv, speculative, version, chosen_port, gpus)
-    what = f"the target with draft {speculative['model']}" if speculative else "the target alone"
+    what = ("the target alone" if not speculative else f"the target with draft {speculative['model']}"
+            if speculative.get("model") else f"the target with vLLM's {speculative['method']} speculator")
     job = start_job(run, argv, env, signature, version, ready_timeout_s=ready_timeout_s, same=what, serves=what)
     models = job.ready.get("models") or [str(run.model_path)]
     return {**job.describe(None), "endpoint": f"http://127.0.0.1:{job.port}", "model": models[0], "server": job}
