@@ -46,6 +46,12 @@ def test_a_gguf_target_is_judged_before_any_load_then_written_once_as_the_same_m
     config = json.loads((folder / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config
     assert document["layer_ids"] == [1, 2, 3, 4]
+    # the doctor judges the target from the same description, before any load (as a launch's doctor does)
+    code, document, stderr = run_agent(gguf_workdir, "doctor", "--run", "gg", "--no-import", "--checks", "model")
+    assert code in (0, 1), stderr
+    assert "error" not in document and any(item["check"] == "model" and item["result"] == "ok"
+                                           for item in document["findings"])
+    assert not (folder / "model.safetensors").exists()
     source = json.loads((folder / "gguf_source.json").read_text())
     gguf_file = gguf_workdir / "models" / "tiny.gguf"
     assert source["digest"] == hashlib.sha256(gguf_file.read_bytes()).hexdigest()[:16]
