@@ -474,7 +474,11 @@ def measure_more(entry: dict, env: dict[str, str], run: str, args: argparse.Name
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", default=["gpu-1b", "gpu-8b"], choices=sorted(SHAPES))
+    parser.add_argument("--runs", nargs="+", default=["gpu-1b", "gpu-8b"],
+                        help=f"runs/R.yaml; a target of these is generated first: {', '.join(sorted(SHAPES))} "
+                             "(any other run's target is its own: smollm2-gpu's GGUF)")
+    parser.add_argument("--pipeline-only", action="store_true",
+                        help="no figures beyond the pipeline's own (its steps, evaluation and sets)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/gpu-pipeline"))
     parser.add_argument("--out", type=Path, default=Path("gpu-pipeline-out"))
     parser.add_argument("--direct-train", nargs="*", default=[], help="runs whose training also runs directly")
@@ -513,7 +517,7 @@ def main() -> int:
             print(f"{run}: sets {json.dumps(figures['runs'][label]['sets'])}", file=sys.stderr, flush=True)
             save()
             continue
-        entry: dict = {"generate": generate(env, SHAPES[run], memory)}
+        entry: dict = {"generate": generate(env, SHAPES[run], memory) if run in SHAPES else {"seconds": 0.0}}
         figures["runs"][label] = entry
         save()
         print(f"{run}: generated in {entry['generate']['seconds']} s", file=sys.stderr, flush=True)
@@ -529,7 +533,9 @@ def main() -> int:
         (args.out / f"{label}.summary.json").write_text(json.dumps(summary, indent=1, default=str))
         print(f"{run}: pipeline exit {summary.get('_exit')} in {summary.get('_wall_s')} s", file=sys.stderr, flush=True)
         save()
-        if summary.get("_exit") == 0 or "validate" in follow.done:  # the files exist: the rule's figures still help
+        if args.pipeline_only:
+            pass
+        elif summary.get("_exit") == 0 or "validate" in follow.done:  # the files exist: the rule's figures still help
             measure_more(entry, env, run, args, save, trained=summary.get("_exit") == 0)
         args.sets = wanted_sets
         save()

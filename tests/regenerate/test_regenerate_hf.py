@@ -189,3 +189,32 @@ def test_ten_samples_are_answered_first_and_more_samples_later_to_the_same_bytes
     assert manifest.record("extract")["status"] == "done" and hidden.stat().st_mtime_ns == written_at  # kept
     code, again, _ = agent(root, "step", "extract", *RUN, "--samples", "10", timeout=600)
     assert code == 0 and again["status"] == "skipped: unchanged"
+
+
+def test_a_prompt_too_long_for_max_seq_len_is_never_asked(regen_workdir: Path, regenerated: Path,
+                                                          tmp_path: Path) -> None:
+    """A prompt of max_seq_len tokens or more leaves no answer token within the rows prepare keeps: hf never asks
+    it (one such prompt would pad its whole batch to its length) and names it in the errors file, as vLLM's
+    server refuses a prompt longer than its model length; the prompts that fit are answered as before."""
+    from tests.support.runs import edit_run
+
+    first_turns = {row["primary_id"]: row["metadata"]["usage"]["prompt_tokens"] for row in _rows(regenerated)
+                   if row["id"].endswith("_gen0")}
+    limit = sorted(first_turns.values())[len(first_turns) // 2]  # about half the prompts fit
+    root = tmp_path / "w"
+    shutil.copytree(regen_workdir, root, symlinks=True)
+    edit_run(root / "runs" / "tiny.yaml", max_seq_len=limit)
+    code, document, stderr = agent(root, "step", "regenerate", *RUN, timeout=600)
+    assert code == 0, f"{document}\n{stderr[-3000:]}"
+    answered = {row["primary_id"]: row["metadata"]["usage"]["prompt_tokens"] for row in _rows(root)
+                if row["id"].endswith("_gen0")}
+    errors = [json.loads(line) for line in (_folder(root) / "responses.errors.jsonl").read_text().splitlines()]
+    refused = {error["id"]: error["metadata"]["error"] for error in errors
+               if "leaves no answer within max_seq_len" in error["metadata"]["error"]}
+    assert answered and refused
+    assert all(tokens < limit for tokens in answered.values())
+    for conversation, reason in refused.items():
+        tokens = int(re.search(r"prompt of (\d+) tokens", reason).group(1))
+        assert tokens >= limit and first_turns.get(conversation, tokens) == tokens
+    # what fits is answered exactly as without the limit
+    assert {key: first_turns[key] for key in answered} == answered

@@ -56,6 +56,9 @@ class Generator:
         self.model = load_target(run, self.device, dtype)
         self.tokenizer = load_tokenizer(run)
         self.eos = self.tokenizer.eos_token_id
+        # a prompt this long leaves no answer token within the rows prepare keeps: never asked (one such
+        # prompt would otherwise pad its whole batch to its length: ShareGPT holds prompts of 10k+ tokens)
+        self.max_seq_len = run.config.max_seq_len
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
@@ -121,6 +124,18 @@ class Generator:
             if not pending:
                 break
             prompts = [self.render(state["prefix"]) for state in pending]
+            fits = [len(prompt) < self.max_seq_len for prompt in prompts]
+            for state, prompt, fit in zip(pending, prompts, fits, strict=True):
+                if fit:
+                    continue
+                state["done"] = True  # its earlier answers stay; a first turn this long is a failed conversation
+                if not state["samples"]:
+                    state["error"] = (f"ValueError('prompt of {len(prompt)} tokens leaves no answer within "
+                                      f"max_seq_len {self.max_seq_len}')")
+            pending = [state for state, fit in zip(pending, fits, strict=True) if fit]
+            prompts = [prompt for prompt, fit in zip(prompts, fits, strict=True) if fit]
+            if not pending:
+                break
             on_step = None
             if where is not None:
                 def on_step(tokens: int, turn: int = turn_round + 1, rows: int = len(pending)) -> None:
