@@ -57,6 +57,9 @@ def between_runs(root: Path, samples: int) -> None:
     port = free_port()
     owner, borrower = tiny_workdir(root / "a", port), tiny_workdir(root / "b", port)
     dedicated = tiny_workdir(root / "c", free_port())
+    from testing.runs import edit_run
+
+    edit_run(owner / "runs" / "tiny.yaml", vllm={"keep_server": True})  # A's server outlives its step (issue 54)
     rows = {"A (starts the server)": extract(owner, samples)}
     rows["B (A's server)"] = extract(borrower, samples)
     rows["C (a server of its own)"] = extract(dedicated, samples, "--stop-server")
