@@ -61,3 +61,20 @@ def test_the_time_left_counts_from_the_last_use_and_stands_still_while_in_use() 
     used = kept_server({"owner_run": "a", "idle_s": 1800, "last_used": time.time() - 600, "in_use": True})["kept"]
     assert used["idle_left_s"] == 1800 and used["in_use"] is True
     assert kept_server({"owner_run": "a", "idle_s": None})["kept"]["idle_left_s"] is None
+
+
+def test_a_kept_server_is_named_with_how_long_it_stays_and_how_to_stop_it(tmp_path) -> None:
+    import os
+
+    workdir = tiny_workdir(tmp_path / "w", free_port())
+    os.environ["SPECOPS_WORKDIR"] = str(workdir)
+    from specops.pipeline.run import Run
+    from specops.pipeline.vllm.lifetime import stays_line
+
+    run = Run("tiny", workdir)
+    assert stays_line(run, {"server": "vllm-server-1", "idle_s": 1800, "job": "vllm-keeper-1"}) == (
+        "vLLM server job vllm-server-1 of run tiny stays up until unused for 30m00s (vllm.keep_server; watched by "
+        "job vllm-keeper-1); stop it now with `invoke stop --run tiny --job vllm-server-1`")
+    assert stays_line(run, {"server": "vllm-server-1", "idle_s": None, "job": None}) == (
+        "vLLM server job vllm-server-1 of run tiny stays up until stopped by hand (vllm.keep_server: true); "
+        "stop it now with `invoke stop --run tiny --job vllm-server-1`")
