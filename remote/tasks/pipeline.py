@@ -19,6 +19,7 @@ from remote.errors import AgentError, BadInput
 from remote.session import HostSession, emit_json, fail, host_session, reports_errors
 from remote.tasks.pipeline_views import (
     fetched_text,
+    render_compare,
     render_coverage,
     render_evaluation,
     render_summary,
@@ -257,21 +258,24 @@ def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["evaluate"].helps(
-    "checkpoint", "all_epochs", "prompts", "backend", "sweep", "concurrency", "reproduce", set_="sets")},
+    "checkpoint", "all_epochs", "prompts", "backend", "sweep", "concurrency", "compare", "reproduce", set_="sets")},
       iterable=["set_"])
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
-             wait=False, json=False, sweep=None, concurrency=None, set_=None, reproduce=None):
-    """The draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts."""
+             wait=False, json=False, sweep=None, concurrency=None, compare=None, set_=None, reproduce=None):
+    """The draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts; --compare: speculators side
+    by side (none, ngram, suffix, the trained kinds), tokens/s and the best."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
                                         backend=backend or None, sweep=sweep, concurrency=concurrency,
-                                        sets=set_pairs(set_), reproduce=reproduce or None)
+                                        compare=compare or None, sets=set_pairs(set_), reproduce=reproduce or None)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
                               env_role="train")
     if result and not json:
-        if result.get("sweep"):
+        if result.get("compare"):
+            render_compare(result["compare"])
+        elif result.get("sweep"):
             render_sweep(result["sweep"])
         else:
             render_evaluation(result)

@@ -41,6 +41,52 @@ def render_sweep(document: dict[str, Any]) -> None:
         render.console().print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)")
 
 
+def render_compare(document: dict[str, Any]) -> None:
+    """One row per speculator kind: acceptance per set (mean acceptance length and per position), with vllm the
+    output tokens/s and the speedup against none at each concurrency; a kind with no number says why; the best."""
+    from remote import render
+
+    sets = ["heldout", *(document.get("sets") or {})]
+    concurrency = document.get("concurrency") or []
+    served = document.get("backend") == "vllm"
+    columns = ["kind", *[f"{name}: mean acceptance length (per position)" for name in sets]]
+    if served:
+        columns += [f"tokens/s c={c}" for c in concurrency] + [f"speedup c={c}" for c in concurrency]
+    view = render.table(f"speculators compared on {document.get('prompts')} held-out prompts "
+                        f"({document.get('backend')}, k={document.get('num_speculative_tokens')}, "
+                        f"{document.get('max_tokens')} tokens each)", columns)
+    for row in document.get("rows") or []:
+        if row.get("unavailable"):  # one line, never a number
+            view.add_row(row["label"], row["unavailable"], *[""] * (len(columns) - 2))
+            continue
+        acceptance = row.get("acceptance") or {}
+        cells = [row["label"]]
+        for name in sets:
+            figures = acceptance.get(name)
+            cells.append("-" if not figures else f"{figures['mean_acceptance_length']:.3f} ("
+                         + " / ".join(f"{value:.2f}" for value in figures.get("per_position_acceptance") or [])
+                         + ")")
+        if served:
+            by_c = {cell["concurrency"]: cell for cell in row.get("speed") or []}
+            cells += [number_text((by_c.get(c) or {}).get("tokens_per_s"), 2) for c in concurrency]
+            cells += ["-" if (by_c.get(c) or {}).get("speedup") is None else f"{by_c[c]['speedup']:.2f}x"
+                      for c in concurrency]
+        view.add_row(*cells)
+    out = render.console()
+    out.print(view)
+    for best in document.get("best") or []:
+        text = f"best at concurrency {best['concurrency']}: {best['label']}, {best['tokens_per_s']:.2f} tokens/s"
+        if best.get("speedup") is not None:
+            text += f" ({best['speedup']:.2f}x none)"
+        if best.get("runner_up"):
+            text += f", {100 * best['margin']:.1f}% ahead of {best['runner_up']}"
+        out.print(text, highlight=False)
+    if document.get("speedup_note"):
+        out.print(f"speedup {document['speedup_note']}", highlight=False)
+    if document.get("plot"):
+        out.print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)", highlight=False)
+
+
 def render_evaluation(evaluation: dict[str, Any] | None) -> None:
     """The acceptance table: the trained draft (each epoch with --all-epochs), the untrained one, the previous."""
     if not evaluation or not evaluation.get("report"):

@@ -1,0 +1,68 @@
+"""`evaluate --compare` without a server: the hf backend scores only what its replay drafts like (EAGLE-3) and
+says "vLLM only" for the rest, a trained kind the run does not train is one line (exit 2), and the table's
+speedups and best kind are computed from the rows as the document says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from specops.pipeline.evaluation.compare import best_kinds, table_lines
+from tests.evaluation.conftest import copy_of
+from tests.support.agent import agent_env
+
+
+def _compare(root, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", *flags],
+                          cwd=root, env=agent_env(root), capture_output=True, text=True, timeout=600)
+
+
+def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_rest(evaluated, tmp_path) -> None:
+    root = copy_of(evaluated, tmp_path / "w")
+    done = _compare(root, "--backend", "hf", "--compare", "none,ngram,eagle3", "--checkpoint", "last",
+                    "--prompts", "2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    compared = json.loads(done.stdout.strip().splitlines()[-1])["compare"]
+    rows = {row["label"]: row for row in compared["rows"]}
+    assert rows["none"]["unavailable"] == "vLLM only"
+    assert rows["ngram"]["unavailable"].startswith("vLLM only: a training-free speculator has no hf replay")
+    heldout = rows["eagle3"]["acceptance"]["heldout"]
+    assert heldout["backend"] == "hf" and heldout["num_drafts"] > 0 and heldout["prompts"] == 2
+    assert not rows["eagle3"]["speed"] and compared["servers"] == [] and compared["best"] == []
+    assert not (root / "logs").is_dir() or not list((root / "logs").glob("vllm-server-*"))  # no server started
+
+
+def test_a_trained_kind_the_run_does_not_train_is_one_line(evaluated, tmp_path) -> None:
+    root = copy_of(evaluated, tmp_path / "w")
+    done = _compare(root, "--backend", "hf", "--compare", "none,dflash")
+    assert done.returncode == 2, done.stderr[-2000:]
+    document = json.loads(done.stdout.strip().splitlines()[-1])
+    assert document["error"].startswith("--compare dflash: run tiny trains eagle3 drafts (draft.method)")
+    assert "dflash@RUN" in document["error"]
+    assert not (root / "runs" / "tiny" / "evaluation" / "compare.json").exists()  # nothing half-written
+
+
+def _row(label: str, rates: dict[int, float], acceptance: float | None = None) -> dict:
+    figures = {"heldout": {"mean_acceptance_length": acceptance, "per_position_acceptance": [0.5, 0.25]}} \
+        if acceptance else {}
+    return {"label": label, "kind": label, "unavailable": None, "acceptance": figures,
+            "speed": [{"concurrency": c, "tokens_per_s": rate, "speedup": round(rate / {1: 100.0, 8: 400.0}[c], 3)}
+                      for c, rate in rates.items()]}
+
+
+def test_the_best_is_the_fastest_at_each_concurrency_with_its_margin_over_the_next() -> None:
+    rows = [_row("none", {1: 100.0, 8: 400.0}), _row("ngram", {1: 110.0, 8: 300.0}, 1.8),
+            _row("eagle3", {1: 132.0, 8: 380.0}, 2.1),
+            {"label": "suffix", "kind": "suffix", "unavailable": "not servable here: needs arctic_inference"}]
+    best = best_kinds(rows, [1, 8])
+    assert best == [{"concurrency": 1, "label": "eagle3", "tokens_per_s": 132.0, "speedup": 1.32,
+                     "runner_up": "ngram", "margin": 0.2},
+                    {"concurrency": 8, "label": "none", "tokens_per_s": 400.0, "speedup": 1.0,
+                     "runner_up": "eagle3", "margin": 0.0526}]
+    lines = table_lines({"backend": "vllm", "concurrency": [1, 8], "sets": {}, "rows": rows, "best": best})
+    assert lines[0].split() == ["kind", "heldout", "MAL", "(per", "position)", "tok/s", "c=1", "tok/s", "c=8",
+                                "speedup", "c=1", "speedup", "c=8"]
+    assert lines[3].split() == ["eagle3", "2.100", "(0.50", "/", "0.25)", "132.00", "380.00", "1.32x", "0.95x"]
+    assert lines[4] == "suffix  not servable here: needs arctic_inference"  # one line, no number
+    assert lines[5] == "best at concurrency 1: eagle3, 132.00 tokens/s (1.32x none), 20.0% ahead of ngram"
