@@ -110,6 +110,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="steps/s from this logged step on")
     parser.add_argument("--workers", type=int, default=4, help="loader workers (speculators' default is 12)")
     parser.add_argument("--sides", nargs="+", default=["cold", "warm"], help="cold empties the caches first")
+    parser.add_argument("--together", action="store_true",
+                        help="the arms side by side (every arm's cold side at once, then every warm side): "
+                             "half the wall time; steps/s then shared between them")
     parser.add_argument("--reuse-inputs", action="store_true",
                         help="the inputs an earlier call wrote in --workdir (a later call on a warm machine: "
                              "--arms A --sides warm goes on where one call's limit cut it)")
@@ -138,30 +141,46 @@ def main() -> int:
         (args.out / "train_caches.json").write_text(json.dumps(figures, indent=1, default=str))
 
     save()
+    envs = {}
     for arm in args.arms:
         caches = args.workdir / f"caches-{arm}"
-        arm_env = train_environment({**env, **ARMS[arm], "TRITON_CACHE_DIR": str(caches / "triton"),
-                                     "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")})
+        envs[arm] = train_environment({**env, **ARMS[arm], "TRITON_CACHE_DIR": str(caches / "triton"),
+                                       "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")})
         shown = ("SPECOPS_FIXED_LOSS_TILE", "TORCHINDUCTOR_DETERMINISTIC", "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO",
                  "TRITON_CACHE_AUTOTUNING")
-        entry = figures["arms"][arm] = {"set": ARMS[arm], "environment": {name: arm_env.get(name) for name in shown}}
+        figures["arms"][arm] = {"set": ARMS[arm], "environment": {name: envs[arm].get(name) for name in shown}}
+
+    def one_side(arm: str, side: str) -> None:
+        caches = args.workdir / f"caches-{arm}"
+        if side == "cold":
+            shutil.rmtree(caches, ignore_errors=True)
+        print(f"train_caches: {arm} {side} ...", file=sys.stderr, flush=True)
+        result = train_side(envs[arm], argv, args.workdir / "sides" / f"{arm}-{side}", args.warmup)
+        result["caches"] = cache_inventory(caches)
+        figures["arms"][arm][side] = result
+        print(f"train_caches: {arm} {side} exit {result['exit']} in {result['wall_s']} s, "
+              f"{result.get('steps_per_s')} steps/s, model {result.get('model')}, caches {result['caches']}",
+              file=sys.stderr, flush=True)
+        save()
+
+    if args.together:  # every arm's side at once on the one GPU: each arm's caches are its own
+        from concurrent.futures import ThreadPoolExecutor
+
+        figures["together"] = True
         for side in args.sides:
-            if side == "cold":
-                shutil.rmtree(caches, ignore_errors=True)
-            print(f"train_caches: {arm} {side} ...", file=sys.stderr, flush=True)
-            result = train_side(arm_env, argv, args.workdir / "sides" / f"{arm}-{side}", args.warmup)
-            result["caches"] = cache_inventory(caches)
-            entry[side] = result
-            print(f"train_caches: {arm} {side} exit {result['exit']} in {result['wall_s']} s, "
-                  f"{result.get('steps_per_s')} steps/s, model {result.get('model')}, caches {result['caches']}",
-                  file=sys.stderr, flush=True)
-            save()
+            with ThreadPoolExecutor(max_workers=len(args.arms)) as pool:
+                list(pool.map(lambda arm, side=side: one_side(arm, side), args.arms))
+    else:
+        for arm in args.arms:
+            for side in args.sides:
+                one_side(arm, side)
+    for entry in figures["arms"].values():
         if "cold" in entry and "warm" in entry:
             cold, warm = entry["cold"], entry["warm"]
             entry["same_model"] = bool(cold.get("model")) and cold.get("model") == warm.get("model")
             entry["same_optimizer"] = bool(cold.get("optimizer")) and cold.get("optimizer") == warm.get("optimizer")
             entry["first_loss_difference"] = first_difference(cold["losses"], warm["losses"])
-            save()
+    save()
     print(f"\n{'arm':10s} {'side':5s} {'exit':>4s} {'wall s':>7s} {'steps/s':>8s} {'model':16s} {'best_config':>11s}")
     for arm, entry in figures["arms"].items():
         for side in args.sides:
