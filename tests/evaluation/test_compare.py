@@ -5,6 +5,7 @@ speedups and best kind are computed from the rows as the document says."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -19,8 +20,11 @@ def _compare(root, *flags: str) -> subprocess.CompletedProcess:
 
 
 def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_rest(evaluated, tmp_path) -> None:
+    """eagle3@twin: the draft of another run on the same target (here a copy of the run: the same draft bytes)."""
     root = copy_of(evaluated, tmp_path / "w")
-    done = _compare(root, "--backend", "hf", "--compare", "none,ngram,eagle3", "--checkpoint", "last",
+    shutil.copytree(root / "runs" / "tiny", root / "runs" / "twin", symlinks=True)
+    shutil.copyfile(root / "runs" / "tiny.yaml", root / "runs" / "twin.yaml")
+    done = _compare(root, "--backend", "hf", "--compare", "none,ngram,eagle3,eagle3@twin", "--checkpoint", "last",
                     "--prompts", "2")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     compared = json.loads(done.stdout.strip().splitlines()[-1])["compare"]
@@ -30,6 +34,9 @@ def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_r
     heldout = rows["eagle3"]["acceptance"]["heldout"]
     assert heldout["backend"] == "hf" and heldout["num_drafts"] > 0 and heldout["prompts"] == 2
     assert not rows["eagle3"]["speed"] and compared["servers"] == [] and compared["best"] == []
+    twin = rows["eagle3@twin"]
+    assert (twin["run"], rows["eagle3"]["run"]) == ("twin", "tiny") and "/runs/twin/checkpoints/" in twin["draft"]
+    assert twin["acceptance"]["heldout"]["num_accepted_tokens"] == heldout["num_accepted_tokens"]  # the same bytes
     assert not (root / "logs").is_dir() or not list((root / "logs").glob("vllm-server-*"))  # no server started
 
 
