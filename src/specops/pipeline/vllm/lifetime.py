@@ -51,7 +51,7 @@ def serving(run: Run, what: str) -> Iterator[dict[str, Any]]:
     """Around a command's work (`what`: "the pipeline", "step evaluate"): yields a dict that, once the work
     ended (whatever way), holds end_of_run's account (the loads made meanwhile, the server stopped or kept).
     SIGTERM during the work ends it through here (exit 143 after the clean-up)."""
-    since, ended = time.time(), {}
+    since, ended = time.time(), dict[str, Any]()
     handled = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stopped) if handled else None
     outcome = "is done"
