@@ -3,11 +3,12 @@
 from specops.pipeline.evaluation.compare import compare, parse_compare
 from specops.pipeline.evaluation.drafts import choose_checkpoint
 from specops.pipeline.evaluation.epochs import epoch_scorer
+from specops.pipeline.evaluation.kinds import replay_drafts, vllm_only
 from specops.pipeline.evaluation.sets import parse_pairs
 from specops.pipeline.evaluation.step import evaluate, pipeline_step, recorded_backend, reproduce
 from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
 
 __all__ = [
     "choose_checkpoint", "compare", "epoch_scorer", "evaluate", "parse_compare", "parse_counts", "parse_pairs",
-    "parse_sweep", "pipeline_step", "recorded_backend", "reproduce", "sweep",
+    "parse_sweep", "pipeline_step", "recorded_backend", "replay_drafts", "reproduce", "sweep", "vllm_only",
 ]

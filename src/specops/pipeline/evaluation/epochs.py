@@ -75,6 +75,12 @@ def epoch_scorer(run: Run) -> EpochScorer | None:
 
     if not run.config.evaluate.epoch_prompts or not run.config.evaluate.heldout_prompts:
         return None
+    from specops.pipeline.evaluation.kinds import replay_drafts
+
+    if not replay_drafts(run.config.draft.method):  # the replay drafts as EAGLE-3 only: no figure at all
+        say(f"acceptance is not measured every epoch: the hf replay does not draft as a {run.config.draft.method} "
+            "draft does (the evaluate step measures it through vLLM)")
+        return None
     if not heldout.read_prompts(run.paths.heldout):
         say("no held-out prompts: acceptance is not measured every epoch")
         return None

@@ -19,6 +19,7 @@ from typing import Any
 
 from specops.contract.errors import BadInput
 from specops.host import atomic
+from specops.pipeline.evaluation.kinds import replay_drafts, vllm_only
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
 from specops.pipeline.run import Acceptance, EffectiveSettings, Run, StepContext, StepReport, config_hash
 
@@ -84,15 +85,17 @@ class Scorer:
                             answers=self.answers, states=self.states)
             return {**figures(counts, len(self.prompts), label, "hf"), "generated_tokens": counts["generated_tokens"]}
         from specops.pipeline.evaluation.served import run_prompts
-        from specops.pipeline.vllm import eagle3_config, generating_server
+        from specops.pipeline.vllm import generating_server, serving_config
 
         if self.base_tokens_per_s is None and self.baseline is None:
             self.baseline = self.target_alone()
             self.base_tokens_per_s = self.baseline.get("tokens_per_s")
-        server = generating_server(self.run, speculative=eagle3_config(folder, self.k))
+        # the draft's kind says how it is served (eagle3: k tokens a step, as always; a block kind: its block's)
+        speculative = serving_config(folder, self.k)
+        server = generating_server(self.run, speculative=speculative)
         self.servers.append(server)
-        result = run_prompts(server["endpoint"], server["model"], self.prompts, self.max_tokens, self.k,
-                             speculative=True)
+        result = run_prompts(server["endpoint"], server["model"], self.prompts, self.max_tokens,
+                             speculative["num_speculative_tokens"], speculative=True)
         counts = result["per_request"] or result["counters"]
         report = figures(counts, len(self.prompts), label, "vllm")
         return {**with_speed(report, result["tokens_per_s"], self.base_tokens_per_s),
@@ -148,6 +151,15 @@ def chosen_checkpoint(run: Run, which: str) -> tuple[Path, dict[str, Any] | None
 
     if which != "best":
         return choose_checkpoint(run.paths.checkpoints, which), None
+    if not replay_drafts(run.config.draft.method):  # best by acceptance needs the replay: by validation loss instead
+        chosen = choose_checkpoint(run.paths.checkpoints, "last")
+        best_by_loss = run.paths.checkpoints / "checkpoint_best"  # speculators' own pointer (lowest validation loss)
+        if best_by_loss.is_dir():
+            chosen = best_by_loss.resolve()
+        why = (f"epoch {chosen.name}: speculators' checkpoint_best (lowest validation loss); acceptance every epoch "
+               f"needs the hf replay, which does not draft as a {run.config.draft.method} draft does")
+        say(why)
+        return chosen, {"why": why, "by": "validation loss"}
     from specops.pipeline.evaluation.epochs import choose_best
 
     finished = epoch_folders(run.paths.checkpoints)
@@ -177,6 +189,12 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
             say(note)
     settings = run.config.evaluate
     backend = effective.evaluate_backend
+    kind = run.config.draft.method
+    if backend == "hf" and not replay_drafts(kind):
+        say(vllm_only(kind))  # never a figure from the wrong drafting
+        return {"step": "evaluate", "status": "vLLM only", "vllm_only": vllm_only(kind), "method": kind,
+                "report": {"mean_acceptance_length": None, "method": kind, "backend": "hf",
+                           "vllm_only": vllm_only(kind)}}
     chosen, best = chosen_checkpoint(run, checkpoint or settings.checkpoint)
     folders = epoch_folders(run.paths.checkpoints) if all_epochs else [chosen]
     manifest = Manifest(run.paths.run_dir)
@@ -187,6 +205,8 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
     benchmark_sets = chosen_sets(run, sets, exact_sets)
     if benchmark_sets:  # only then: a run without sets keeps the inputs (and the skip) it had
         inputs["sets"] = set_digests(benchmark_sets)
+        if settings.set_prompts is not None:  # only then: the inputs (and the skip) of runs without it stay
+            inputs["set_prompts"] = settings.set_prompts
     quick_hash = config_hash(inputs)
     recorded = manifest.record("evaluate") or {}
     if not again and recorded.get("status") == "done" and recorded.get("quick_hash") == quick_hash \
@@ -232,18 +252,18 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
             untrained = {**known, "reused": True}
             say(summary_line("untrained (scored before, same draft and prompts)", untrained))
         else:  # with vllm, by the replay unless asked: a server load of its own for a floor is not worth it
-            by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
+            by = "hf" if backend == "vllm" and settings.untrained == "replay" and replay_drafts(kind) else backend
             untrained = scorer.score(untrained_folder, UNTRAINED, by)
             if by != backend:
                 untrained["scored_by"] = "the hf replay (evaluate.untrained: replay; no server load of its own)"
             say(summary_line("untrained" + (" (the hf replay)" if by != backend else ""), untrained))
-        untrained_by = "hf" if backend == "vllm" and settings.untrained == "replay" else backend
+        untrained_by = "hf" if backend == "vllm" and settings.untrained == "replay" and replay_drafts(kind) else backend
         set_results = {}
         if benchmark_sets:
             from specops.pipeline.evaluation.benchmarks import score_sets
 
-            set_results = score_sets(run, scorer, chosen, untrained_folder, benchmark_sets, prompts, untrained_by,
-                                     say)
+            set_results = score_sets(run, scorer, chosen, untrained_folder, benchmark_sets,
+                                     prompts if prompts is not None else settings.set_prompts, untrained_by, say)
         plot = plot_acceptance(trained, untrained, epochs if all_epochs else [], run.paths.checkpoints / PLOT_FILE,
                                title=f"{run.paths.name}: {len(token_ids)} held-out prompts, k={scorer.k}")
         document = {"report": trained, "untrained": untrained, "previous": previous,

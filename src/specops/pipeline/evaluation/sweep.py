@@ -125,7 +125,7 @@ def _sweep_vllm(run: Run, folder: Path, token_ids: list[list[int]], tokens: list
                 max_tokens: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     from specops.pipeline.evaluation.report import summary_line, with_speed
     from specops.pipeline.evaluation.served import run_prompts
-    from specops.pipeline.vllm import eagle3_config, generating_server
+    from specops.pipeline.vllm import generating_server, speculative_config
 
     servers: list[dict[str, Any]] = []
     server = generating_server(run)
@@ -140,7 +140,7 @@ def _sweep_vllm(run: Run, folder: Path, token_ids: list[list[int]], tokens: list
     base_speed = {row["concurrency"]: row["tokens_per_s"] for row in base}
     cells = []
     for k in tokens:
-        server = generating_server(run, speculative=eagle3_config(folder, k))
+        server = generating_server(run, speculative=speculative_config(folder, k))  # the draft's kind says how
         servers.append(server)
         for c in concurrency:
             result = run_prompts(server["endpoint"], server["model"], token_ids, max_tokens, k, speculative=True,

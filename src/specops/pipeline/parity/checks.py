@@ -66,7 +66,7 @@ def _row(rows: list[dict[str, Any]], key: str, training: Any, serving: Any, wher
 
 
 def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Trained, reading: VllmReading | None,
-            served_method: str, speculators_defaults: dict[str, Any],
+            served_method: str | None, speculators_defaults: dict[str, Any],
             eagle3_support: tuple[bool | None, str] | None) -> list[dict[str, Any]]:
     """Every parity row for one draft (config.json as written, its tensor shapes) and how it will be served."""
     rows: list[dict[str, Any]] = []
@@ -74,7 +74,7 @@ def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Train
     kind = config.get("speculators_model_type")
     _row(rows, "speculators_model_type", trained.speculator_type, kind, "the draft's config.json")
     vllm_method = reading.method(config) if reading else kind
-    _row(rows, "method", vllm_method, served_method,
+    _row(rows, "method", vllm_method, served_method or f"none: specops serves no {kind} drafts",
          f"{where_vllm} ({reading.where.get('method', '?')}) vs the --speculative-config specops serves with"
          if reading else "the --speculative-config specops serves with")
     hf: dict[str, Any] = dict(config.get("transformer_layer_config") or {})
@@ -94,7 +94,7 @@ def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Train
         served_aux, where = list(config.get("eagle_aux_hidden_state_layer_ids") or []), where_vllm
     _row(rows, "eagle_aux_hidden_state_layer_ids", trained.aux_layers, served_aux,
          f"training: {trained.aux_origin}; serving: {where}")
-    if reading is not None and reading.aux_count is not None:
+    if reading is not None and reading.aux_count is not None and trained.speculator_type in ("eagle3", "peagle"):
         _row(rows, "auxiliary layer count", len(trained.aux_layers), reading.aux_count,
              f"training: {trained.aux_origin}; serving: {where_vllm}'s EAGLE-3 draft sizes its fc for exactly "
              f"{reading.aux_count} ({reading.where.get('aux count', '?')}; vLLM #54526)")
@@ -114,6 +114,8 @@ def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Train
     for key in sorted(hf):  # the flags vLLM's loader sets (norm_before_residual, norm_before_fc, ...)
         if key in OWN_ROWS or key in (config.get("transformer_layer_config") or {}):
             continue
+        if trained.speculator_type != "eagle3" and key not in config and key not in speculators_defaults:
+            continue  # what vLLM derives for the other kinds (dflash_config, target_layer_ids, pard_token, ...)
         training = config[key] if key in config else speculators_defaults.get(key)
         _row(rows, key, training, hf[key], f"training: {'config.json' if key in config else 'speculators default'};"
              f" serving: {where_vllm}")

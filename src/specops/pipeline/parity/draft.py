@@ -15,7 +15,7 @@ from typing import Any
 
 from specops.contract.errors import BadInput
 
-SPECULATORS_CONFIG = "speculators.models.eagle3.config"
+SPECULATORS_CONFIG = "speculators.models.{kind}.config"  # each kind's speculator config class (0.9.0)
 
 
 def read_config(folder: Path) -> dict[str, Any]:
@@ -56,12 +56,13 @@ def npy_length(path: Path) -> int | None:
     return int(shape[0])
 
 
-def speculators_defaults(search_path: list[str] | None = None) -> dict[str, Any]:
-    """{field: default} of speculators' Eagle3SpeculatorConfig (`x: bool = Field(default=False, ...)`, `x: int = 3`)."""
+def speculators_defaults(kind: str = "eagle3", search_path: list[str] | None = None) -> dict[str, Any]:
+    """{field: default} of the kind's speculator config in speculators (Eagle3SpeculatorConfig for eagle3:
+    `x: bool = Field(default=False, ...)`, `x: int = 3`)."""
     from specops.analysis import ModuleIndex
 
     index = ModuleIndex(search_path)
-    file = index.module_file(SPECULATORS_CONFIG)
+    file = index.module_file(SPECULATORS_CONFIG.format(kind=kind)) if kind.isidentifier() else None
     tree = index.tree(file) if file is not None else None
     defaults: dict[str, Any] = {}
     for node in ast.walk(tree) if tree is not None else ():

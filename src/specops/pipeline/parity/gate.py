@@ -42,7 +42,11 @@ TRAINING_REPORT_FILE = "before-training.json"
 DRY_RUN_DIR = "untrained"
 DRY_RUN_RECORD = "dry_run.json"
 SERVED_RECORD = "served.json"
-SERVED_METHOD = "eagle3"  # what specops passes in --speculative-config (vllm room's eagle3_config)
+def served_method(kind: str) -> str | None:
+    """The speculative method specops serves a kind under (the vllm room's speculative_config); None: not served."""
+    from specops.pipeline.vllm import served_method as method_of
+
+    return method_of(kind)
 
 
 
@@ -77,7 +81,8 @@ def trained_with(run: Run, d2t: Path | None) -> checks.Trained:
     target = read_model_config(run.model_path)
     text = text_config(target)
     architectures = target.get("architectures") or []
-    return checks.Trained(aux_layers=ids[:-1] if ids and ids[-1] == layers else ids, aux_origin=origin,
+    return checks.Trained(speculator_type=run.config.draft.method,
+                          aux_layers=ids[:-1] if ids and ids[-1] == layers else ids, aux_origin=origin,
                           target_layers=layers, target_vocab=text.get("vocab_size"),
                           draft_vocab=draft.npy_length(d2t) if d2t is not None else None,
                           architecture=architectures[0] if architectures else None,
@@ -91,8 +96,9 @@ def check_folder(run: Run, folder: Path, trained: checks.Trained, reading: VllmR
 
     support = (eagle3_support(reading.search_path, trained.architecture)
                if reading is not None and trained.architecture else None)
-    rows = checks.compare(draft.read_config(folder), draft.tensor_shapes(folder), trained, reading, SERVED_METHOD,
-                          draft.speculators_defaults(), support)
+    rows = checks.compare(draft.read_config(folder), draft.tensor_shapes(folder), trained, reading,
+                          served_method(trained.speculator_type), draft.speculators_defaults(trained.speculator_type),
+                          support)
     if reading is not None and trained.architecture:
         from specops.analysis import ModuleIndex
         from specops.doctor import aux_capture

@@ -51,10 +51,10 @@ def logged_aux_layers(log: Path) -> list[int] | None:
 
 
 def one_request(run: Run, draft: Path, trained: Trained, reading: VllmReading) -> dict[str, Any]:
-    from specops.pipeline.vllm import eagle3_config, generating_server, stop_generating_server
+    from specops.pipeline.vllm import generating_server, serving_config, stop_generating_server
 
     k = run.config.evaluate.num_speculative_tokens
-    server = generating_server(run, speculative=eagle3_config(draft, k))
+    server = generating_server(run, speculative=serving_config(draft, k))
     try:
         before = _drafts(server["endpoint"])
         response = _complete(server["endpoint"], server["model"])
@@ -70,8 +70,8 @@ def one_request(run: Run, draft: Path, trained: Trained, reading: VllmReading) -
               "num_drafts": round(drafts), "text": response["choices"][0].get("text"),
               "logged_aux_layers": logged, "stopped": stopped}
     if drafts <= 0:
-        result.update(ok=False, why=f"method: training used eagle3, the server drafted nothing for one request "
-                                    f"(vLLM {server.get('vllm_version')}, log {server['log']})")
+        result.update(ok=False, why=f"method: training used {trained.speculator_type}, the server drafted nothing "
+                                    f"for one request (vLLM {server.get('vllm_version')}, log {server['log']})")
     elif logged is not None and logged != trained.aux_layers:
         result.update(ok=False, why=f"eagle_aux_hidden_state_layer_ids: training used {trained.aux_layers}, "
                                     f"serving uses {logged} (the server's log, {server['log']})")
