@@ -54,6 +54,15 @@ def test_an_mtp_plan_leaves_out_what_speculators_refuses_for_it() -> None:
         build_train_command(replace(mtp, num_layers=1), gpus=0)
 
 
+def test_a_dflash2_plan_drafts_in_the_target_whole_vocabulary() -> None:
+    # speculators 0.9.0 refuses a DFlash2 draft vocabulary smaller than the verifier's
+    dflash2 = replace(PLAN, speculator_type="dflash2", num_layers=None, d2t_path=None, t2d_path=None)
+    command = build_train_command(dflash2, gpus=0)
+    assert "--draft-vocab-size" not in command and "--d2t-path" not in command
+    with pytest.raises(BadInput, match="whole vocabulary"):
+        build_train_command(replace(dflash2, d2t_path=PLAN.d2t_path, t2d_path=PLAN.t2d_path), gpus=0)
+
+
 def write_run(tmp_path: Path, draft: dict) -> Path:
     path = tmp_path / "runs" / "k.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,8 @@ def compare(config: dict[str, Any], shapes: dict[str, list[int]], trained: Train
     d2t = (shapes.get("d2t") or [None])[0]
     t2d = (shapes.get("t2d") or [None])[0]
     training_draft_vocab = trained.draft_vocab if trained.draft_vocab is not None else d2t
+    if training_draft_vocab is None and trained.speculator_type != "eagle3":
+        training_draft_vocab = trained.target_vocab  # no mapping given (dflash2, mtp): the target's whole vocabulary
     _row(rows, "draft_vocab_size", training_draft_vocab, hf.get("draft_vocab_size"),
          f"training: the d2t file; serving: {where_vllm}")
     if d2t is not None:

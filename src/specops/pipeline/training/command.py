@@ -87,9 +87,16 @@ KIND_FLAGS = {"block_size": "--block-size", "num_depths": "--num-depths",
               "num_speculative_steps": "--num-speculative-steps"}
 
 
+# Kinds that draft in the target's whole vocabulary: mtp through the target's own head; dflash2 refuses any
+# other (speculators 0.9.0 models/dflash2/core.py: "DFlash2 currently requires the full verifier vocabulary",
+# measured). speculators then builds no mapping: no --draft-vocab-size, no d2t/t2d.
+FULL_VOCABULARY = ("mtp", "dflash2")
+
+
 def uses_vocab_mapping(kind: str) -> bool:
-    """mtp drafts in the target's own vocabulary through its own head: speculators reads no d2t/t2d for it."""
-    return kind != "mtp"
+    """Whether the kind drafts in a smaller vocabulary through the vocab step's d2t/t2d (every kind but those of
+    FULL_VOCABULARY)."""
+    return kind not in FULL_VOCABULARY
 
 
 def aux_layer_ids(extraction_layer_ids: list[int] | tuple[int, ...], num_hidden_layers: int) -> tuple[int, ...]:
@@ -154,8 +161,10 @@ def build_train_command(plan: TrainPlan, gpus: int, nodes: TorchrunNode | None =
     if nodes is not None and nodes.problems():
         raise BadInput(nodes.problems()[0])
     kind = plan.speculator_type
-    if kind == "mtp" and (plan.num_layers is not None or plan.d2t_path is not None):
-        raise BadInput("an mtp draft reuses the target's MTP layers and vocabulary: no num_layers, no d2t/t2d")
+    if kind == "mtp" and plan.num_layers is not None:
+        raise BadInput("an mtp draft reuses the target's MTP layers: no num_layers")
+    if not uses_vocab_mapping(kind) and plan.d2t_path is not None:
+        raise BadInput(f"a {kind} draft drafts in the target's whole vocabulary: no d2t/t2d")
     if gpus > 1 or nodes is not None:
         launcher = [*torchrun_launcher(gpus, nodes), "-m", "speculators.train"]
     else:
