@@ -1,7 +1,7 @@
 """Which speculator serves a finished run's target best: `evaluate --compare` on it, and the table it gives.
 
     PYTHONPATH=src python bench/serving_compare.py --workdir WD --run R [--compare none,ngram,suffix,eagle3]
-        [--concurrency 1,8] [--prompts N] [--checkpoint best|last|N] [--out compare.json]
+        [--concurrency 1,8] [--rounds 3] [--prompts N] [--checkpoint best|last|N] [--out compare.json]
 
 Runs the agent's own command, as `invoke evaluate --compare` starts it on a host (`python -m specops step
 evaluate --run R --backend vllm --compare ...`), in WD with the serve env in SPECOPS_SERVE_PYTHON (default
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--run", required=True)
     parser.add_argument("--compare", default="none,ngram,suffix,eagle3")
     parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds at each concurrency (default: the agent's)")
     parser.add_argument("--prompts", type=int, default=None, help="the first N held-out prompts and of each set")
     parser.add_argument("--checkpoint", default=None, help="best | last | an epoch (default: evaluate.checkpoint)")
     parser.add_argument("--out", type=Path, default=None, help="write the comparison's document here too")
@@ -46,6 +47,8 @@ def main() -> None:
         argv += ["--prompts", str(args.prompts)]
     if args.checkpoint:
         argv += ["--checkpoint", args.checkpoint]
+    if args.rounds:
+        argv += ["--rounds", str(args.rounds)]
     print(f"$ {' '.join(argv[1:])}  (in {args.workdir})", flush=True)
     started = time.monotonic()
     done = subprocess.run(argv, cwd=args.workdir, env=env, stdout=subprocess.PIPE, text=True)

@@ -258,18 +258,21 @@ def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any
 
 
 @task(help={**STEP_HELP, **commandline.STEPS["evaluate"].helps(
-    "checkpoint", "all_epochs", "prompts", "backend", "sweep", "concurrency", "compare", "reproduce", set_="sets")},
+    "checkpoint", "all_epochs", "prompts", "backend", "sweep", "concurrency", "compare", "rounds", "reproduce",
+    set_="sets")},
       iterable=["set_"])
 @reports_errors
 def evaluate(c, host=None, run=None, checkpoint=None, all_epochs=False, prompts=None, backend=None, detach=False,
-             wait=False, json=False, sweep=None, concurrency=None, compare=None, set_=None, reproduce=None):
+             wait=False, json=False, sweep=None, concurrency=None, compare=None, rounds=None, set_=None,
+             reproduce=None):
     """The draft's acceptance as the target's EAGLE-3 speculator, on held-out prompts; --compare: speculators side
     by side (none, ngram, suffix, the trained kinds), tokens/s and the best."""
     with host_session(host) as session:
         run_name = chosen_run(session, run)
         argv = commandline.step_evaluate(run=run_name, checkpoint=checkpoint, all_epochs=all_epochs, prompts=prompts,
                                         backend=backend or None, sweep=sweep, concurrency=concurrency,
-                                        compare=compare or None, sets=set_pairs(set_), reproduce=reproduce or None)
+                                        compare=compare or None, rounds=rounds, sets=set_pairs(set_),
+                                        reproduce=reproduce or None)
         result = run_step_job(session, run_name, "evaluate", argv, detach=detach, wait=wait, json=json,
                               env_role="train")
     if result and not json:

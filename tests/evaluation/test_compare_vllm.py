@@ -44,8 +44,9 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
                       .replace("  max_tokens: 64", f"  max_tokens: {MAX_TOKENS}"))
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm",
-                           "--compare", "none,ngram,suffix,eagle3", "--concurrency", "1,2", "--checkpoint", "last",
-                           "--prompts", str(PROMPTS)], cwd=root, env=env, capture_output=True, text=True, timeout=1500)
+                           "--compare", "none,ngram,suffix,eagle3", "--concurrency", "1,2", "--rounds", "2",
+                           "--checkpoint", "last", "--prompts", str(PROMPTS)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     compared = json.loads(done.stdout.strip().splitlines()[-1])["compare"]
     rows = {row["label"]: row for row in compared["rows"]}
@@ -76,6 +77,7 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
     for label in served:
         for cell in rows[label]["speed"]:
             assert cell["tokens_per_s"] > 0 and cell["generated_tokens"] > 0
+            assert len(cell["rounds"]) == 2 and cell["tokens_per_s"] == round(sum(cell["rounds"]) / 2, 2)  # median
             assert cell["speedup"] == round(cell["tokens_per_s"] / base[cell["concurrency"]], 3)
     for best in compared["best"]:  # the fastest at each concurrency, its margin over the next
         rates = sorted(((cell["tokens_per_s"], label) for label in served for cell in rows[label]["speed"]

@@ -146,6 +146,8 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
                   help="speculators side by side on the same prompts, one vLLM server each: none (the target alone), "
                   "ngram, suffix (vLLM's, no training), trained kinds (the run's draft, or KIND@RUN's): acceptance "
                   "per set, tokens/s, speedup against none, the best (compare.json, compare.png)"),
+             Flag("rounds", WHOLE, help="with --compare: how many times the held-out prompts are sent at each "
+                  "concurrency (tokens/s: the median round; default 3)"),
              Flag("sets", SET_FILES, default=[], metavar="NAME=FILE", repeat=True, spelled="set",
                   help="NAME=FILE: a benchmark set on the host (JSONL or .jsonl.gz: MT-Bench turns, GSM8K question, "
                   "HumanEval prompt, conversations); repeatable, beside the run's evaluate.sets"),
@@ -155,6 +157,7 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
                   "a time)" if given(values["concurrency"]) and not (given(values["sweep"]) or given(values["compare"]))
                   else None),
              excludes("sweep", "all_epochs", "a sweep scores one checkpoint"),
+             only_with("compare", ("rounds",), "--rounds: only with --compare"),
              excludes("compare", "sweep", "a comparison serves each kind at the run's k"),
              excludes("compare", "all_epochs", "a comparison serves one checkpoint of each trained kind"),
              excludes("reproduce", "compare", "a record is of one evaluation"),

@@ -178,7 +178,7 @@ def step_evaluate(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         concurrency = evaluation.parse_counts(args.concurrency, "--concurrency") if args.concurrency else None
         sets = evaluation.parse_pairs(args.sets)
         document = run_step("evaluate", enter(run, evaluate=args.backend), lambda c: evaluation.compare(
-            c.run, c.settings, labels, concurrency, args.checkpoint, args.prompts, sets))
+            c.run, c.settings, labels, concurrency, args.checkpoint, args.prompts, sets, args.rounds))
         around = {key: document.pop(key) for key in ("settings", "vllm_servers") if key in document}
         return 0, {"ok": True, "run": args.run, "step": "evaluate", "status": "compared", "compare": document,
                    **around}

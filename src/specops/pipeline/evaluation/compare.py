@@ -14,7 +14,8 @@ its evaluate.checkpoint), or `KIND@RUN`, another run's draft for the same target
 
 vllm: vLLM's speculative config is fixed per server, so one server per kind (the run's `vllm-server` job,
 replaced kind by kind; `none` reuses a target-alone server that is up), its flags the same for every kind but
---speculative-config. Every kind gets one warm-up request outside its counts and timings. What a kind needs
+--speculative-config. Every kind gets one warm-up request outside its counts and timings, then the held-out
+prompts `rounds` times at each concurrency (its tokens/s the median round). What a kind needs
 that the serve env lacks (suffix: arctic_inference) is found before any load, read from vLLM's source by the
 doctor (specops.doctor.training_free_support): that row says why, with no number. hf: the replay drafts as
 EAGLE-3 does; a kind it cannot draft like (the training-free ones, the other trained kinds) and every speed
@@ -43,6 +44,9 @@ COMPARE_FILE = "compare.json"
 COMPARE_PLOT = "compare.png"
 HELDOUT = "heldout"  # the held-out prompts' row among the sets
 DEFAULT_CONCURRENCY = [1, 8]
+# the held-out prompts are sent this many times at each concurrency and the median tokens/s kept: on a CPU a round
+# of the tiny run takes about a second, and one round's rate moved by half between two runs of the same command
+DEFAULT_ROUNDS = 3
 # vLLM's n-gram prompt lookup: the longest match of 4 tokens down to 2 in the context proposes the tokens that
 # followed it (vLLM's docs give prompt_lookup_max 4; the minimum lets shorter contexts draft at all)
 NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -183,8 +187,8 @@ def _training_free_support(effective: EffectiveSettings) -> dict[str, Any]:
 
 
 def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurrency: list[int] | None = None,
-            checkpoint: str | None = None, prompts: int | None = None,
-            sets: dict[str, str] | None = None) -> dict[str, Any]:
+            checkpoint: str | None = None, prompts: int | None = None, sets: dict[str, str] | None = None,
+            rounds: int | None = None) -> dict[str, Any]:
     """The comparison's document (written to <run>/evaluation/compare.json, its plot beside it)."""
     from specops.pipeline.data import load_tokenizer
     from specops.pipeline.evaluation.benchmarks import chosen_sets
@@ -198,6 +202,7 @@ def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurren
         raise BadInput("--concurrency: the hf backend replays the drafting and measures acceptance only "
                        "(no requests in flight); use --backend vllm for tokens/s at several concurrencies")
     concurrency = concurrency or (DEFAULT_CONCURRENCY if backend == "vllm" else [1])
+    rounds = rounds or DEFAULT_ROUNDS
     entries = plan(run, effective, labels, checkpoint, backend)
     set_files = chosen_sets(run, sets)
     # the sets' first --prompts conversations, else the run's evaluate.set_prompts, as evaluate reads them
@@ -216,7 +221,7 @@ def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurren
     say(f"comparing {', '.join(labels)}: {len(token_ids)} held-out prompts"
         + (f" and sets {', '.join(conversations)}" if conversations else "")
         + f", {max_tokens} tokens each, k={k}, backend {backend}"
-        + (f", concurrency {concurrency}" if backend == "vllm" else ""))
+        + (f", concurrency {concurrency}, {rounds} rounds each" if backend == "vllm" else ""))
     started = time.time()
     tokenizer = load_tokenizer(run) if conversations else None
     servers: list[dict[str, Any]] = []
@@ -225,7 +230,7 @@ def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurren
             continue
         if backend == "vllm":
             entry.result = _served_kind(run, entry, token_ids, conversations, tokenizer, concurrency, max_tokens,
-                                        servers)
+                                        rounds, servers)
         else:
             entry.result = _replayed_kind(run, entry, token_ids, conversations, tokenizer, k, max_tokens)
     rows = [entry.row() for entry in entries]
@@ -234,6 +239,7 @@ def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurren
                 "sets": {name: {"file": str(path), "conversations": len(conversations[name])}
                          for name, path in set_files.items()},
                 "max_tokens": max_tokens, "num_speculative_tokens": k, "concurrency": concurrency,
+                "rounds": rounds if backend == "vllm" else None,
                 "rows": rows, "best": best_kinds(rows, concurrency), "started_at": started,
                 "seconds": round(time.time() - started, 2),
                 "servers": [{key: s.get(key) for key in ("label", "job", "reused", "port", "vllm_version", "ready_s",
@@ -252,11 +258,13 @@ def compare(run: Run, effective: EffectiveSettings, labels: list[str], concurren
 
 
 def _served_kind(run: Run, entry: Entry, token_ids: list[list[int]], conversations: dict[str, list[list[str]]],
-                 tokenizer: Any, concurrency: list[int], max_tokens: int,
+                 tokenizer: Any, concurrency: list[int], max_tokens: int, rounds: int,
                  servers: list[dict[str, Any]]) -> dict[str, Any]:
-    """One server with this kind's speculative config: a warm-up request, the held-out prompts at each
-    concurrency (tokens/s, and the counts at the first), then every set's turns at the highest concurrency."""
+    """One server with this kind's speculative config: a warm-up request, the held-out prompts `rounds` times at
+    each concurrency (tokens/s: the median round; the counts: the first), then every set's turns at the highest
+    concurrency."""
     import shlex
+    import statistics
 
     from specops.pipeline.evaluation.benchmarks import served_turns
     from specops.pipeline.evaluation.report import figures
@@ -269,21 +277,27 @@ def _served_kind(run: Run, entry: Entry, token_ids: list[list[int]], conversatio
     speculative = entry.config is not None
     positions = int(entry.config["num_speculative_tokens"]) if speculative else 0
     complete(server["endpoint"], server["model"], token_ids[0], WARMUP_TOKENS)  # outside every count and timing
-    speed, acceptance = [], {}
-    for c in concurrency:
-        result = run_prompts(server["endpoint"], server["model"], token_ids, max_tokens, positions,
-                             speculative=speculative, concurrency=c)
-        cell = {"concurrency": c, "tokens_per_s": result["tokens_per_s"],
-                "generated_tokens": result["generated_tokens"], "seconds": result["seconds"]}
-        if speculative:
-            cell["mean_acceptance_length"] = figures(result["counters"], len(token_ids), entry.label,
-                                                     "vllm")["mean_acceptance_length"]
-            if HELDOUT not in acceptance:
-                acceptance[HELDOUT] = {**figures(result["counters"], len(token_ids), entry.label, "vllm"),
-                                       "concurrency": c, "counts_from": "metrics_deltas"}
-        speed.append(cell)
-        say(f"{entry.label}, concurrency {c}: {result['tokens_per_s']} tokens/s"
-            + (f", mean acceptance length {cell['mean_acceptance_length']:.3f}" if speculative else ""))
+    cells: dict[int, dict[str, Any]] = {c: {"concurrency": c, "rounds": []} for c in concurrency}
+    acceptance: dict[str, Any] = {}
+    # rounds outermost: a change in the machine's load while this server is up falls on every concurrency alike
+    for round_ in range(rounds):
+        for c in concurrency:
+            result = run_prompts(server["endpoint"], server["model"], token_ids, max_tokens, positions,
+                                 speculative=speculative, concurrency=c)
+            cell = cells[c]
+            cell["rounds"].append(result["tokens_per_s"])
+            if round_ == 0:  # greedy: every round drafts the same; the first one's counts stand for them
+                cell.update(generated_tokens=result["generated_tokens"], seconds=result["seconds"])
+                if speculative:
+                    counted = figures(result["counters"], len(token_ids), entry.label, "vllm")
+                    cell["mean_acceptance_length"] = counted["mean_acceptance_length"]
+                    acceptance.setdefault(HELDOUT, {**counted, "concurrency": c, "counts_from": "metrics_deltas"})
+            say(f"{entry.label}, concurrency {c}, round {round_ + 1} of {rounds}: {result['tokens_per_s']} tokens/s"
+                + (f", mean acceptance length {cell['mean_acceptance_length']:.3f}" if speculative else ""))
+    speed = []
+    for cell in cells.values():  # the median round: one burst on a shared machine does not decide the row
+        rates = [rate for rate in cell["rounds"] if rate is not None]
+        speed.append({**cell, "tokens_per_s": round(statistics.median(rates), 2) if rates else None})
     if speculative:
         for name, turns in conversations.items():
             counts, pairs, spent = served_turns(server, tokenizer, turns, positions, max_tokens,
