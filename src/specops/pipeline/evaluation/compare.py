@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from specops.contract.errors import BadInput
 from specops.contract.values import NO_SPECULATION, TRAINED_KINDS, TRAINING_FREE
 from specops.host import atomic
+from specops.pipeline.evaluation.kinds import replay_drafts, vllm_only
 
 if TYPE_CHECKING:
     from specops.pipeline.run import EffectiveSettings, Run
@@ -96,14 +97,6 @@ def trained_config(draft: Path, tokens: int) -> dict[str, Any]:
     return serving_config(draft, tokens)
 
 
-def replays(kind: str) -> bool:
-    """Whether the hf replay drafts like `kind` does (EAGLE-3's greedy drafting only)."""
-    from specops.pipeline import evaluation
-
-    test = getattr(evaluation, "replay_drafts", None)
-    return bool(test(kind)) if test is not None else kind == "eagle3"
-
-
 def training_free_config(kind: str, tokens: int) -> dict[str, Any]:
     """ngram: prompt lookup (NGRAM_LOOKUP); suffix: suffix decoding, `tokens` its most per step (it speculates a
     number of its own each step, up to that); both at the trained kinds' k, the same budget."""
@@ -161,7 +154,7 @@ def plan(run: Run, effective: EffectiveSettings, labels: list[str], checkpoint: 
             entry.run_name = owner.paths.name
             entry.draft, _ = chosen_checkpoint(owner, checkpoint or owner.config.evaluate.checkpoint)
             if backend != "vllm":
-                entry.unavailable = None if replays(kind) else f"{VLLM_ONLY}: the hf replay drafts as EAGLE-3 does"
+                entry.unavailable = None if replay_drafts(kind) else vllm_only(kind)
             elif effective.draft_unservable:
                 entry.unavailable = f"not servable here: {effective.draft_unservable}"
             else:
