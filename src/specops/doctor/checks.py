@@ -147,7 +147,8 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
                          lambda: model_rule_items(index, versions, facts, settings), cache_hits))
     # the run's kind of draft: trained by this env's speculators, served by the serve env's vLLM (its loader)
     timed("draft", lambda: kind_items(read_kind(settings.draft_method or "eagle3", index,
-                                                serving if versions["vllm"] else None, versions)))
+                                                serving if versions["vllm"] else None, versions,
+                                                cpu_host=platform == "cpu")))
     if probe is not None:
         timed("import", lambda: _import_probe.items(probe[0], versions, probe[1]))
     layer_ids = facts.get("layer_ids")

@@ -82,7 +82,7 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
             gpus: int | None = None, serve_python: str | None = None) -> EffectiveSettings:
     """The one resolution of this invocation. `backend`: the run's backend from the command line (pipeline,
     extract, prepare); `regenerate`/`evaluate`: that step command's own --backend."""
-    from specops.doctor import chosen_serve_python, vllm_path, vllm_version
+    from specops.doctor import chosen_serve_python, is_cpu_build, vllm_path, vllm_version
     from specops.pipeline.run.config import default_backend
     from specops.planning import hidden_state_dtype
 
@@ -113,7 +113,7 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
     serve_python = chosen_serve_python(serve_python)
     path = vllm_path(serve_python)
     version = vllm_version(path) if path else None
-    refuse_unservable_kind(run, path)
+    refuse_unservable_kind(run, path, cpu_host=gpus == 0 or (path is not None and is_cpu_build(path)))
     if config.parity.serve is not None:
         parity_serve, origins["parity_serve"] = config.parity.serve, f"{run.label}: parity.serve"
     else:
@@ -145,10 +145,11 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
                              serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype)
 
 
-def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None) -> None:
+def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None, *, cpu_host: bool = False) -> None:
     """A run whose kind of draft (`draft.method`) this env's speculators does not train, or the host's vLLM does not
     serve, is bad input before any step: read from their files by the doctor (doctor/_kinds.py: speculators'
-    model registry, vLLM's speculators-config loader and the speculative methods it accepts). eagle3 is judged
+    model registry, vLLM's speculators-config loader and the speculative methods it accepts; on a CPU host, what its
+    Model Runner V1 refuses: dspark, DFlash2's candidate head in 0.32). eagle3 is judged
     by the doctor's serving check, as it always was; where a side cannot be read nothing is refused here."""
     import sys
 
@@ -157,7 +158,7 @@ def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None) -> None
     kind = run.config.draft.method
     if kind == "eagle3":
         return
-    refused = draft_kind(kind, sys.path, vllm_search_path).refusal()
+    refused = draft_kind(kind, sys.path, vllm_search_path, cpu_host=cpu_host).refusal()
     if refused:
         raise BadInput(f"{run.label}: draft.method: {refused}")
 
