@@ -38,6 +38,10 @@ def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_r
     assert (twin["run"], rows["eagle3"]["run"]) == ("twin", "tiny") and "/runs/twin/checkpoints/" in twin["draft"]
     assert twin["acceptance"]["heldout"]["num_accepted_tokens"] == heldout["num_accepted_tokens"]  # the same bytes
     assert not (root / "logs").is_dir() or not list((root / "logs").glob("vllm-server-*"))  # no server started
+    listed = subprocess.run([sys.executable, "-m", "specops", "fetch-list", "--run", "tiny"], cwd=root,
+                            env=agent_env(root), capture_output=True, text=True, timeout=300)
+    fetched = {entry["name"] for entry in json.loads(listed.stdout.strip().splitlines()[-1])["files"]}
+    assert {"compare.json", "compare.png"} <= fetched, listed.stderr[-2000:]  # `invoke fetch` brings them home
 
 
 def test_a_trained_kind_the_run_does_not_train_is_one_line(evaluated, tmp_path) -> None:

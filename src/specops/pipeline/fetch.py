@@ -14,7 +14,8 @@ downloads and checks them, then drops the snapshot (`fetch-list --run NAME --dro
 - The metrics table and loss plot are computed from that copy of the log, so they match it; the
   validation report, manifest and vocab coverage (written atomically) are copied as they are, and so
   are the evaluation's report (as evaluation.json) and acceptance plot when the run was evaluated, and
-  the last parity gate's rows (as parity.json), and the last `evaluate --sweep` (sweep.json, sweep.png).
+  the last parity gate's rows (as parity.json), the last `evaluate --sweep` (sweep.json, sweep.png) and the last
+  `evaluate --compare` (compare.json, compare.png).
 """
 
 from __future__ import annotations
@@ -148,13 +149,15 @@ def fetch_list(run_name: str, with_training_state: bool) -> dict[str, Any]:
         for extra in (run.paths.validate_report, run.paths.manifest, *sorted(run.paths.vocab.glob("*.json"))):
             if extra.is_file():
                 shutil.copyfile(extra, snapshot / extra.name)
-        # the evaluation's report and acceptance plot, when the run was evaluated, and the last sweep's
-        # (all written atomically)
+        # the evaluation's report and acceptance plot, when the run was evaluated, and the last sweep's and
+        # comparison's (all written atomically)
         for extra, name in ((run.paths.evaluation / "report.json", "evaluation.json"),
                             (checkpoints / "acceptance.png", "acceptance.png"),
                             (run.paths.run_dir / "parity" / "report.json", "parity.json"),
                             (run.paths.evaluation / "sweep.json", "sweep.json"),
-                            (checkpoints / "sweep.png", "sweep.png")):
+                            (checkpoints / "sweep.png", "sweep.png"),
+                            (run.paths.evaluation / "compare.json", "compare.json"),
+                            (run.paths.evaluation / "compare.png", "compare.png")):
             if extra.is_file():
                 shutil.copyfile(extra, snapshot / name)
     except BaseException:
