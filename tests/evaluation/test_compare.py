@@ -24,8 +24,9 @@ def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_r
     root = copy_of(evaluated, tmp_path / "w")
     shutil.copytree(root / "runs" / "tiny", root / "runs" / "twin", symlinks=True)
     shutil.copyfile(root / "runs" / "tiny.yaml", root / "runs" / "twin.yaml")
+    (root / "mt.jsonl").write_text(json.dumps({"turns": ["Name three colours.", "Now three more."]}) + "\n")
     done = _compare(root, "--backend", "hf", "--compare", "none,ngram,eagle3,eagle3@twin", "--checkpoint", "last",
-                    "--prompts", "2")
+                    "--prompts", "2", "--set", "mt=mt.jsonl")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     compared = json.loads(done.stdout.strip().splitlines()[-1])["compare"]
     rows = {row["label"]: row for row in compared["rows"]}
@@ -33,6 +34,7 @@ def test_the_hf_backend_scores_eagle3_by_the_replay_and_says_vllm_only_for_the_r
     assert rows["ngram"]["unavailable"].startswith("vLLM only: a training-free speculator has no hf replay")
     heldout = rows["eagle3"]["acceptance"]["heldout"]
     assert heldout["backend"] == "hf" and heldout["num_drafts"] > 0 and heldout["prompts"] == 2
+    assert rows["eagle3"]["acceptance"]["mt"]["prompts"] == 2  # the set's two turns, replayed
     assert not rows["eagle3"]["speed"] and compared["servers"] == [] and compared["best"] == []
     twin = rows["eagle3@twin"]
     assert (twin["run"], rows["eagle3"]["run"]) == ("twin", "tiny") and "/runs/twin/checkpoints/" in twin["draft"]
@@ -52,6 +54,18 @@ def test_a_trained_kind_the_run_does_not_train_is_one_line(evaluated, tmp_path) 
     assert document["error"].startswith("--compare dflash: run tiny trains eagle3 drafts (draft.method)")
     assert "dflash@RUN" in document["error"]
     assert not (root / "runs" / "tiny" / "evaluation" / "compare.json").exists()  # nothing half-written
+
+
+def test_the_task_renders_one_row_per_kind_and_names_the_best(capsys) -> None:
+    from remote.tasks.pipeline_views import render_compare
+
+    rows = [_row("none", {1: 100.0}), _row("eagle3", {1: 132.0}, 2.1),
+            {"label": "suffix", "kind": "suffix", "unavailable": "not servable here: needs arctic_inference"}]
+    render_compare({"backend": "vllm", "concurrency": [1], "sets": {}, "prompts": 20, "num_speculative_tokens": 2,
+                    "max_tokens": 64, "rows": rows, "best": best_kinds(rows, [1]), "plot": "/w/compare.png"})
+    out = capsys.readouterr().out
+    assert "2.100 (0.50 / 0.25)" in out and "1.32x" in out and "needs arctic_inference" in out
+    assert "best at concurrency 1: eagle3, 132.00 tokens/s (1.32x none), 32.0% ahead of none" in out
 
 
 def _row(label: str, rates: dict[int, float], acceptance: float | None = None) -> dict:
