@@ -77,6 +77,26 @@ def test_dflash_is_trained_by_speculators_with_its_own_flags_in_the_form_vllm_lo
     assert rows["eagle_aux_hidden_state_layer_ids"]["serving"] == list(AUX_LAYER_IDS)
 
 
+def test_the_untrained_floor_of_a_dflash_draft_is_a_dflash_draft(trained: tuple[Path, dict], tmp_path: Path) -> None:
+    """vLLM's evaluation serves the untrained draft beside the trained one: it must be of the trained draft's own
+    kind, with its vocabulary mapping (an EAGLE-3 config read from a DFlash checkpoint failed the evaluate step)."""
+    from safetensors.torch import load_file
+
+    from specops.pipeline.evaluation.drafts import untrained_draft
+
+    run_dir, _ = trained
+    checkpoint = run_dir / "checkpoints" / "0"
+    target = Path(json.loads((checkpoint / "config.json").read_text())["speculators_config"]["verifier"]
+                  ["name_or_path"])
+    folder = untrained_draft(checkpoint, target, tmp_path / "untrained")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["speculators_model_type"] == "dflash" and config["block_size"] == BLOCK
+    untrained, trained_weights = load_file(str(folder / "model.safetensors")), load_file(
+        str(checkpoint / "model.safetensors"))
+    assert bool((untrained["d2t"] == trained_weights["d2t"]).all())  # the same draft vocabulary
+    assert untrained.keys() == trained_weights.keys()
+
+
 def test_without_vllm_a_dflash_draft_is_evaluated_vllm_only_never_by_the_replay(
         host: TinyHost, trained: tuple[Path, dict]) -> None:
     code, document, stderr = agent(host, "step", "evaluate", "--run", "dflash", "--backend", "hf")

@@ -17,7 +17,8 @@ from specops.contract.errors import BadInput
 
 if TYPE_CHECKING:
     import torch
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators import SpeculatorModelConfig
+    from speculators.models.eagle3 import Eagle3DraftModel
 
 UNTRAINED = "untrained"
 SEED = 0
@@ -55,14 +56,15 @@ def choose_checkpoint(checkpoints: Path, which: str) -> Path:
     raise BadInput(f"--checkpoint: expected best, last or an epoch number, got {which!r}")
 
 
-def checkpoint_config(folder: Path, target: Path) -> Eagle3SpeculatorConfig:
-    """The checkpoint's speculators config, its verifier pointed at `target` (the run's own model)
-    when the path it recorded is gone: a workdir copied or moved elsewhere keeps its checkpoints,
-    whose config names the target where it was trained, and speculators loads the verifier's
-    embedding and LM head from that path."""
-    from speculators.models.eagle3 import Eagle3SpeculatorConfig
+def checkpoint_config(folder: Path, target: Path) -> SpeculatorModelConfig:
+    """The checkpoint's speculators config, of its own kind (speculators' registry reads its
+    `speculators_model_type`: an EAGLE-3 draft's Eagle3SpeculatorConfig, a DFlash draft's own, ...), its
+    verifier pointed at `target` (the run's own model) when the path it recorded is gone: a workdir copied or
+    moved elsewhere keeps its checkpoints, whose config names the target where it was trained, and speculators
+    loads the verifier's embedding and LM head from that path."""
+    from speculators import SpeculatorModelConfig
 
-    config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
+    config = SpeculatorModelConfig.from_pretrained(str(folder))
     verifier = config.speculators_config.verifier
     if verifier.name_or_path is None or not Path(verifier.name_or_path).exists():
         verifier.name_or_path = str(target)
@@ -90,19 +92,22 @@ def prepared(model: Eagle3DraftModel, dtype: torch.dtype) -> Eagle3DraftModel:
 
 
 def untrained_draft(trained_folder: Path, target: Path, out: Path) -> Path:
-    """Build (once) the untrained draft for `trained_folder`'s config and mapping; its folder."""
+    """Build (once) the untrained draft for `trained_folder`'s config and mapping, of the trained draft's own kind
+    (speculators' model registry picks the class from the config); its folder."""
     import torch
-    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators import SpeculatorModel
 
     if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
         return out
     config = checkpoint_config(trained_folder, target)
-    trained = load_checkpoint(trained_folder, target)
+    model_class = SpeculatorModel.registered_model_class_from_config(config)
+    trained = model_class.from_pretrained(str(trained_folder), config=config)
     torch.manual_seed(SEED)
-    model = Eagle3DraftModel(config)
-    model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
+    model = model_class(config)
+    if getattr(trained, "t2d", None) is not None and getattr(trained, "d2t", None) is not None:
+        model.load_vocab_mappings(trained.t2d.clone(), trained.d2t.clone())
     model._load_verifier_weights(overwrite_embed_tokens=True, overwrite_lm_head=True)
-    model = model.to(trained.fc.weight.dtype)
+    model = model.to(next(trained.parameters()).dtype)
     from specops.host.atomic import replace_folder
 
     replace_folder(out, lambda staging: model.save_pretrained(str(staging)))
