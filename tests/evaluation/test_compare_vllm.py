@@ -42,10 +42,12 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
     config = root / "runs" / "tiny.yaml"
     config.write_text(config.read_text().replace("port: 8000", f"port: {free_port()}")
                       .replace("  max_tokens: 64", f"  max_tokens: {MAX_TOKENS}"))
+    # a two-turn MT-Bench-shaped set: its second turn asked after the server's own first answer
+    (root / "mt.jsonl").write_text(json.dumps({"turns": ["Name three colours.", "Now three more."]}) + "\n")
     env = {**agent_env(root), "SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
     done = subprocess.run([sys.executable, "-m", "specops", "step", "evaluate", "--run", "tiny", "--backend", "vllm",
                            "--compare", "none,ngram,suffix,eagle3", "--concurrency", "1,2", "--rounds", "2",
-                           "--checkpoint", "last", "--prompts", str(PROMPTS)],
+                           "--checkpoint", "last", "--prompts", str(PROMPTS), "--set", "mt=mt.jsonl"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     compared = json.loads(done.stdout.strip().splitlines()[-1])["compare"]
@@ -73,6 +75,8 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
         assert heldout["num_drafts"] > 0 and heldout["prompts"] == PROMPTS
         assert heldout["mean_acceptance_length"] == round(1 + heldout["num_accepted_tokens"] / heldout["num_drafts"], 4)
         assert len(heldout["per_position_acceptance"]) == K
+        mt = rows[label]["acceptance"]["mt"]  # both turns, through this kind's own server
+        assert mt["prompts"] == 2 and mt["num_drafts"] > 0 and mt["backend"] == "vllm"
     base = {cell["concurrency"]: cell["tokens_per_s"] for cell in rows["none"]["speed"]}
     for label in served:
         for cell in rows[label]["speed"]:
