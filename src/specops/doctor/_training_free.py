@@ -161,7 +161,7 @@ def training_free_items(index: ModuleIndex) -> list[Item]:
     for method in TRAINING_FREE:
         support = method_support(index, method)
         result = {True: "ok", False: "warn", None: "unknown"}[support.servable]
-        why = support.why if support.servable else \
-            f"{support.why}: `evaluate --compare` reports {method} as not servable"
+        why = f"{support.why}: `evaluate --compare` reports {method} as not servable" if support.servable is False \
+            else support.why
         items.append(Item("serving", result, f"{support.where} ({method})", why, support.fix))
     return items
