@@ -125,6 +125,18 @@ class SharedVllm:
             assert job is not None, "starting the shared server left no running vllm-server job of run tiny"
         return ServerJob(self.workdir, job, self.port)
 
+    def owned(self) -> ServerJob:
+        """The session's server as one its run still owns (not kept): another run that it does not fit is refused
+        the port, not handed it (a kept server is the next run's to stop: test_handover.py). Started again, unkept,
+        when a step of run tiny left it kept (its run config keeps it)."""
+        from specops.pipeline.vllm.sharing import is_kept
+
+        server = self.server()
+        if is_kept(server.job):
+            self.stop()
+            server = self.server()  # started by start_server_job alone: no step, so no keep mark
+        return server
+
     def _agent(self, *args: str) -> tuple[int, dict, str]:
         if args[0] == "-c":  # a snippet, not an agent command: same env, same one-JSON-line contract
             import subprocess

@@ -1,7 +1,8 @@
 """Between runs: a second run on the same target uses the server another run left up, when it fits.
 
 The session's shared server is run tiny's in its own workdir, left up after its extract (a server of a
-run whose pipeline keeps it). A second workdir's run tiny (the same tiny weights and tokenizer, the same
+run whose config keeps it, vllm.keep_server); the refusals below start from one its run still owns (a kept one
+is the next run's to stop: test_handover.py). A second workdir's run tiny (the same tiny weights and tokenizer, the same
 serve settings) extracts through it: no server job of its own (0 loads in its job records), the step's
 report names the owner, the owner's server is still up afterwards, and the files are byte for byte the
 owner's for the same rows (sha256). The captures reached the second run through the owner's staging
@@ -105,7 +106,7 @@ def test_a_server_that_does_not_fit_the_step_is_refused_in_one_line(tmp_path, sh
     """Other layer ids pass the launch boundary (only the keys every server of a run shares are compared there)
     and are refused by the step, which compares the whole signature: one line naming the holder and what differs,
     exit 2, no server launched."""
-    server = shared_vllm.server()
+    server = shared_vllm.owned()
     workdir = tiny_workdir(tmp_path / "d", server.port)
     edit_run(workdir / "runs" / "tiny.yaml", layer_ids=[1, 2, 4])
 
@@ -124,7 +125,7 @@ def test_a_pipeline_finds_a_server_capturing_other_layers_before_its_first_step(
     """The pipeline's launch boundary compares the layer ids too when its first server captures hidden states (a
     kept server of another run that answers with its draft records none): one line naming the holder and what
     differs, exit 2, before the patches step and prepare, nothing written, no server launched."""
-    server = shared_vllm.server()
+    server = shared_vllm.owned()
     workdir = tiny_workdir(tmp_path / "p", server.port)
     edit_run(workdir / "runs" / "tiny.yaml", layer_ids=[1, 2, 4])
     run_dir = workdir / "runs" / "tiny"
