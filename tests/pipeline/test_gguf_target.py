@@ -166,3 +166,14 @@ def test_the_plan_advises_against_what_measurements_show_wastes_a_training() -> 
     assert keys(optimizer=None) == keys(optimizer="muon") == ["train.optimizer"]  # speculators' default is Muon
     assert keys(optimizer="muon", gpus=8) == []  # on a GPU Muon's step is ~44 ms (FACTS)
     assert keys(optimizer="muon", hidden=64) == []  # the embedded demo's draft: too small to notice
+
+
+@pytest.mark.parametrize("sets, says", [
+    ({"mt": "pkg:nosuchpackage/question.jsonl"}, "evaluate.sets.mt: 'pkg:nosuchpackage/question.jsonl': no package"),
+    ({"odd": "data/odd.jsonl"}, "expected one of the keys turns, question, prompt, messages, conversations"),
+], ids=["package-not-installed", "no-known-shape"])
+def test_a_benchmark_set_that_cannot_be_read_is_refused_at_the_run_check(gguf_workdir: Path, sets, says) -> None:
+    (gguf_workdir / "data" / "odd.jsonl").write_text('{"instruction": "a shape no benchmark publishes"}\n')
+    edit_run(gguf_workdir / "runs" / "gg.yaml", evaluate={"enabled": True, "sets": sets})
+    code, document, _ = run_agent(gguf_workdir, "run", "check", "--run", "gg")
+    assert code == 2 and says in document["error"] and "\n" not in document["error"]

@@ -49,6 +49,9 @@ def _run_check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     from specops.pipeline.plan import later_needs, refuse_unfit
 
     document["plan"] = refuse_unfit(run)  # a hidden-state mode this host cannot hold: exit 2 before any job
+    from specops.pipeline.evaluation import checked_sets
+
+    document["sets"] = checked_sets(run)  # a benchmark set that cannot be read: exit 2 before any job
     from specops.pipeline import vllm
     from specops.pipeline.commands.prelaunch import before_launch, parsed, settings_flags
     from specops.pipeline.engine import enter

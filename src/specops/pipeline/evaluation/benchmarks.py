@@ -21,10 +21,29 @@ SETS_FOLDER = "sets"
 
 def chosen_sets(run: Run, given: dict[str, str] | None, exact: bool = False) -> dict[str, Path]:
     """The run's evaluate.sets with the command's --set on top (`exact`: only the given), as paths."""
+    from specops.contract.errors import BadInput
     from specops.pipeline.evaluation.sets import resolve_path
 
     named = dict(given or {}) if exact else {**run.config.evaluate.sets, **(given or {})}
-    return {name: resolve_path(file, run.paths.workdir) for name, file in named.items()}
+    chosen = {}
+    for name, file in named.items():
+        try:
+            chosen[name] = resolve_path(file, run.paths.workdir)
+        except BadInput as exc:  # a set in a package not installed here: the key that names it
+            raise BadInput(f"{run.label}: evaluate.sets.{name}: {exc}") from None
+    return chosen
+
+
+def checked_sets(run: Run) -> dict[str, int]:
+    """The run's evaluate.sets read as the evaluation will read them, before any step: a set in a package not
+    installed here, a file that is not there or a line in no known shape is one line (BadInput) at the run check,
+    not after hours of training. {NAME: the conversations the evaluation will score}."""
+    from specops.pipeline.evaluation.sets import read_set
+
+    if not run.config.evaluate.enabled:
+        return {}
+    set_digests(chosen := chosen_sets(run, None))
+    return {name: len(read_set(name, path, run.config.evaluate.set_prompts)) for name, path in chosen.items()}
 
 
 def set_digests(sets: dict[str, Path]) -> dict[str, str]:
