@@ -81,8 +81,9 @@ def _describe(run: Run, staging: Path) -> None:
         from transformers import AutoConfig, AutoTokenizer
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        trust = run.config.trust_remote_code  # a GGUF carries no code; passed as every load of the target passes it
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=trust)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=trust)
     except Exception as exc:
         raise BadInput(f"{run.paths.config_file}: model: {_problem(path, exc)}") from None
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
@@ -106,13 +107,18 @@ def _write_weights(run: Run, folder: Path) -> None:
     """model.safetensors: the dequantized state dict in the written dtype, the tied head left out (transformers ties
     it again at load, and safetensors refuses shared tensors)."""
     import torch
+    import transformers
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
 
     path = _source(run)
     dtype = getattr(torch, written_dtype(run.config.dtype))
+    # the class the description named (transformers' causal-LM class for the GGUF's model type), as every step
+    # loads a target by its architecture's own class
+    architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+        model_class = getattr(transformers, architecture)
+        model = model_class.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype,
+                                            trust_remote_code=run.config.trust_remote_code)
     except Exception as exc:
         raise BadInput(f"{run.paths.config_file}: model: {_problem(path, exc)}") from None
     state = model.state_dict()
