@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.contract.errors import CheckFailed
+from specops.contract.errors import BadInput, CheckFailed
 
 if TYPE_CHECKING:
     from specops.pipeline.run import StepContext, StepReport
@@ -160,7 +160,10 @@ def env_states(serve_python: str | None = None) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for role, python in envs.items():
         if role == "default":
-            status = status_sets()
+            try:
+                status = status_sets()
+            except BadInput as exc:  # a workdir without patch sets (nothing applied): the record says so, no failure
+                status = {"error": str(exc)}
         else:
             _code, status, _err = agent_in(python, commandline.patch(action="status", patches_dir=patches_dir))
         verify = last_verify(python) or {}
