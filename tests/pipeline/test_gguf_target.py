@@ -72,6 +72,14 @@ def test_a_gguf_target_is_judged_before_any_load_then_written_once_as_the_same_m
            for path in (folder, gguf_workdir / "models" / "tiny-llama")]
     assert ids[0] == ids[1]
 
+    # what an evaluation record says of the target: the GGUF by its digest, the folder's digests as every step's
+    from specops.pipeline.evaluation.provenance import target
+    from specops.pipeline.run import Run
+
+    recorded = target(Run("gg", root=gguf_workdir))
+    assert recorded["gguf"]["digest"] == source["digest"] and recorded["gguf"]["dtype"] == "float32"
+    assert recorded["model"] == "models/tiny.gguf"
+
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     code, _, stderr = run_agent(gguf_workdir, "step", "prepare", "--run", "gg", "--samples", "8")
     assert code == 0, stderr
