@@ -19,16 +19,10 @@ SPECULATORS_CONFIG = "speculators.models.{kind}.config"  # each kind's speculato
 
 
 def read_config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path}: the draft has no config.json") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not valid JSON (line {exc.lineno})") from None
-    if not isinstance(config, dict):
-        raise BadInput(f"{path}: not a JSON object")
-    return config
+    """The draft's config.json, read as serving reads it (one reader: specops.pipeline.vllm.draft_config)."""
+    from specops.pipeline.vllm import draft_config
+
+    return draft_config(folder)
 
 
 def tensor_shapes(folder: Path) -> dict[str, list[int]]:

@@ -39,7 +39,7 @@ from specops.pipeline.vllm.readiness import (
     wait_ready,
 )
 from specops.pipeline.vllm.sharing import release_all as release_servers
-from specops.pipeline.vllm.speculative import served_method, serving_config, speculative_config
+from specops.pipeline.vllm.speculative import draft_config, served_method, serving_config, speculative_config
 
 __all__ = [
     "CPU_KVCACHE_GIB",
@@ -50,6 +50,7 @@ __all__ = [
     "build_serve_command",
     "check_before_run",
     "choose_serve_python",
+    "draft_config",
     "eagle3_config",
     "end_of_run",
     "find_endpoint",

@@ -32,8 +32,8 @@ def served_method(kind: str) -> str | None:
     return SERVED_AS[kind][0] if kind in SERVED_AS else None
 
 
-def draft_kind(draft: Path) -> str:
-    """The kind of a draft folder: `speculators_model_type` of its config.json (eagle3 when unsaid, as vLLM reads)."""
+def draft_config(draft: Path) -> dict[str, Any]:
+    """A draft folder's config.json as a dict; a missing or broken one is one line (the parity gate reads it too)."""
     path = Path(draft) / "config.json"
     try:
         config = json.loads(path.read_text())
@@ -41,7 +41,15 @@ def draft_kind(draft: Path) -> str:
         raise BadInput(f"{path}: the draft has no config.json") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not valid JSON (line {exc.lineno})") from None
-    kind = config.get("speculators_model_type", "eagle3") if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    return config
+
+
+def draft_kind(draft: Path) -> str:
+    """The kind of a draft folder: `speculators_model_type` of its config.json (eagle3 when unsaid, as vLLM reads)."""
+    path = Path(draft) / "config.json"
+    kind = draft_config(draft).get("speculators_model_type", "eagle3")
     if not isinstance(kind, str):
         raise BadInput(f"{path}: key speculators_model_type: not a kind of draft")
     return kind
