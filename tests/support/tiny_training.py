@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.agent import run_agent, start_agent
+from tests.support.agent import REPO, run_agent, start_agent
 
 HIDDEN = 64
 LAYERS = 4
@@ -118,3 +118,17 @@ class TinyHost:
                             "extra_args": ["--total-seq-len", "96", "--checkpoint-freq", "0.5"]}}
         (self.workdir / "runs" / f"{name}.yaml").write_text(yaml.safe_dump(config))
         return run_dir
+
+
+def patched_host(folder: Path) -> TinyHost:
+    """A host in `folder` with speculators 0.9.0 installed, the tiny training inputs built and the CPU patch set
+    applied: what the training tests start from."""
+    from tests.support.wheels import site_with
+
+    host = TinyHost(folder)
+    site_with(host.site, ("speculators", "0.9.0"))
+    inputs = host.workdir / "inputs"
+    build_data(inputs / "verifier", inputs / "prepared", inputs / "hidden_states")
+    host.workdir.mkdir(parents=True, exist_ok=True)
+    host.agent("patch", "apply", "--set", "speculators-0.9.0-cpu", "--patches-dir", str(REPO / "patches"))
+    return host

@@ -15,23 +15,14 @@ from pathlib import Path
 import pytest
 
 from specops.pipeline.training.metrics import parse_log
-from tests.support.agent import REPO
-from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, build_data
+from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, patched_host
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels]
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> TinyHost:
-    from tests.support.wheels import site_with
-
-    host = TinyHost(tmp_path_factory.mktemp("tiny-host"))
-    site_with(host.site, ("speculators", "0.9.0"))
-    inputs = host.workdir / "inputs"
-    build_data(inputs / "verifier", inputs / "prepared", inputs / "hidden_states")
-    host.workdir.mkdir(parents=True, exist_ok=True)
-    host.agent("patch", "apply", "--set", "speculators-0.9.0-cpu", "--patches-dir", str(REPO / "patches"))
-    return host
+    return patched_host(tmp_path_factory.mktemp("tiny-host"))
 
 
 @pytest.fixture(scope="module")

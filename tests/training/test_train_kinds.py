@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.support.agent import REPO, run_agent
-from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, build_data
+from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, patched_host
 from tests.support.vllm import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
 pytestmark = [pytest.mark.slow, pytest.mark.wheels, needs_vllm, in_vllm_worker]
@@ -27,15 +27,7 @@ BLOCK = 4  # drafts BLOCK - 1 = 3 tokens a step
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> TinyHost:
-    from tests.support.wheels import site_with
-
-    host = TinyHost(tmp_path_factory.mktemp("kinds-host"))
-    site_with(host.site, ("speculators", "0.9.0"))
-    inputs = host.workdir / "inputs"
-    build_data(inputs / "verifier", inputs / "prepared", inputs / "hidden_states")
-    host.workdir.mkdir(parents=True, exist_ok=True)
-    host.agent("patch", "apply", "--set", "speculators-0.9.0-cpu", "--patches-dir", str(REPO / "patches"))
-    return host
+    return patched_host(tmp_path_factory.mktemp("kinds-host"))
 
 
 def agent(host: TinyHost, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
