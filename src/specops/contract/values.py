@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.contract.commandspec import BadArgument, Kind
-from specops.contract.errors import BadInput
+from specops.contract.errors import BadInput, as_bad_input
 from specops.contract.protocol import Endpoint, name_problem
 
 BACKENDS = ("hf", "vllm")
@@ -102,18 +102,12 @@ def speculator_list(text: str) -> list[str]:
 
 def positive_int(value: str) -> int:
     """A whole number > 0."""
-    try:
-        return whole_number(value)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    return as_bad_input(whole_number, value)
 
 
 def non_negative_int(value: str) -> int:
     """A whole number >= 0 (e.g. a GPU count, where 0 means a CPU host)."""
-    try:
-        return whole_number(value, minimum=0)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    return as_bad_input(whole_number, value, 0)
 
 
 def part_of(value: str) -> tuple[int, int]:

@@ -27,13 +27,13 @@ between moves them; bench/serving_compare.py prints the table on a finished run.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.contract.errors import BadInput
+from specops.contract.errors import BadInput, as_bad_input
+from specops.contract.progress import speaker
 from specops.contract.values import NO_SPECULATION, TRAINED_KINDS, TRAINING_FREE
 from specops.host import atomic
 from specops.pipeline.evaluation.kinds import replay_drafts, vllm_only
@@ -55,18 +55,14 @@ WARMUP_TOKENS = 4
 VLLM_ONLY = "vLLM only"
 
 
-def say(message: str) -> None:
-    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+say = speaker("evaluate")
 
 
 def parse_compare(text: str) -> list[str]:
     """`none,ngram,suffix,eagle3` -> the labels, each a known kind once (bad input: one line)."""
     from specops.contract.values import speculator_list
 
-    try:
-        return speculator_list(text)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    return as_bad_input(speculator_list, text)
 
 
 @dataclass

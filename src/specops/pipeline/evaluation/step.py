@@ -12,12 +12,12 @@ training reuses its figures ("reused": true), and with vLLM starts one server le
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from specops.contract.errors import BadInput
+from specops.contract.progress import speaker
 from specops.host import atomic
 from specops.pipeline.evaluation.kinds import replay_drafts, vllm_only
 from specops.pipeline.evaluation.prompts import RENDER_SOURCE, heldout_token_ids, prompt_source
@@ -36,8 +36,7 @@ UNTRAINED_SCORES = "untrained_scores"
 UNTRAINED_KEPT = 8
 
 
-def say(message: str) -> None:
-    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+say = speaker("evaluate")
 
 
 def _progress(run: Run, **fields: Any) -> None:

@@ -16,12 +16,12 @@ acceptance only, so one concurrency.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specops.contract.errors import BadInput
+from specops.contract.errors import BadInput, as_bad_input
+from specops.contract.progress import speaker
 from specops.host import atomic
 
 if TYPE_CHECKING:
@@ -31,28 +31,21 @@ SWEEP_FILE = "sweep.json"
 SWEEP_PLOT = "sweep.png"
 
 
-def say(message: str) -> None:
-    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+say = speaker("evaluate")
 
 
 def parse_sweep(text: str) -> list[int]:
     """`num_speculative_tokens=1,2,3` -> [1, 2, 3] (bad input: one line naming what is wrong)."""
     from specops.contract.values import sweep_setting
 
-    try:
-        return sweep_setting(text)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    return as_bad_input(sweep_setting, text)
 
 
 def parse_counts(text: str, flag: str) -> list[int]:
     """`1,8` -> [1, 8]: whole numbers > 0, each once, in the order given."""
     from specops.contract.values import positive_list
 
-    try:
-        return positive_list(text, flag)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
+    return as_bad_input(positive_list, text, flag)
 
 
 def _cell(k: int, concurrency: int, counts: dict[str, Any], prompts: int, checkpoint: str,

@@ -20,13 +20,13 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specops.contract.errors import CheckFailed
+from specops.contract.progress import speaker
 from specops.doctor import EVALUATE_ANYWAY
 from specops.host import atomic
 from specops.pipeline.parity import checks, draft
@@ -58,8 +58,7 @@ def failure_line(output: str) -> str:
     errors = [line for line in plain if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*:", line)]
     return errors[-1] if errors else " | ".join(plain[-3:])
 
-def say(message: str) -> None:
-    print(f"parity: {message}", file=sys.stderr, flush=True)
+say = speaker("parity")
 
 
 def parity_dir(run: Run) -> Path:
