@@ -25,8 +25,10 @@ def _vllm_copy(root: Path) -> Path:
 
 
 @needs_vllm
-def test_the_cpu_build_serves_ngram_and_names_what_suffix_lacks() -> None:
-    support = training_free_support([str(SERVE_SITE)])
+def test_the_cpu_build_serves_ngram_and_names_what_suffix_lacks(tmp_path: Path) -> None:
+    # the serve env's own vLLM files without arctic_inference beside them (scripts/setup-suffix.sh may have put it in
+    # the serve env itself)
+    support = training_free_support([str(_vllm_copy(tmp_path / "site"))])
     assert support["ngram"].servable is True
     suffix = support["suffix"]
     assert suffix.servable is False
@@ -51,14 +53,20 @@ def test_a_release_without_the_method_says_so(tmp_path: Path) -> None:
     assert suffix.servable is False and "offers no speculative method 'suffix'" in suffix.why
 
 
+@needs_vllm
+def test_the_serve_env_is_judged_by_what_it_holds() -> None:
+    suffix = training_free_support([str(SERVE_SITE)])["suffix"]
+    assert suffix.servable is (SERVE_SITE / "arctic_inference" / "__init__.py").is_file()
+
+
 def test_an_env_without_vllm_is_unknown_not_ok(tmp_path: Path) -> None:
     items = training_free_items(ModuleIndex([str(tmp_path)]))
     assert [item.result for item in items] == ["unknown", "unknown"]
 
 
 @needs_vllm
-def test_the_doctor_lines_warn_for_suffix_only() -> None:
-    items = {item.where: item for item in training_free_items(ModuleIndex([str(SERVE_SITE)]))}
+def test_the_doctor_lines_warn_for_suffix_only(tmp_path: Path) -> None:
+    items = {item.where: item for item in training_free_items(ModuleIndex([str(_vllm_copy(tmp_path / "site"))]))}
     assert items["vllm/config/speculative.py (ngram)"].result == "ok"
     suffix = items["vllm/config/speculative.py (suffix)"]
     assert suffix.result == "warn" and "evaluate --compare" in suffix.why

@@ -60,6 +60,8 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
     if suffix.servable is False:
         assert rows["suffix"]["unavailable"] == f"not servable here: {suffix.why} ({suffix.fix})"
         assert not rows["suffix"].get("speed") and "suffix: not servable here" in done.stderr
+    else:  # arctic_inference in the serve env (scripts/setup-suffix.sh): suffix decoding served like n-gram
+        assert rows["suffix"]["speculative_config"]["method"] == "suffix" and rows["suffix"]["speed"]
     served = [label for label in rows if not rows[label]["unavailable"]]
     assert [server["label"] for server in compared["servers"]] == served  # one load per servable kind
     assert len({server["job"] for server in compared["servers"]}) == len(served)
