@@ -60,8 +60,11 @@ def test_kinds_are_compared_on_the_same_prompts_one_server_each(evaluated, patch
     if suffix.servable is False:
         assert rows["suffix"]["unavailable"] == f"not servable here: {suffix.why} ({suffix.fix})"
         assert not rows["suffix"].get("speed") and "suffix: not servable here" in done.stderr
-    else:  # arctic_inference in the serve env (scripts/setup-suffix.sh): suffix decoding served like n-gram
-        assert rows["suffix"]["speculative_config"]["method"] == "suffix" and rows["suffix"]["speed"]
+    else:  # arctic_inference in the serve env (scripts/setup-suffix.sh): suffix decoding served like n-gram, from
+        # each prompt's own tree: the rounds repeat the prompts, and its tree of past answers would replay them
+        assert rows["suffix"]["speculative_config"] == {"method": "suffix", "num_speculative_tokens": K,
+                                                        "suffix_decoding_max_cached_requests": 0}
+        assert rows["suffix"]["speed"] and rows["suffix"]["acceptance"]["heldout"]["prompts"] == PROMPTS
     served = [label for label in rows if not rows[label]["unavailable"]]
     assert [server["label"] for server in compared["servers"]] == served  # one load per servable kind
     assert len({server["job"] for server in compared["servers"]}) == len(served)
