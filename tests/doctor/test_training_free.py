@@ -45,6 +45,20 @@ def test_suffix_is_servable_where_its_module_is_installed(tmp_path: Path) -> Non
 
 
 @needs_vllm
+def test_the_settings_a_method_takes_are_the_fields_the_release_declares(tmp_path: Path) -> None:
+    root = _vllm_copy(tmp_path / "site")
+    (root / "arctic_inference").mkdir()
+    (root / "arctic_inference" / "__init__.py").write_text("")
+    setting = "suffix_decoding_max_cached_requests"  # evaluate --compare turns suffix decoding's global tree off
+    assert setting in training_free_support([str(root)])["suffix"].settings
+    source = root / "vllm/config/speculative.py"
+    source.write_text(source.read_text().replace(f"    {setting}: int", "    renamed_in_a_later_release: int", 1))
+    suffix = training_free_support([str(root)])["suffix"]
+    assert suffix.servable is True and setting not in suffix.settings
+    assert "renamed_in_a_later_release" in suffix.settings
+
+
+@needs_vllm
 def test_a_release_without_the_method_says_so(tmp_path: Path) -> None:
     root = _vllm_copy(tmp_path / "site")
     source = root / "vllm/config/speculative.py"

@@ -56,6 +56,18 @@ def test_a_trained_kind_the_run_does_not_train_is_one_line(evaluated, tmp_path) 
     assert not (root / "runs" / "tiny" / "evaluation" / "compare.json").exists()  # nothing half-written
 
 
+def test_suffix_is_compared_only_where_its_global_tree_can_be_turned_off() -> None:
+    from specops.pipeline.evaluation.compare import SUFFIX_SETTINGS, training_free_config, unmeasurable
+
+    assert training_free_config("suffix", 3) == {"method": "suffix", "num_speculative_tokens": 3, **SUFFIX_SETTINGS}
+    fields = frozenset({"method", "num_speculative_tokens", *SUFFIX_SETTINGS})
+    assert unmeasurable("suffix", fields) is None and unmeasurable("ngram", frozenset({"method"})) is None
+    line = unmeasurable("suffix", frozenset({"method", "num_speculative_tokens"}))
+    assert line is not None and line.startswith("not comparable here: this vLLM's SpeculativeConfig has no "
+                                                "suffix_decoding_max_cached_requests")
+    assert unmeasurable("suffix", frozenset()) is None  # not read: vLLM's own validation decides at the load
+
+
 def test_the_task_renders_one_row_per_kind_and_names_the_best(capsys) -> None:
     from remote.tasks.pipeline_views import render_compare
 

@@ -7,7 +7,9 @@ what the branch `self.method == "<name>"` of SpeculativeConfig checks, followed 
 config's own `self._validate_*` methods: a `has_X()` of vllm.utils.import_utils, whose body names the module
 (`_has_module("arctic_inference")`), and the install line of the ImportError it raises without it. vLLM 0.32's
 suffix decoding needs `arctic_inference` (PyPI arctic-inference), an optional package its CPU build does not
-install. Standard library only; nothing is imported.
+install. The settings a method takes are the fields SpeculativeConfig declares (`Support.settings`): a caller that
+sets one (evaluate --compare turns suffix decoding's global tree off) checks it against this release first.
+Standard library only; nothing is imported.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Support:
     why: str  # one line: what was found
     fix: str = ""
     where: str = "vllm/config/speculative.py"
+    # the field names SpeculativeConfig declares in this release (its --speculative-config keys); empty: not read
+    settings: frozenset[str] = frozenset()
 
 
 def _literal_names(tree: ast.Module) -> dict[str, ast.expr]:
@@ -67,6 +71,15 @@ def offered_methods(tree: ast.Module) -> set[str] | None:
 
     collect(names["SpeculativeMethod"])
     return methods
+
+
+def config_fields(tree: ast.Module) -> frozenset[str]:
+    """The annotated fields of `class SpeculativeConfig` (the keys its --speculative-config takes)."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
+            return frozenset(item.target.id for item in node.body
+                             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name))
+    return frozenset()
 
 
 def _compares_method(test: ast.expr, method: str) -> bool:
@@ -133,6 +146,7 @@ def method_support(index: ModuleIndex, method: str) -> Support:
     if method not in offered:
         return Support(method, False, f"this vLLM offers no speculative method {method!r} "
                                       f"(SpeculativeMethod: {', '.join(sorted(offered))})")
+    settings = config_fields(tree)
     calls = _branch_calls(tree, method)
     for call in calls:
         if isinstance(call.func, ast.Name) and call.func.id.startswith("has_"):
@@ -144,8 +158,9 @@ def method_support(index: ModuleIndex, method: str) -> Support:
                 hint = _install_hint(calls)
                 return Support(method, False, f"method {method} needs the module {module} ({call.func.id}() in its "
                                               f"validation), not installed in the serve env",
-                               fix=f"{hint or 'install ' + module} in the serve env (inventory envs.serve)")
-    return Support(method, True, f"method {method} offered, nothing it checks for is missing")
+                               fix=f"{hint or 'install ' + module} in the serve env (inventory envs.serve)",
+                               settings=settings)
+    return Support(method, True, f"method {method} offered, nothing it checks for is missing", settings=settings)
 
 
 def training_free_support(search_path: list[str]) -> dict[str, Support]:

@@ -109,6 +109,17 @@ def training_free_config(kind: str, tokens: int) -> dict[str, Any]:
     return {"method": kind, "num_speculative_tokens": tokens}
 
 
+def unmeasurable(kind: str, settings: frozenset[str]) -> str | None:
+    """Why a training-free kind cannot be compared fairly on this vLLM (None: it can): suffix decoding without the
+    setting that turns its global tree of past answers off would draft the repeated prompts from its own earlier
+    answers. `settings`: the serve env's SpeculativeConfig fields, as the doctor reads them (empty: not read)."""
+    missing = sorted(set(SUFFIX_SETTINGS) - settings) if kind == "suffix" and settings else []
+    if missing:
+        return (f"not comparable here: this vLLM's SpeculativeConfig has no {', '.join(missing)}, so suffix "
+                "decoding would draft the comparison's repeated prompts from its own earlier answers")
+    return None
+
+
 def _run_method(run: Run) -> str:
     return run.config.draft.method
 
@@ -153,6 +164,8 @@ def plan(run: Run, effective: EffectiveSettings, labels: list[str], checkpoint: 
                 entry.unavailable = f"{VLLM_ONLY}: a training-free speculator has no hf replay"
             elif found is not None and found.servable is False:
                 entry.unavailable = f"not servable here: {found.why}" + (f" ({found.fix})" if found.fix else "")
+            elif found is not None:
+                entry.unavailable = unmeasurable(kind, found.settings)
         elif kind in TRAINED_KINDS:
             owner = entry.owner = _draft_run(run, label, kind, name or None)
             entry.run_name = owner.paths.name
