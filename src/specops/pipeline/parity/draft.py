@@ -18,13 +18,6 @@ from specops.contract.errors import BadInput
 SPECULATORS_CONFIG = "speculators.models.{kind}.config"  # each kind's speculator config class (0.9.0)
 
 
-def read_config(folder: Path) -> dict[str, Any]:
-    """The draft's config.json, read as serving reads it (one reader: specops.pipeline.vllm.draft_config)."""
-    from specops.pipeline.vllm import draft_config
-
-    return draft_config(folder)
-
-
 def tensor_shapes(folder: Path) -> dict[str, list[int]]:
     """{tensor name: shape} from model.safetensors' header (8-byte length, then JSON); {} without the file."""
     path = folder / "model.safetensors"

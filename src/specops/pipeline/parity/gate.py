@@ -92,10 +92,11 @@ def trained_with(run: Run, d2t: Path | None) -> checks.Trained:
 def check_folder(run: Run, folder: Path, trained: checks.Trained, reading: VllmReading | None) -> dict[str, Any]:
     """The parity rows of one draft folder; CheckFailed naming the first mismatch."""
     from specops.doctor import eagle3_support
+    from specops.pipeline.vllm import draft_config
 
     support = (eagle3_support(reading.search_path, trained.architecture)
                if reading is not None and trained.architecture else None)
-    rows = checks.compare(draft.read_config(folder), draft.tensor_shapes(folder), trained, reading,
+    rows = checks.compare(draft_config(folder), draft.tensor_shapes(folder), trained, reading,
                           served_method(trained.speculator_type), draft.speculators_defaults(trained.speculator_type),
                           support)
     if reading is not None and trained.architecture:
