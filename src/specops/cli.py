@@ -84,6 +84,12 @@ def _vllm() -> tuple[Register, ...]:
     return (vllm.register,)
 
 
+def _wheelhouse() -> tuple[Register, ...]:
+    from specops.wheelhouse import commands
+
+    return (commands.register,)
+
+
 COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {
     "check": _check,
     "ping": _check,
@@ -97,6 +103,7 @@ COMMANDS: dict[str, Callable[[], tuple[Register, ...]]] = {
     "fetch-list": _fetch_list,
     "vllm": _vllm,
     "plan": _plan,
+    "wheelhouse": _wheelhouse,
 }
 
 
