@@ -76,9 +76,11 @@ def _hf_answer(run: Run, scorer: Scorer, tokenizer: Any) -> Answer:
 
 
 def served_turns(server: dict[str, Any], tokenizer: Any, conversations: list[list[str]], k: int, max_tokens: int,
-                 concurrency: int = 1) -> tuple[dict[str, Any], list[tuple[list[int], list[int]]], dict[str, Any]]:
-    """Every turn of every conversation through a speculating server, its own answers carrying each conversation to
-    its next turn: (its counts summed over the turns, the (prompt, answer) pairs, {"tokens", "seconds"} spent)."""
+                 concurrency: int = 1, speculative: bool = True,
+                 ) -> tuple[dict[str, Any], list[tuple[list[int], list[int]]], dict[str, Any]]:
+    """Every turn of every conversation through a server (speculating, or the target alone), its own answers carrying
+    each conversation to its next turn: (its counts summed over the turns, the (prompt, answer) pairs,
+    {"tokens", "seconds"} spent)."""
     from specops.pipeline.evaluation.served import run_prompts
     from specops.pipeline.evaluation.sets import walk_turns
 
@@ -87,13 +89,14 @@ def served_turns(server: dict[str, Any], tokenizer: Any, conversations: list[lis
     spent: dict[str, Any] = {"tokens": 0, "seconds": 0.0}
 
     def answer(prompts: list[list[int]]) -> list[list[int]]:
-        result = run_prompts(server["endpoint"], server["model"], prompts, max_tokens, k, speculative=True,
+        result = run_prompts(server["endpoint"], server["model"], prompts, max_tokens, k, speculative=speculative,
                              concurrency=concurrency)
-        counts = result["per_request"] or result["counters"]
-        for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-            totals[key] += counts[key]
-        totals["accepted_per_position"] = [a + b for a, b in zip(totals["accepted_per_position"],
-                                                                 counts["accepted_per_position"], strict=True)]
+        if speculative:
+            counts = result["per_request"] or result["counters"]
+            for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+                totals[key] += counts[key]
+            totals["accepted_per_position"] = [a + b for a, b in zip(totals["accepted_per_position"],
+                                                                     counts["accepted_per_position"], strict=True)]
         spent["tokens"] += result["generated_tokens"]
         spent["seconds"] += result["seconds"]
         return result["outputs"]
@@ -102,8 +105,27 @@ def served_turns(server: dict[str, Any], tokenizer: Any, conversations: list[lis
     return totals, pairs, spent
 
 
-def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any,
-            conversations: list[list[str]]) -> tuple[Acceptance, list[tuple[list[int], list[int]]]]:
+def target_alone_on_sets(run: Run, server: dict[str, Any], sets: dict[str, Path], limit: int | None, k: int,
+                         max_tokens: int, how: str) -> dict[str, dict[str, Any]]:
+    """The target alone's output tokens/s on each set, every turn as the speculating server is asked them (one
+    conversation at a time, its own answers carrying the next turn): each set's speedup is then against the same
+    prompts and settings, not against the held-out prompts' rate."""
+    from specops.pipeline.data import load_tokenizer
+    from specops.pipeline.evaluation.sets import read_set
+
+    tokenizer = load_tokenizer(run)
+    rates: dict[str, dict[str, Any]] = {}
+    for name, path in sets.items():
+        _, pairs, spent = served_turns(server, tokenizer, read_set(name, path, limit), k, max_tokens,
+                                       speculative=False)
+        rates[name] = {"tokens_per_s": round(spent["tokens"] / spent["seconds"], 2) if spent["seconds"] else None,
+                       "how": how, "prompts_of": f"set {name}: its {len(pairs)} turns, the target alone",
+                       "tokens": spent["tokens"]}
+    return rates
+
+
+def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any, conversations: list[list[str]],
+            name: str) -> tuple[Acceptance, list[tuple[list[int], list[int]]]]:
     """The trained draft served by vLLM: every turn through the server, its answers carrying the next."""
     from specops.pipeline.evaluation.report import figures, with_speed
     from specops.pipeline.vllm import generating_server, serving_config
@@ -114,9 +136,13 @@ def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any,
     totals, pairs, spent = served_turns(server, tokenizer, conversations, speculative["num_speculative_tokens"],
                                         scorer.max_tokens)
     rate = round(spent["tokens"] / spent["seconds"], 2) if spent["seconds"] else None
-    report = with_speed(figures(totals, len(pairs), folder.name, "vllm"), rate, scorer.base_tokens_per_s)
-    return {**report, "generated_tokens": spent["tokens"],
-            "speedup_baseline": {**(scorer.baseline or {}), "prompts_of": "the held-out prompts"}}, pairs
+    # the speedup against the target alone on this set's own turns (measured with the held-out baseline, on the
+    # same server); a rate of other prompts would make a set's speedup the ratio of two different workloads
+    base = scorer.set_baselines.get(name) or {
+        "tokens_per_s": None, "how": "not measured on this set's prompts: evaluate.baseline_server is false (the "
+                                     "extraction server measured the held-out prompts only)"}
+    report = with_speed(figures(totals, len(pairs), folder.name, "vllm"), rate, base.get("tokens_per_s"))
+    return {**report, "generated_tokens": spent["tokens"], "speedup_baseline": base}, pairs
 
 
 def score_sets(run: Run, scorer: Scorer, trained: Path, untrained: Path, sets: dict[str, Path],
@@ -137,10 +163,11 @@ def score_sets(run: Run, scorer: Scorer, trained: Path, untrained: Path, sets: d
             pairs = walk_turns(tokenizer, conversations, _hf_answer(run, scorer, tokenizer))
             trained_figures = None
         else:
-            trained_figures, pairs = _served(run, scorer, trained, tokenizer, conversations)
+            trained_figures, pairs = _served(run, scorer, trained, tokenizer, conversations, name)
         shared = type(scorer)(run, scorer.backend, [prompt for prompt, _ in pairs])
         shared.target, shared.servers = scorer.target, scorer.servers
         shared.base_tokens_per_s, shared.baseline = scorer.base_tokens_per_s, scorer.baseline
+        shared.set_baselines = scorer.set_baselines
         shared.answers = {index: answer for index, (_, answer) in enumerate(pairs)}  # the target's, both drafts
         if trained_figures is None:
             trained_figures = shared.score(trained, trained.name)

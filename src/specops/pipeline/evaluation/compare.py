@@ -308,16 +308,21 @@ def _served_kind(run: Run, entry: Entry, token_ids: list[list[int]], conversatio
     for cell in cells.values():  # the median round: one burst on a shared machine does not decide the row
         rates = [rate for rate in cell["rounds"] if rate is not None]
         speed.append({**cell, "tokens_per_s": round(statistics.median(rates), 2) if rates else None})
-    if speculative:
-        for name, turns in conversations.items():
-            counts, pairs, spent = served_turns(server, tokenizer, turns, positions, max_tokens,
-                                                concurrency=max(concurrency))
+    set_speed: dict[str, Any] = {}
+    for name, turns in conversations.items():  # every kind, `none` too: each set's speedup is on its own turns
+        counts, pairs, spent = served_turns(server, tokenizer, turns, positions, max_tokens,
+                                            concurrency=max(concurrency), speculative=speculative)
+        rate = round(spent["tokens"] / spent["seconds"], 2) if spent["seconds"] else None
+        set_speed[name] = {"concurrency": max(concurrency), "tokens_per_s": rate, "prompts": len(pairs),
+                           "generated_tokens": spent["tokens"]}
+        if speculative:
             acceptance[name] = {**figures(counts, len(pairs), entry.label, "vllm"), "concurrency": max(concurrency),
-                                "tokens_per_s": round(spent["tokens"] / spent["seconds"], 2) if spent["seconds"]
-                                else None}
+                                "tokens_per_s": rate}
             say(f"{entry.label}, set {name}: mean acceptance length "
-                f"{acceptance[name]['mean_acceptance_length']:.3f} on {len(pairs)} prompts")
-    return {"speed": speed, "acceptance": acceptance, "job": server.get("job")}
+                f"{acceptance[name]['mean_acceptance_length']:.3f} on {len(pairs)} prompts, {rate} tokens/s")
+        else:
+            say(f"{entry.label}, set {name}: {rate} tokens/s on {len(pairs)} prompts")
+    return {"speed": speed, "acceptance": acceptance, "set_speed": set_speed, "job": server.get("job")}
 
 
 def _replayed_kind(run: Run, entry: Entry, token_ids: list[list[int]], conversations: dict[str, list[list[str]]],
@@ -340,12 +345,17 @@ def _replayed_kind(run: Run, entry: Entry, token_ids: list[list[int]], conversat
 
 
 def _speedups(rows: list[dict[str, Any]], concurrency: list[int]) -> None:
-    """Each served kind's tokens/s over `none`'s at the same concurrency (None where `none` was not measured)."""
+    """Each served kind's tokens/s over `none`'s at the same concurrency (None where `none` was not measured), on
+    the held-out prompts and on each set's own turns."""
     base = next((row for row in rows if row["kind"] == NO_SPECULATION and row.get("speed")), None)
     base_rate = {cell["concurrency"]: cell["tokens_per_s"] for cell in base["speed"]} if base else {}
+    base_sets = {name: cell.get("tokens_per_s") for name, cell in ((base or {}).get("set_speed") or {}).items()}
     for row in rows:
         for cell in row.get("speed") or []:
             rate, against = cell.get("tokens_per_s"), base_rate.get(cell["concurrency"])
+            cell["speedup"] = round(rate / against, 3) if rate and against else None
+        for name, cell in (row.get("set_speed") or {}).items():
+            rate, against = cell.get("tokens_per_s"), base_sets.get(name)
             cell["speedup"] = round(rate / against, 3) if rate and against else None
 
 
@@ -376,8 +386,10 @@ def table_lines(document: dict[str, Any]) -> list[str]:
     concurrency = document["concurrency"]
     served = document["backend"] == "vllm"
     header = ["kind", *[f"{name} MAL (per position)" for name in sets]]
+    set_names = list(document.get("sets", {}))
     if served:
         header += [f"tok/s c={c}" for c in concurrency] + [f"speedup c={c}" for c in concurrency]
+        header += [f"{name} tok/s c={max(concurrency)}" for name in set_names]
     rows = [header]
     for row in document["rows"]:
         if row.get("unavailable"):
@@ -387,12 +399,17 @@ def table_lines(document: dict[str, Any]) -> list[str]:
         line = [row["label"]]
         for name in sets:
             figures = acceptance.get(name)
-            line.append("-" if figures is None else f"{figures['mean_acceptance_length']:.3f} ("
+            line.append("-" if not figures or "mean_acceptance_length" not in figures
+                        else f"{figures['mean_acceptance_length']:.3f} ("
                         + " / ".join(f"{value:.2f}" for value in figures["per_position_acceptance"]) + ")")
         if served:
             by_c = {cell["concurrency"]: cell for cell in row.get("speed") or []}
             line += [_number((by_c.get(c) or {}).get("tokens_per_s")) for c in concurrency]
             line += [_number((by_c.get(c) or {}).get("speedup"), "{:.2f}x") for c in concurrency]
+            for name in set_names:
+                cell = (row.get("set_speed") or {}).get(name) or {}
+                line.append(_number(cell.get("tokens_per_s"))
+                            + ("" if cell.get("speedup") is None else f" ({cell['speedup']:.2f}x)"))
         rows.append(line)
     widths = [max(len(line[i]) for line in rows if len(line) > i and len(line) == len(header))
               for i in range(len(header))]

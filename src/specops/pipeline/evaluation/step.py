@@ -64,6 +64,11 @@ class Scorer:
         self.base_tokens_per_s: float | None = None
         self.servers: list[dict[str, Any]] = []
         self.baseline: dict[str, Any] | None = None  # where the target-alone speed came from (vllm)
+        # vllm, evaluate.baseline_server: the benchmark sets (NAME: FILE, the first `set_limit` of each) whose turns
+        # the target alone also answers on its own server, and its rate on each (the sets' speedups)
+        self.sets: dict[str, Path] = {}
+        self.set_limit: int | None = None
+        self.set_baselines: dict[str, dict[str, Any]] = {}
         self.total = 0
         self.done = 0
 
@@ -125,7 +130,15 @@ class Scorer:
         self.servers.append(base)
         rate = run_prompts(base["endpoint"], base["model"], self.prompts, self.max_tokens, self.k,
                            speculative=False)["tokens_per_s"]
-        return {"tokens_per_s": rate, "how": f"a server of its own (job {base['job']}, evaluate.baseline_server)"}
+        how = f"a server of its own (job {base['job']}, evaluate.baseline_server)"
+        if self.sets:  # while this server is up: no load of its own for the sets' baselines
+            from specops.pipeline.evaluation.benchmarks import target_alone_on_sets
+
+            self.set_baselines = target_alone_on_sets(self.run, base, self.sets, self.set_limit, self.k,
+                                                      self.max_tokens, how)
+            for name, measured in self.set_baselines.items():
+                say(f"the target alone on set {name}: {measured['tokens_per_s']} tokens/s")
+        return {"tokens_per_s": rate, "how": how}
 
 
 def evaluate_inputs(run: Run, folders: list[Path], prompts: Any, backend: str) -> dict[str, Any]:
@@ -226,6 +239,8 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
     with manifest.recorded("evaluate", inputs_hash, inputs) as outcome:
         untrained_folder = untrained_draft(chosen, run.model_path, run.paths.evaluation / UNTRAINED)
         scorer = Scorer(run, backend, token_ids)
+        scorer.sets = benchmark_sets if backend == "vllm" else {}
+        scorer.set_limit = prompts if prompts is not None else settings.set_prompts
         scorer.total = len(folders) + 1
         say(f"{len(token_ids)} held-out prompts, {scorer.k} speculative tokens, {scorer.max_tokens} tokens each, "
             f"backend {backend}")
