@@ -450,8 +450,9 @@ def verifier_items(quant: Quantization, names: list[str] | None, tied: bool) -> 
             stored = [n for n in names if re.search(rf"(^|\.){part}\.", n)]
             if not stored and part == "lm_head" and tied:
                 continue
+            # a quantized part stores more than its weight (packs, scales, shapes: weight_scale_inv, ...)
             if not any(n.endswith(f"{part}.weight") for n in stored) or any(
-                    re.search(r"\.weight_(packed|scale|shape)$|_scale$", n) for n in stored):
+                    not n.endswith((".weight", ".bias")) for n in stored):
                 quantised.append(f"{part} ({', '.join(sorted(stored)[:3]) or 'not stored'})")
         elif part == "lm_head" and quant.targets and any(t in ("Linear", "re:.*") for t in quant.targets) \
                 and not any(_matches("lm_head", p) for p in quant.ignore):
