@@ -184,6 +184,12 @@ def render(document: dict[str, Any]) -> None:
                   "free", host["source"])
     facts.add_row("target", f"{number(target['params'])} params, {size(target['weight_bytes'])} of weights",
                   f"{target['layout']}, {target['layers']} layers x {target['hidden']}; {target['weight_source']}")
+    memory = target.get("memory_bytes")
+    if memory:  # stored as published (int4, fp8) is not what a load holds: transformers decompresses, vLLM keeps it
+        facts.add_row("weights loaded", f"{size(memory['transformers'])} under transformers, {size(memory['vllm'])} "
+                      "under vLLM", f"stored {size(target['weight_bytes'])}"
+                      + (f" as {target['quantization']}" if target.get("quantization") else "")
+                      + f"; transformers computes in {target.get('compute_dtype')}")
     facts.add_row("KV cache", f"{server['kv_bytes_per_token']:,} B a token", server["kv_layout"])
     facts.add_row("data", f"{data['tokens']:,} tokens in {data['samples']:,} rows", data["tokens_source"])
     facts.add_row("hidden states", f"{states['bytes_per_token']:,} B a token, {size(states['bytes_total'])}",

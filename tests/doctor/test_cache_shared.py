@@ -37,10 +37,18 @@ def test_a_second_workdir_on_the_same_host_reads_the_doctor_from_the_cache(tmp_p
     second = _doctor_from_bundle(tmp_path / "second", cache)
     assert first["cache"] == {"import": False, "api": False, "http": False}
     assert second["cache"] == CACHED
-    assert [finding["id"] for finding in second["findings"]] == [finding["id"] for finding in first["findings"]]
+    assert [finding["why"] for finding in second["findings"]] == [finding["why"] for finding in first["findings"]]
+    # a row about the agent's own files (the pipeline's calls) names this workdir's copy, never the first's (issue 59)
+    own = [finding["where"] for finding in second["findings"] if "/specops/pipeline/" in finding["where"]]
+    assert own and all(where.startswith(str(tmp_path / "second" / "src" / "specops" / "pipeline")) for where in own)
+    assert [finding["where"].replace(str(tmp_path / "second"), str(tmp_path / "first"))
+            for finding in second["findings"]] == [finding["where"] for finding in first["findings"]]
     # the run writes into its workdir between two doctors (logs, state, outputs): still the cached answers
     (tmp_path / "first" / "logs").mkdir()
     (tmp_path / "first" / "manifest.json").write_text("{}")
     assert _doctor_from_bundle(tmp_path / "first", cache)["cache"] == CACHED
-    # and the agent run as a script reads the same entries
-    assert _doctor_from_bundle(tmp_path / "third", cache, as_script=True)["cache"] == CACHED
+    # and the agent run as a script reads the same entries, the first workdir gone since
+    shutil.rmtree(tmp_path / "first")
+    third = _doctor_from_bundle(tmp_path / "third", cache, as_script=True)
+    assert third["cache"] == CACHED
+    assert not any(str(tmp_path / "first") in finding["where"] for finding in third["findings"])

@@ -51,6 +51,14 @@ def test_weights_at_their_stored_size(plan) -> None:
     assert plan.target.weight_source.startswith("config")
 
 
+def test_weights_once_loaded_as_stored_by_vllm_and_decompressed_by_transformers(plan) -> None:
+    """`plan` shows both (issue 59): vLLM keeps the int4 experts packed; transformers decompresses them to the
+    dtype it computes in, so an hf-backend load of Kimi-K2.5 holds 2.05 TB in bf16, not 594 GB."""
+    memory = plan.target.memory_bytes("bfloat16")
+    assert memory == {"vllm": 594_205_305_856, "transformers": 1_026_408_232_448 * 2}
+    assert plan.to_dict()["target"]["memory_bytes"] == plan.target.memory_bytes(plan.run.hidden_state_dtype)
+
+
 def test_server_tensor_parallel_and_mla_kv_cache(plan) -> None:
     server = plan.figures["server"]
     assert server["kv_bytes_per_token"] == (512 + 64) * 61 * 2 == 70_272  # one latent + rope key per layer

@@ -9,6 +9,7 @@ as unchanged; otherwise its content is hashed again, so a touched-but-same file 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -33,15 +34,30 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
+@functools.cache
 def code_version() -> str:
-    """Hash of the agent's own analysis and doctor sources, and of the pipeline the doctor checks too:
-    new code never reads old results."""
+    """Hash of the agent's own analysis and doctor sources, and of every file of the pipeline the doctor checks
+    too: new code never reads old results. Their place is not part of it (see `relocatable`)."""
     digest = hashlib.sha256()
     for folder in ("analysis", "doctor", "pipeline"):
-        for path in sorted((CODE / folder).glob("*.py")):
-            digest.update(path.name.encode())
+        for path in sorted((CODE / folder).rglob("*.py")):
+            digest.update(path.relative_to(CODE).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+OWN = "<specops>"  # the agent's own code folder in a stored result: every workdir's copy of the agent reads the same
+
+
+def relocatable(value: Any) -> Any:
+    """A result as stored: the paths of the agent's own files (specops/, wherever this copy lives: a host's workdir,
+    a test's temporary one) written relative to it, so that a workdir holding the same code reads its own paths."""
+    return json.loads(json.dumps(value).replace(json.dumps(str(CODE))[1:-1], OWN))
+
+
+def located(value: Any) -> Any:
+    """A stored result with the agent's own files at this copy's place."""
+    return json.loads(json.dumps(value).replace(OWN, json.dumps(str(CODE))[1:-1]))
 
 
 def key_of(*parts: Any) -> str:
@@ -105,12 +121,17 @@ def store(key: str, value: Any, proof: dict[str, Any]) -> None:
         pass  # a cache that cannot be written only costs time
 
 
+def _own(path: Path) -> bool:
+    """A file or folder of the agent's own code: its content is in every key (code_version), its place in no entry."""
+    return path == CODE or CODE in path.parents
+
+
 def index_evidence(index: Any) -> dict[str, Any]:
-    """What a ModuleIndex has read so far: its files and its folder listings."""
-    files = [path for path, text in index._texts.items() if text is not None]
+    """What a ModuleIndex has read so far: its files and its folder listings (not the agent's own: see _own)."""
+    files = [path for path, text in index._texts.items() if text is not None and not _own(path)]
     # the folders it listed to resolve modules, and those of every file it read: a package walked
     # whole (check_package) changes when a file is added beside the ones it read
-    folders = dict(index._listings)
+    folders = {folder: names for folder, names in index._listings.items() if not _own(folder)}
     for path in files:
         if path.parent not in folders:
             try:
@@ -120,4 +141,5 @@ def index_evidence(index: Any) -> dict[str, Any]:
     return evidence(files, folders)
 
 
-__all__ = ["cache_root", "code_version", "evidence", "index_evidence", "key_of", "load", "still_true", "store"]
+__all__ = ["cache_root", "code_version", "evidence", "index_evidence", "key_of", "load", "located", "relocatable",
+           "still_true", "store"]

@@ -18,6 +18,9 @@ from specops.doctor._capture import Capture, aux_capture
 from specops.doctor._contract import PIPELINE
 from specops.doctor._cpu_rotary import native_rotary_args
 from specops.doctor._kinds import KindReading, read_kind
+from specops.doctor._quantization import Quantization, read_quantization
+from specops.doctor._quantization import refusal as quantization_refusal
+from specops.doctor._report import Item
 from specops.doctor._serve_env import (
     SERVE_PYTHON_ENV,
     chosen_serve_python,
@@ -35,10 +38,11 @@ RUN_CHECKS = ("flags", "model", "resources", "draft")  # about a run's settings:
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
 __all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
-           "AttentionReading", "AuxRule", "Capture", "KindReading", "RunSettings", "Support", "aux_capture",
-           "aux_rule", "chosen_serve_python", "diagnose", "draft_attention", "draft_kind", "eagle3_support",
-           "host_has_amx", "interpreter_path", "is_cpu_build", "native_rotary_args", "parse_run_json",
-           "read_attention", "site_path", "training_free_support", "vllm_path", "vllm_version"]
+           "AttentionReading", "AuxRule", "Capture", "Item", "KindReading", "Quantization", "RunSettings", "Support",
+           "aux_capture", "aux_rule", "chosen_serve_python", "diagnose", "draft_attention", "draft_kind",
+           "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build", "native_rotary_args", "parse_run_json",
+           "quantization_refusal", "read_attention", "read_quantization", "site_path", "target_quantization",
+           "training_free_support", "vllm_path", "vllm_version"]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,
@@ -109,3 +113,18 @@ def draft_attention(search_path: list[str], text: dict, gpus: int, draft_head_si
     platform = "cpu" if is_cpu_build(search_path) or gpus == 0 else "gpu"
     return read_attention(ModuleIndex(search_path), text, platform, draft_head_size=draft_head_size,
                           serve_args=serve_args)
+
+
+def target_quantization(settings: RunSettings, search_path: list[str], serve_path: list[str] | None,
+                        loads_hf: bool) -> list[Item]:
+    """The doctor's items on the target's quantization_config for the envs that load it: the run's env on
+    `search_path` (transformers; its breaks are errors where `loads_hf`), and vLLM on `serve_path` when
+    `settings.backend` is vllm. Read from the installed files (doctor/_quantization.py)."""
+    from specops.analysis import ModuleIndex
+    from specops.doctor._quantization import target_items
+    from specops.host.gpus import device_count
+
+    gpus = settings.gpus if settings.gpus is not None else device_count()
+    platform = "cpu" if (serve_path is not None and is_cpu_build(serve_path)) or gpus == 0 else "gpu"
+    return target_items(settings, ModuleIndex(search_path), ModuleIndex(serve_path) if serve_path else None,
+                        platform, loads_hf=loads_hf)

@@ -32,11 +32,11 @@ def cached_items(name: str, parts: list, index: ModuleIndex, produce: Callable[[
     key = cache.key_of(name, index.search_path, overlaid, *parts)
     stored = cache.load(key)
     if isinstance(stored, list):
-        hits[name] = True
-        return [Item(**{k: v for k, v in item.items() if k != "id"}) for item in stored]
+        hits[name] = True  # the agent's own files (the pipeline's calls) named where this copy of them lives
+        return [Item(**{k: v for k, v in item.items() if k != "id"}) for item in cache.located(stored)]
     found = produce()
     hits[name] = False
-    cache.store(key, [item.to_dict() for item in found], cache.index_evidence(index))
+    cache.store(key, cache.relocatable([item.to_dict() for item in found]), cache.index_evidence(index))
     return found
 
 

@@ -30,6 +30,7 @@ from specops.doctor._model import check_model
 from specops.doctor._model_rules import command_flag_items, model_rule_items
 from specops.doctor._parallel import check_parallel
 from specops.doctor._processor import processor_items, served_processor_items
+from specops.doctor._quantization import target_items as quantization_items
 from specops.doctor._report import Item
 from specops.doctor._resources import gpus, same_filesystem, storage, tmux, writable
 from specops.doctor._serve_env import is_cpu_build, serve_view, vllm_version
@@ -139,6 +140,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)
           + check_target(index, settings, settings.backend == "vllm" and platform == "cpu", serving=serving)
+          + quantization_items(settings, index, serving if versions["vllm"] else None, platform)
           + command_flag_items(index, facts, settings)
           + processor_items(index, settings.model_path, facts.get("outer_model_type"), versions.get("speculators"))
           + served_processor_items(serving, settings.model_path, architecture, settings.backend)

@@ -17,10 +17,12 @@ from specops.contract.errors import BadInput
 from specops.doctor import (
     CHECKS,
     SERVE_PYTHON_ENV,
+    Item,
     RunSettings,
     chosen_serve_python,
     diagnose,
     parse_run_json,
+    quantization_refusal,
     site_path,
 )
 
@@ -72,5 +74,11 @@ def handle(args: argparse.Namespace, checks: list[str] | None, serve_python: str
                if item["check"] == "draft" and item["result"] == "error"]
     if refused:
         document["refused"] = f"draft.method: {refused[0]}"
+        return 2, document
+    # a target the envs that load it cannot load is the run's bad input too: one line, before any load
+    broken = quantization_refusal([Item(**{k: v for k, v in item.items() if k != "id"})
+                                   for item in document.get("findings", [])])
+    if broken:
+        document["refused"] = document["error"] = broken
         return 2, document
     return (0 if document["ok"] else 1), document

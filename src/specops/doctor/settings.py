@@ -33,6 +33,7 @@ class RunSettings:
     generate_flags: list[str] = field(default_factory=list)
     train_flags: list[str] = field(default_factory=list)
     gpus: int | None = None              # the host's GPUs (what the parallel sizes must fit)
+    compute_capability: int | None = None  # the GPUs' compute capability as vLLM counts it (90: Hopper); None: read
     tensor_parallel: int | None = None   # vLLM's sizes the run will serve with (None: not a vLLM run)
     data_parallel: int | None = None
     expert_parallel: bool = False        # --enable-expert-parallel among the serve args
@@ -73,6 +74,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "max_seq_len": (_positive, "a positive integer"),
     "backend": (lambda v: v in BACKENDS, "'vllm' or 'hf'"),
     "gpus": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
+    "compute_capability": (_positive, "a compute capability as a whole number, e.g. 90 for 9.0"),
     "tensor_parallel": (_positive, "a positive integer"),
     "data_parallel": (_positive, "a positive integer"),
     "expert_parallel": (lambda v: isinstance(v, bool), "true or false"),

@@ -96,3 +96,22 @@ def usage() -> dict[str, Any]:
 def smi_count() -> int:
     """GPUs nvidia-smi lists (0 without it, or when it fails)."""
     return len(read().gpus)
+
+
+def compute_capability() -> int | None:
+    """The lowest compute capability of this host's GPUs as vLLM counts it (9.0 -> 90), from nvidia-smi's
+    compute_cap; None without GPUs or nvidia-smi (what a quantization method needs is then judged for a CPU)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None or device_count() == 0:
+        return None
+    try:
+        result = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = []
+    for line in result.stdout.splitlines() if result.returncode == 0 else ():
+        major, _, minor = line.strip().partition(".")
+        if major.isdigit() and minor.isdigit():
+            found.append(int(major) * 10 + int(minor))
+    return min(found) if found else None

@@ -80,6 +80,13 @@ class TargetFacts:
             return (self.kv_lora_rank + (self.qk_rope_head_dim or 0)) * self.layers * kv_dtype_bytes
         return 2 * self.kv_heads * self.head_dim * self.layers * kv_dtype_bytes
 
+    def memory_bytes(self, compute_dtype: str) -> dict[str, int]:
+        """The weights' bytes once loaded, per loader: transformers decompresses a quantized checkpoint's weights
+        to the dtype it computes in (on load or at the first forward; fp8 without a GPU dequantizes), vLLM keeps
+        them as stored; an unquantized target is its parameters at the compute dtype in both."""
+        dequantized = self.params * DTYPE_BYTES.get(compute_dtype, 2)
+        return {"transformers": dequantized, "vllm": self.weight_bytes if self.quantization else dequantized}
+
     def to_dict(self) -> dict[str, Any]:
         return {"architecture": self.architecture, "layout": self.layout, "layers": self.layers,
                 "hidden": self.hidden, "vocab": self.vocab, "heads": self.heads, "kv_heads": self.kv_heads,

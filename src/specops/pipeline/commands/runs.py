@@ -1,4 +1,4 @@
-"""`python -m specops tiny [--shape tiny|1b|8b|kimi|kimi-text|kimi-gpu] [--force]` (the embedded targets and
+"""`python -m specops tiny [--shape tiny|1b|8b|kimi|kimi-text|kimi-gpu|kimi-int4] [--force]` (the embedded targets and
 data), `run show --run NAME` (the validated run config and the values derived from it) and `run check --run NAME`
 (the check every task makes before it launches anything: the config and the values derived from the target)."""
 
@@ -82,10 +82,12 @@ def run_restore(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 def register(subparsers: Any) -> None:
     tiny_parser = subparsers.add_parser("tiny", help="generate the embedded tiny model and data")
     tiny_parser.add_argument("--force", action="store_true", help="regenerate even if present")
-    tiny_parser.add_argument("--shape", choices=("tiny", "1b", "8b", "kimi", "kimi-text", "kimi-gpu"), default="tiny",
+    tiny_parser.add_argument("--shape", choices=("tiny", "1b", "8b", "kimi", "kimi-text", "kimi-gpu", "kimi-int4"),
+                             default="tiny",
                              help="1b / 8b: a random Llama at Llama-3.2-1B / Llama-3.1-8B dimensions (GPU hosts); "
                                   "kimi: Kimi-K2.5's layout (wrapper), kimi-text: its DeepSeek-V3 text model alone, "
-                                  "kimi-gpu: the wrapper at real MLA width and Kimi's vocabulary (GPU hosts)")
+                                  "kimi-gpu: the wrapper at real MLA width and Kimi's vocabulary (GPU hosts), "
+                                  "kimi-int4: kimi with its routed experts int4 compressed-tensors, as published")
     tiny_parser.set_defaults(handler=tiny)
 
     run = subparsers.add_parser("run", help="run configs")

@@ -35,7 +35,7 @@ LLAMA_DIMENSIONS: dict[str, dict[str, Any]] = {
     "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                head_dim=128, intermediate_size=14336, max_position_embeddings=8192, rope_theta=500000.0),
 }
-KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu")  # data/tiny_kimi.py: Kimi-K2.5's layout
+KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu", "kimi-int4")  # data/tiny_kimi.py: Kimi-K2.5's layout
 SHAPES = ("tiny", *LLAMA_DIMENSIONS, *KIMI_SHAPES)
 SHAPE_CONVERSATIONS = 2400  # the GPU shapes: enough rows that every step runs past its start-up
 INIT_STD = 0.02  # Llama's initializer_range (random_llama: embeddings and residual writes differ)
@@ -50,7 +50,8 @@ def model_dir_for(shape: str) -> str:
 
 
 def data_file_for(shape: str) -> str:
-    return DATA_FILE if shape in ("tiny", "kimi", "kimi-text") else f"data/chat-{SHAPE_CONVERSATIONS}.jsonl"
+    small = ("tiny", "kimi", "kimi-text", "kimi-int4")
+    return DATA_FILE if shape in small else f"data/chat-{SHAPE_CONVERSATIONS}.jsonl"
 
 SPECIAL_TOKENS = ["<|pad|>", "<|begin|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
@@ -234,7 +235,7 @@ def _save_model_and_tokenizer(folder: Path) -> None:
 
 def is_complete(root: Path, shape: str = "tiny") -> bool:
     model_dir = root / model_dir_for(shape)
-    single_file = shape in ("tiny", "kimi", "kimi-text")
+    single_file = shape in ("tiny", "kimi", "kimi-text", "kimi-int4")
     weights = ("model.safetensors",) if single_file else ("model.safetensors.index.json",)
     if shape != "tiny" and not (model_dir / weights[0]).exists():
         weights = ("model.safetensors",)  # a single shard: small enough for one file

@@ -12,17 +12,22 @@ text model's layers as `blocks` and its `q_proj` as the vision tower's `wqkv`.
 
 Shape "kimi-text" is the text model alone (`DeepseekV3ForCausalLM`): the form vLLM's CPU build serves.
 Shape "kimi-gpu" is the wrapper at real MLA width with Kimi's vocabulary (163,840) for a GPU host.
+Shape "kimi-int4" is "kimi" stored as Kimi-K2.5 is published: its routed experts compressed-tensors int4
+pack-quantized (symmetric groups of 32, `weight_packed`/`weight_scale`/`weight_shape`, packed by
+compressed-tensors' own `pack_to_int32`), everything else left as it was (`ignore`: lm_head, attention, shared
+experts, dense MLPs, and at this size the vision tower and projector, which Kimi's quantization never reaches).
 Deterministic from fixed seeds; no download."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from specops.host.atomic import replace_folder
 
-KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu")
+KIMI_SHAPES = ("kimi", "kimi-text", "kimi-gpu", "kimi-int4")
 ARCHITECTURE = "KimiK25ForConditionalGeneration"  # the published name, the one vLLM's registry uses
 TOKENIZER_CLASS = "TikTokenTokenizer"             # the published remote-code tokenizer's class name
 TOKENIZER_MODULE = "tokenization_kimi"
@@ -70,7 +75,23 @@ class {TOKENIZER_CLASS}(PreTrainedTokenizerFast):
 
 def model_dir_for(shape: str) -> str:
     return {"kimi": "models/tiny-kimi-k25", "kimi-text": "models/tiny-kimi-text",
-            "kimi-gpu": "models/random-kimi-k25"}[shape]
+            "kimi-gpu": "models/random-kimi-k25", "kimi-int4": "models/tiny-kimi-k25-int4"}[shape]
+
+
+# Kimi-K2.5's published quantization_config (config.json), its routed experts' int4 scheme
+INT4_GROUP = 32
+QUANTIZATION_CONFIG: dict[str, Any] = {
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+    "kv_cache_scheme": None,
+    "config_groups": {"group_0": {
+        "targets": ["Linear"], "input_activations": None, "output_activations": None,
+        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": INT4_GROUP,
+                    "dynamic": False, "actorder": None, "block_structure": None, "observer": "minmax",
+                    "observer_kwargs": {}}}},
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+               "re:.*vision_tower.*", "re:.*mm_projector.*"],
+}
+_ROUTED = re.compile(r"\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")
 
 
 def text_config(shape: str, vocab_size: int) -> dict[str, Any]:
@@ -88,7 +109,8 @@ def save(folder: Path, shape: str, tokenizer: Any, on_gpu: bool = False) -> None
     if shape == "kimi-gpu":
         _silence_undecodable(model, len(tokenizer))
     state = _published_state(model, wrapped=shape != "kimi-text", folder=folder)
-    _write_weights(folder, state, torch.bfloat16 if shape == "kimi-gpu" else torch.float32)
+    packed = _pack_routed_experts(state) if shape == "kimi-int4" else {}
+    _write_weights(folder, state, torch.bfloat16 if shape == "kimi-gpu" else torch.float32, keep=packed)
     _write_config(folder, model, shape)
     _write_tokenizer(folder, tokenizer)
 
@@ -114,6 +136,8 @@ def published_config(config: Any, shape: str) -> dict[str, Any]:
     """config.json as the generated target's folder holds it."""
     document = config.to_dict()
     document["dtype"] = "bfloat16" if shape == "kimi-gpu" else "float32"
+    if shape == "kimi-int4":
+        document["quantization_config"] = json.loads(json.dumps(QUANTIZATION_CONFIG))
     if shape == "kimi-text":
         document["architectures"] = ["DeepseekV3ForCausalLM"]
     else:
@@ -218,11 +242,38 @@ def _vision_state(model: Any, folder: Path) -> dict[str, Any]:
     return saved
 
 
-def _write_weights(folder: Path, state: dict[str, Any], dtype: Any) -> None:
-    """One file at tiny size; shards of ~4 GB with an index at GPU size, as published checkpoints have."""
+def _pack_routed_experts(state: dict[str, Any]) -> dict[str, Any]:
+    """Each routed expert's projection as compressed-tensors stores an int4 symmetric group-quantized Linear:
+    `weight_packed` (int32, 8 values a word), `weight_scale` (bf16, one per group of 32), `weight_shape` (int32);
+    taken out of `state` and returned (stored as they are, not cast). Round to nearest, scale = max |w| / 7."""
+    import torch
+
+    try:
+        from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+    except ImportError as exc:  # the host env's set-up installs it (requirements/host.txt)
+        raise SystemExit(f"tiny --shape kimi-int4: compressed-tensors is not installed in this env ({exc}): "
+                         "pip install 'compressed-tensors>=0.15.0'") from None
+    packed: dict[str, Any] = {}
+    for name in sorted(n for n in state if _ROUTED.search(n)):
+        weight = state.pop(name).detach().float().cpu()
+        rows, cols = weight.shape
+        groups = weight.reshape(rows, cols // INT4_GROUP, INT4_GROUP)
+        scale = (groups.abs().amax(dim=-1) / 7).clamp(min=1e-8).to(torch.bfloat16)
+        quantized = torch.round(groups / scale.float().unsqueeze(-1)).clamp(-8, 7).to(torch.int8).reshape(rows, cols)
+        base = name[: -len("weight")]
+        packed[base + "weight_packed"] = pack_to_int32(quantized, 4)
+        packed[base + "weight_scale"] = scale.contiguous()
+        packed[base + "weight_shape"] = torch.tensor([rows, cols], dtype=torch.int32)
+    return packed
+
+
+def _write_weights(folder: Path, state: dict[str, Any], dtype: Any, keep: dict[str, Any] | None = None) -> None:
+    """One file at tiny size; shards of ~4 GB with an index at GPU size, as published checkpoints have.
+    `keep`: tensors stored in their own dtype (quantized packs and scales)."""
     from safetensors.torch import save_file
 
     tensors = {name: tensor.detach().to(dtype).contiguous().cpu() for name, tensor in state.items()}
+    tensors.update({name: tensor.contiguous().cpu() for name, tensor in (keep or {}).items()})
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     if total < 2**31:
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})

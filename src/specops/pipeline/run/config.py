@@ -51,7 +51,7 @@ class RunConfig(_Strict):
     model: str = Field(min_length=1)
     trust_remote_code: bool = False
     # generated targets (data/tiny.py, data/tiny_kimi.py)
-    embedded: Literal["tiny", "1b", "8b", "kimi", "kimi-text", "kimi-gpu"] | None = None
+    embedded: Literal["tiny", "1b", "8b", "kimi", "kimi-text", "kimi-gpu", "kimi-int4"] | None = None
     data: str = Field(min_length=1)
     max_seq_len: int = Field(2048, gt=0)
     samples: int | None = Field(None, gt=0)

@@ -141,8 +141,32 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
         if parity_serve:
             parity_serve, origins["parity_serve"] = False, "skipped: this host's vLLM cannot serve the draft"
             notes.append(f"parity: the served request is skipped: {why}")
+    refuse_unloadable_target(run, path if served else None, gpus, (chosen, regenerate_backend, evaluate_backend))
     return EffectiveSettings(chosen, regenerate_backend, evaluate_backend, dtype, gpus, serve_python, path, version,
                              serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype)
+
+
+def refuse_unloadable_target(run: Run, vllm_search_path: list[str] | None, gpus: int,
+                             backends: tuple[str, ...]) -> None:
+    """A target published quantized (its config's quantization_config) that an env which loads it cannot load is
+    bad input before any step, so before the first load: this env's transformers where a step loads it with the hf
+    backend, the serve env's vLLM where one serves it, and speculators' needs of the verifier (embeddings and
+    lm_head unquantized). Judged by the doctor from the installed files (doctor/_quantization.py); one line,
+    naming what mends it. An unquantized target reads only its config.json here."""
+    import sys
+
+    from specops.doctor import RunSettings, quantization_refusal, read_quantization, target_quantization
+    from specops.pipeline.run.config import read_model_config
+
+    if not (run.model_path / "config.json").is_file():
+        return
+    if read_quantization(read_model_config(run.model_path), "") is None:
+        return
+    settings = RunSettings(model_path=str(run.model_path), backend="vllm" if vllm_search_path else "hf", gpus=gpus,
+                           dtype=run.config.dtype)
+    line = quantization_refusal(target_quantization(settings, sys.path, vllm_search_path, loads_hf="hf" in backends))
+    if line:
+        raise BadInput(f"{run.label}: model: {line}")
 
 
 def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None, *, cpu_host: bool = False) -> None:
