@@ -1,5 +1,5 @@
 # Source from the repository root on a bare GPU device machine (bench/README.md, "vLLM on the GPU"):
-#   source bench/gpu_serve_env.sh
+#   source bench/gpu_serve_env.sh serve [real]     (the bundles to install; each must have all its parts by now)
 # The bundles packed by scripts/gpu-serve-env.sh arrive in parts under .stage/NAME/ (carried a few parts a call,
 # a machine kept warm between calls); each call gathers what has come into /tmp/bundles/NAME and, once a bundle's
 # parts all check, installs it into one env over the image's torch: /tmp/serve-env (vLLM 0.26.0's CUDA build and
@@ -8,13 +8,14 @@
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 SERVE_ENV=${SERVE_ENV:-/tmp/serve-env}
 missing=0
-for stage in .stage/*/; do
-  name=$(basename "$stage")
-  [ -f "$stage/manifest.json" ] || continue
+mkdir -p /tmp/parts
+cp -n .stage/*/*.tar.xz.* /tmp/parts/ 2>/dev/null  # what this call carried, kept should the repo copy be replaced
+for name in "$@"; do
+  stage=.stage/$name
   mkdir -p "/tmp/bundles/$name"
   cp -n "$stage/manifest.json" "/tmp/bundles/$name/manifest.json"
   if PYTHONPATH=src python3 -m specops wheelhouse install "/tmp/bundles/$name" --from "$stage" \
-       --env "$SERVE_ENV" --python python3 >"/tmp/bundles/$name.json"; then
+       --from /tmp/parts --env "$SERVE_ENV" --python python3 >"/tmp/bundles/$name.json"; then
     echo "gpu_serve_env: $name installed: $(cat "/tmp/bundles/$name.json")"
   else
     echo "gpu_serve_env: $name: $(cat "/tmp/bundles/$name.json")"; missing=1

@@ -131,3 +131,4 @@ def test_the_doctor_document_judges_the_run_kind_and_exits_2_on_a_pair_that_cann
     code, document, _ = run_agent(workdir, "doctor", "--run-json", json.dumps(settings), "--checks", "draft")
     assert code == 0 and [finding["result"] for finding in document["findings"]] == ["ok", "ok"]
     assert "as speculative method dflash" in document["findings"][1]["why"]
+
