@@ -14,6 +14,7 @@ from pathlib import Path
 from specops.contract.errors import BadInput
 from specops.doctor._attention import CPUINFO_ENV, AttentionReading, host_has_amx, read_attention
 from specops.doctor._aux_layers import AuxRule, aux_rule
+from specops.doctor._build import BuildReading, read_build
 from specops.doctor._capture import Capture, aux_capture
 from specops.doctor._contract import PIPELINE
 from specops.doctor._cpu_rotary import native_rotary_args
@@ -37,12 +38,45 @@ from specops.doctor.settings import RunSettings, parse_run_json
 RUN_CHECKS = ("flags", "model", "resources", "draft")  # about a run's settings: meaningless without one
 STACK_CHECKS = tuple(name for name in CHECKS if name not in RUN_CHECKS)
 
-__all__ = ["CHECKS", "CPUINFO_ENV", "EVALUATE_ANYWAY", "PIPELINE", "RUN_CHECKS", "SERVE_PYTHON_ENV", "STACK_CHECKS",
-           "AttentionReading", "AuxRule", "Capture", "Item", "KindReading", "Quantization", "RunSettings", "Support",
-           "aux_capture", "aux_rule", "chosen_serve_python", "diagnose", "draft_attention", "draft_kind",
-           "eagle3_support", "host_has_amx", "interpreter_path", "is_cpu_build", "native_rotary_args", "parse_run_json",
-           "quantization_refusal", "read_attention", "read_quantization", "site_path", "target_quantization",
-           "training_free_support", "vllm_path", "vllm_version"]
+__all__ = [
+    "CHECKS",
+    "CPUINFO_ENV",
+    "EVALUATE_ANYWAY",
+    "PIPELINE",
+    "RUN_CHECKS",
+    "SERVE_PYTHON_ENV",
+    "STACK_CHECKS",
+    "AttentionReading",
+    "AuxRule",
+    "BuildReading",
+    "Capture",
+    "Item",
+    "KindReading",
+    "Quantization",
+    "RunSettings",
+    "Support",
+    "aux_capture",
+    "aux_rule",
+    "chosen_serve_python",
+    "diagnose",
+    "draft_attention",
+    "draft_kind",
+    "eagle3_support",
+    "host_has_amx",
+    "interpreter_path",
+    "is_cpu_build",
+    "native_rotary_args",
+    "parse_run_json",
+    "quantization_refusal",
+    "read_attention",
+    "read_build",
+    "read_quantization",
+    "site_path",
+    "target_quantization",
+    "training_free_support",
+    "vllm_path",
+    "vllm_version",
+]
 
 
 def diagnose(search_path: list[str] | None = None, run: RunSettings | None = None,

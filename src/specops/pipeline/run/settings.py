@@ -114,6 +114,8 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
     path = vllm_path(serve_python)
     version = vllm_version(path) if path else None
     refuse_unservable_kind(run, path, cpu_host=gpus == 0 or (path is not None and is_cpu_build(path)))
+    if path is not None and "vllm" in (chosen, regenerate_backend, evaluate_backend):
+        refuse_mismatched_build(run, path)
     if config.parity.serve is not None:
         parity_serve, origins["parity_serve"] = config.parity.serve, f"{run.label}: parity.serve"
     else:
@@ -167,6 +169,17 @@ def refuse_unloadable_target(run: Run, vllm_search_path: list[str] | None, gpus:
     line = quantization_refusal(target_quantization(settings, sys.path, vllm_search_path, loads_hf="hf" in backends))
     if line:
         raise BadInput(f"{run.label}: model: {line}")
+
+
+def refuse_mismatched_build(run: Run, vllm_search_path: list[str]) -> None:
+    """A serve env whose vLLM was built for another torch (its wheel's pin) or another CUDA (the major its extension
+    links against the one its torch was built for) is bad input before any step: every server of the run would
+    load the model and then fail (doctor/_build.py reads both from the files)."""
+    from specops.doctor import read_build
+
+    refused = read_build(vllm_search_path).refusal()
+    if refused:
+        raise BadInput(f"{run.label}: {refused}")
 
 
 def refuse_unservable_kind(run: Run, vllm_search_path: list[str] | None, *, cpu_host: bool = False) -> None:
