@@ -102,6 +102,10 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
         origins["regenerate_backend"] = f"{run.label}: regenerate.backend"
     else:
         regenerate_backend, origins["regenerate_backend"] = chosen, "the run's backend"
+    beyond = config.regenerate.beyond_defaults() if config.regenerate.enabled else []
+    if beyond and regenerate_backend == "vllm":  # one line before any step or server
+        raise BadInput(f"{run.label}: regenerate.{beyond[0]}: answered by the hf backend only (regenerate.backend: "
+                       "hf); speculators' client asks every answer one fixed max_tokens and never shortens a prompt")
     if evaluate is not None:
         evaluate_backend, origins["evaluate_backend"] = _checked(evaluate, "--backend"), "--backend"
     elif config.evaluate.backend is not None:
