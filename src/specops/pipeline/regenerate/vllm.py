@@ -63,7 +63,8 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     beyond = run.config.regenerate.beyond_defaults()
     if beyond:  # before any server: speculators' client asks one fixed max_tokens and never shortens a prompt
         raise BadInput(f"{run.label}: regenerate.{beyond[0]}: the hf backend's (regenerate.backend: hf); speculators' "
-                       "client asks every answer one fixed max_tokens, which vLLM refuses past its max-model-len")
+                       "client never shortens a prompt, and a conversation whose next prompt outgrows the server's "
+                       "max-model-len fails whole")
     from specops.pipeline import vllm
     from specops.pipeline.data import regenerated
     from specops.pipeline.regenerate.output import tidy

@@ -131,8 +131,8 @@ class RegenerateSettings(_Strict):
     backend: Literal["vllm", "hf"] | None = None  # None: the run's backend
     # tokens per generated answer; max_seq_len: an answer may run until its row (prompt + answer) fills the run's
     # max_seq_len (the field's whole answers: more loss tokens a row), and the conversation then goes on to its next
-    # turn while its rows fit (hf backend: speculators' client asks one fixed max_tokens, which vLLM refuses past
-    # its max-model-len)
+    # turn while its rows fit (hf backend: with speculators' client a conversation whose next prompt outgrows the
+    # server's max-model-len fails whole: vLLM 0.32 caps an answer at it, then refuses that prompt)
     max_tokens: Annotated[int, Field(gt=0)] | Literal["max_seq_len"] = 128
     # a prompt (the conversation so far, the target's own earlier answers in it) too long for max_seq_len: drop
     # (the default: a first turn that long fails its conversation, a later one ends it) or shorten (whole turns, a
