@@ -24,6 +24,7 @@ from remote.tasks.pipeline_views import (
     render_evaluation,
     render_summary,
     render_sweep,
+    render_train_sweep,
 )
 from remote.tasks.shared import check_run, preflight, render_epochs
 from specops.contract import commandline
@@ -188,16 +189,19 @@ def vocab(c, host=None, run=None, detach=False, wait=False, json=False):
         render_coverage(result)
 
 
-@task(help={**STEP_HELP, **commandline.STEPS["train"].helps("epochs", "gpus", "fresh"),
+@task(help={**STEP_HELP, **commandline.STEPS["train"].helps("epochs", "gpus", "fresh", "sweep"),
             "skip_doctor": "do not run the doctor first (recorded in the job record)",
             "hosts": "train across these inventory hosts (comma-separated): the engine on each, one torchrun "
                      "node each; one failing or silent host stops them all",
             "port": "with --hosts: the rendezvous port on the first host (default 29400; the training meets at "
-                    "PORT+1)"})
+                    "PORT+1)"}, iterable=["sweep"])
 @reports_errors
 def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doctor=False, detach=False, wait=False,
-          json=False, hosts=None, port=None):
-    """Train the EAGLE-3 draft with speculators (resumes from its newest checkpoint)."""
+          json=False, hosts=None, port=None, sweep=None):
+    """Train the EAGLE-3 draft with speculators (resumes from its newest checkpoint); --sweep: several settings
+    from the same extraction, each scored, the best named."""
+    if hosts and sweep:
+        raise BadInput("--sweep: one host at a time (--host); its settings train one after another")
     if hosts and wait:
         raise BadInput("--wait: one host at a time (--host); across hosts the engines meet at a rendezvous that "
                        "would not wait that long")
@@ -207,11 +211,14 @@ def train(c, host=None, run=None, epochs=None, gpus=None, fresh=False, skip_doct
         return
     with host_session(host) as session:
         run_name = chosen_run(session, run)
-        argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh)
+        argv = commandline.step_train(run=run_name, epochs=epochs, gpus=gpus, fresh=fresh, sweep=sweep or None)
         result = run_step_job(session, run_name, "train", argv, detach=detach, wait=wait, json=json, doctor=True,
                               skip_doctor=skip_doctor, env_role="train")
     if result and not json:
-        render_epochs(result.get("metrics") or [])
+        if result.get("sweep"):
+            render_train_sweep(result["sweep"])
+        else:
+            render_epochs(result.get("metrics") or [])
 
 
 def train_on_hosts(hosts: str, host: str | None, run: str | None, *, epochs: Any, gpus: Any, fresh: bool,

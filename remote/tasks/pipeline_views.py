@@ -41,6 +41,46 @@ def render_sweep(document: dict[str, Any]) -> None:
         render.console().print(f"plot: {document['plot']} (on the host; `invoke fetch` brings it home)")
 
 
+def render_train_sweep(document: dict[str, Any]) -> None:
+    """`train --sweep`: one row per setting, per set its mean acceptance length (per position; untrained), its
+    epochs and last loss; the best per set and overall with its margin over the runner-up."""
+    from remote import render
+
+    sets = document.get("sets") or []
+    view = render.table(f"training sweep of run {document.get('run')}: {len(document.get('rows') or [])} settings",
+                        ["setting", "epochs", "last loss",
+                         *[f"{name}: mean acceptance length (per position; untrained)" for name in sets]])
+    best = document.get("best") or {}
+    for row in document.get("rows") or []:
+        label = row["label"] + (" (the run's own)" if row.get("own") else "") + (
+            " *" if row["label"] == best.get("label") else "")
+        if row.get("status") != "done":
+            view.add_row(label, f"failed: {row.get('error')}", *[""] * (len(sets) + 1))
+            continue
+        cells = [label, str(row.get("epochs", "-")), number_text(row.get("loss_last"), 4)]
+        for name in sets:
+            figures = (row.get("sets") or {}).get(name) or {}
+            length = figures.get("mean_acceptance_length")
+            cells.append("-" if length is None else f"{length:.3f} ("
+                         + " / ".join(f"{value:.2f}" for value in figures.get("per_position_acceptance") or [])
+                         + f"; {number_text(figures.get('untrained'), 3)})")
+        view.add_row(*cells)
+    out = render.console()
+    out.print(view)
+    for name, ranked in (best.get("per_set") or {}).items():
+        out.print(f"best on {name}: {ranked['label']}, {ranked['score']:.3f}" + _margin(ranked))
+    if best:
+        out.print(f"best overall (* above; {best['by']}): {best['label']}, {best['score']:.3f}" + _margin(best))
+    if document.get("file"):
+        out.print(f"sweep: {document['file']} (on the host)")
+
+
+def _margin(ranked: dict[str, Any]) -> str:
+    if ranked.get("runner_up") is None:
+        return " (the only setting scored)"
+    return f", {ranked['margin']:+.3f} over {ranked['runner_up']}"
+
+
 def render_compare(document: dict[str, Any]) -> None:
     """One row per speculator kind: acceptance per set (mean acceptance length and per position), with vllm the
     output tokens/s and the speedup against none at each concurrency; a kind with no number says why; the best."""

@@ -192,6 +192,9 @@ def render(document: dict[str, Any]) -> None:
                       + f"; transformers computes in {target.get('compute_dtype')}")
     facts.add_row("KV cache", f"{server['kv_bytes_per_token']:,} B a token", server["kv_layout"])
     facts.add_row("data", f"{data['tokens']:,} tokens in {data['samples']:,} rows", data["tokens_source"])
+    if data.get("loss_tokens") is not None:  # the answers' tokens: what the draft learns from
+        facts.add_row("loss tokens", f"{data['loss_tokens']:,} ({data['loss_tokens'] / max(data['samples'], 1):,.0f} "
+                      "a row): what the draft learns from", data.get("loss_tokens_source") or "")
     facts.add_row("hidden states", f"{states['bytes_per_token']:,} B a token, {size(states['bytes_total'])}",
                   f"{states['layers']} layers x {states['hidden']} x {states['dtype']}")
     facts.add_row("server", f"tensor {server['tensor_parallel']} x data {server['data_parallel']}",

@@ -36,6 +36,10 @@ def test_plan_on_the_tiny_run_here_and_over_ssh(cli: Cli) -> None:
         # a CPU host computes the "auto" target in float32: 4 layers x 64 x 4 bytes a token
         assert (states["dtype"], states["bytes_per_token"], states["file_bytes_per_token"]) == ("float32", 1024, 1032)
         assert plan["data"]["tokens_source"].startswith("estimated: the first 32 conversations")
+        # what the draft learns from: each row's answer (the tiny run regenerates 128-token answers)
+        data = plan["data"]
+        assert 0 < data["loss_tokens"] <= 128 * data["samples"] and data["loss_tokens"] < data["tokens"]
+        assert "answer tokens each on average" in data["loss_tokens_source"]
         assert plan["target"]["weight_source"] == "safetensors headers"
         assert plan["target"]["weight_dtypes"] == {"F32": plan["target"]["weight_bytes"]}
         assert plan["modes"]["online"]["placement"]["kind"] == "cpu"  # no GPU: server and trainer share the CPU
@@ -46,6 +50,19 @@ def test_plan_on_the_tiny_run_here_and_over_ssh(cli: Cli) -> None:
     assert shown.exit_code == 0, shown.stderr[-3000:]
     assert "plan — run tiny on loop" in shown.stdout and "recommended: offline" in shown.stdout
     assert "the run's mode offline fits" in shown.stdout
+    assert "what the draft learns from" in shown.stdout
+
+
+def test_the_plan_counts_the_loss_tokens_of_prepared_rows(finished) -> None:
+    import json
+
+    from tests.support.agent import run_agent
+
+    code, plan, stderr = run_agent(finished[0], "plan", "--run", "tiny")
+    assert code == 0, stderr[-3000:]
+    counts = json.loads((finished[0] / "runs" / "tiny" / "manifest.json").read_text())["steps"]["prepare"]["counts"]
+    assert (plan["data"]["loss_tokens"], plan["data"]["tokens"]) == (counts["loss_tokens"], counts["tokens"])
+    assert plan["data"]["loss_tokens_source"] == f"counted: the {counts['rows']} prepared rows"
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ from specops.contract.values import (
     SITES,
     SWEEP,
     TEXT,
+    TRAIN_SWEEP,
     WHOLE,
 )
 
@@ -124,8 +125,17 @@ STEPS: dict[str, Command] = {command.words[-1]: command for command in (
              Flag("node_rank", COUNT, help="this host's node rank (0 hosts the rendezvous)"),
              Flag("rdzv_endpoint", RDZV_ENDPOINT, help="HOST0:PORT of the c10d rendezvous, reachable from every node"),
              Flag("rdzv_id", NAME, help="the group launch's id (the same on every node)"), LOCAL_ADDR, INTERFACE,
+             Flag("sweep", TRAIN_SWEEP, metavar="KEY=V1,V2", repeat=True,
+                  help="KEY=V1,V2 (repeatable; e.g. train.lr=1e-3,3e-4 draft.num_layers=1,2): train every setting "
+                  "(the grid of the keys' values) from the run's prepared rows, hidden states and vocabulary, each "
+                  "into <run>/sweeps/<setting>/checkpoints, score each with the run's evaluation and name the best "
+                  "per set (sweep.json); keys of draft.* and train.*, never one that would regenerate or re-extract"),
              WAIT),
-            (only_with("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id", "local_addr", "interface"),
+            (excludes("sweep", "nnodes", "a sweep trains its settings one after another on one host"),
+             excludes("sweep", "epochs", "sweep train.epochs instead"),
+             excludes("sweep", "gpus", "each setting trains as the run's train step does, on every GPU"),
+             excludes("sweep", "dry_run", "a sweep trains and scores; `run check` judges its settings"),
+             only_with("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id", "local_addr", "interface"),
                        "--node-rank/--rdzv-endpoint/--rdzv-id/--local-addr/--interface: only with --nnodes"),
              needs("nnodes", ("node_rank", "rdzv_endpoint", "rdzv_id"),
                    "--nnodes: give --node-rank, --rdzv-endpoint HOST:PORT and --rdzv-id with it"))),

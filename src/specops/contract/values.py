@@ -79,6 +79,36 @@ def sweep_setting(text: str) -> list[int]:
     return positive_list(values, f"--sweep {SWEEP_SETTINGS[0]}", MAX_SPECULATIVE_TOKENS)
 
 
+TRAIN_SWEEP_KEY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
+
+
+def train_sweep(items: Sequence[str] | str) -> list[tuple[str, list[str]]]:
+    """`train.lr=1e-3,3e-4` items (each a flag's value; several KEY=V1,V2 in one value separated by spaces) ->
+    [("train.lr", ["1e-3", "3e-4"])] (`train --sweep`, read the same way on both sides). Only the shape is
+    judged here: what a key and its values mean is the run config's to say (the agent reads them against it)."""
+    texts = [items] if isinstance(items, str) else list(items)
+    settings: list[tuple[str, list[str]]] = []
+    for text in (word for item in texts for word in str(item).split()) if texts else ():
+        key, sep, listed = text.partition("=")
+        if not sep or not TRAIN_SWEEP_KEY.fullmatch(key):
+            raise ValueError(f"--sweep: expected KEY=V1,V2 (a run-config key such as train.lr, '=', then a "
+                             f"comma-separated list of values), got {text!r}")
+        values = [value.strip() for value in listed.split(",")]
+        if not any(values):
+            raise ValueError(f"--sweep {key}: no values (an empty sweep trains nothing), got {text!r}")
+        if not all(values):
+            raise ValueError(f"--sweep {key}: an empty value in {text!r}")
+        twice = next((value for at, value in enumerate(values) if value in values[:at]), None)
+        if twice is not None:
+            raise ValueError(f"--sweep {key}: {twice} appears twice in {text!r}")
+        if any(key == known for known, _ in settings):
+            raise ValueError(f"--sweep {key}: given twice (one KEY=V1,V2 a key)")
+        settings.append((key, values))
+    if not settings:
+        raise ValueError("--sweep: no settings (an empty sweep trains nothing): give KEY=V1,V2")
+    return settings
+
+
 def speculator_list(text: str) -> list[str]:
     """`none,ngram,suffix,eagle3` -> ["none", "ngram", "suffix", "eagle3"] (`evaluate --compare`, read the same
     way on both sides): kinds of SPECULATOR_KINDS, each once; a trained kind may name the run whose draft it is
@@ -192,6 +222,24 @@ def _sweep(value: object, flag: str) -> str:
         return f"{SWEEP_SETTINGS[0]}={','.join(map(str, sweep_setting(str(value))))}"
     except ValueError as exc:
         raise BadArgument(str(exc)) from None
+
+
+def _train_sweep(value: object, flag: str) -> list[str]:
+    """[KEY=V1,V2, ...]: each setting one --sweep item."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, Sequence) or not all(isinstance(item, str) for item in value):
+        raise BadArgument(f"{flag}: expected KEY=V1,V2 items, got {value!r}")
+    try:
+        return [f"{key}={','.join(values)}" for key, values in train_sweep(value)]
+    except ValueError as exc:
+        raise BadArgument(str(exc)) from None
+
+
+def _train_sweep_item(text: str) -> str:
+    """The agent's parse of one --sweep item: its shape (the whole list is read again by the handler)."""
+    as_bad_input(train_sweep, text)
+    return text
 
 
 def _concurrency(value: object, flag: str) -> str:
@@ -315,6 +363,7 @@ REFERENCE = Kind(partial(_choice, choices=REFERENCES), choices=REFERENCES)
 PART = Kind(_part, "tuple[int, int] | None", parse=part_of, text=lambda part: "{}/{}".format(*part))
 CHECKPOINT = Kind(_checkpoint)
 SWEEP = Kind(_sweep)
+TRAIN_SWEEP = Kind(_train_sweep, "Sequence[str] | str | None", parse=_train_sweep_item)
 CONCURRENCY = Kind(_concurrency)
 COMPARE = Kind(_compare)
 ENDPOINT = _endpoint_kind("--rendezvous", lambda _value, exc: str(exc))

@@ -81,31 +81,40 @@ def rows_asked(run: Run, samples: int | None = None) -> int | None:
     return max(count - run.config.evaluate.heldout_prompts, 1)
 
 
-def counted_tokens(run: Run, rows: int) -> int | None:
-    """The tokens of the prepared rows, when prepare has made exactly these N rows."""
+DataTokens = tuple[int, str, int | None, str]  # tokens, how known; loss tokens (what the draft learns from), how
+
+
+def counted_tokens(run: Run, rows: int) -> tuple[int, int | None] | None:
+    """The tokens and loss tokens of the prepared rows, when prepare has made exactly these N rows."""
     from specops.pipeline.run import Manifest
 
     record = Manifest(run.paths.run_dir).record("prepare") or {}
     counts = record.get("counts") or {}
     if record.get("status") == "done" and counts.get("rows") == rows and isinstance(counts.get("tokens"), int):
-        return counts["tokens"]
+        loss = counts.get("loss_tokens")
+        return counts["tokens"], loss if isinstance(loss, int) else None
     return None
 
 
-def _row_tokens(run: Run, tokenizer: Any, messages: list[dict[str, str]]) -> int:
-    """A row's tokens: the rendered conversation; with regenerate, the first prompt and an answer of
-    regenerate.max_tokens (the target's answers replace the data's, and may run to that length)."""
+def _row_tokens(run: Run, tokenizer: Any, messages: list[dict[str, str]]) -> tuple[int, int]:
+    """A row's tokens and loss tokens, cut at max_seq_len: the rendered conversation and its answers; with
+    regenerate, the first prompt and an answer of regenerate.max_tokens (the target's answers replace the data's, and
+    may run to that length; with max_tokens: max_seq_len, to the row's end)."""
     from specops.pipeline.data import render_ids, tokenise_with_mask
 
+    limit = run.config.max_seq_len
     if not run.config.regenerate.enabled:
-        return len(tokenise_with_mask(tokenizer, messages)[0])
+        ids, mask = tokenise_with_mask(tokenizer, messages)
+        return min(len(ids), limit), sum(mask[:limit])
     first_user = next(index for index, message in enumerate(messages) if message["role"] == "user")
-    prompt = render_ids(tokenizer, messages[: first_user + 1], generation_prompt=True)
-    return len(prompt) + run.config.regenerate.max_tokens
+    prompt = len(render_ids(tokenizer, messages[: first_user + 1], generation_prompt=True))
+    answer = max(0, min(run.config.regenerate.answer_tokens(limit), limit - prompt))
+    return min(prompt + answer, limit), answer
 
 
-def estimated_tokens(run: Run, rows: int) -> tuple[int, str] | None:
-    """Mean tokens of the first conversations rendered with the run's template (cut at max_seq_len) x N."""
+def estimated_tokens(run: Run, rows: int) -> DataTokens | None:
+    """Mean tokens (and loss tokens) of the first conversations rendered with the run's template (cut at
+    max_seq_len) x N."""
     from specops.pipeline.data import Conversation, load_tokenizer, read_conversations
 
     if not any((run.model_path / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")):
@@ -113,36 +122,42 @@ def estimated_tokens(run: Run, rows: int) -> tuple[int, str] | None:
     try:
         path = run.paths.resolve(run.config.data)
         tokenizer = load_tokenizer(run)
-        lengths: list[int] = []
+        lengths: list[tuple[int, int]] = []
         for record in read_conversations(run.config.data, path):
             if len(lengths) >= SAMPLE_CONVERSATIONS:
                 break
             if isinstance(record, Conversation):
                 try:
-                    length = _row_tokens(run, tokenizer, record.messages)
+                    lengths.append(_row_tokens(run, tokenizer, record.messages))
                 except Exception:  # a conversation the template refuses: prepare skips it too
                     continue
-                lengths.append(min(length, run.config.max_seq_len))
     except Exception:  # no tokenizer or data to sample (remote code, a hub dataset offline): the upper bound
         return None
     if not lengths:
         return None
-    return (round(statistics.fmean(lengths) * rows),
-            f"estimated: the first {len(lengths)} conversations rendered with the run's chat template"
-            + (f" (their first prompt + a {run.config.regenerate.max_tokens}-token answer)"
-               if run.config.regenerate.enabled else "")
-            + f", {statistics.fmean(lengths):.0f} tokens each on average, x {rows} rows")
+    mean = statistics.fmean(length for length, _ in lengths)
+    loss = statistics.fmean(answer for _, answer in lengths)
+    regenerate = run.config.regenerate
+    answer = (f"an answer up to the row's max_seq_len {run.config.max_seq_len}" if regenerate.whole_answers
+              else f"a {regenerate.max_tokens}-token answer")
+    how = (f"estimated: the first {len(lengths)} conversations rendered with the run's chat template"
+           + (f" (their first prompt + {answer})" if regenerate.enabled else ""))
+    return (round(mean * rows), f"{how}, {mean:.0f} tokens each on average, x {rows} rows",
+            round(loss * rows), f"{how}, {loss:.0f} answer tokens each on average, x {rows} rows")
 
 
-def data_tokens(run: Run, rows: int, *, estimate: bool) -> tuple[int, str]:
+def data_tokens(run: Run, rows: int, *, estimate: bool) -> DataTokens:
+    """The rows' tokens and loss tokens (the answers' tokens, what a draft learns from), and how each is known."""
     counted = counted_tokens(run, rows)
     if counted is not None:
-        return counted, f"counted: the {rows} prepared rows"
+        source = f"counted: the {rows} prepared rows"
+        return counted[0], source, counted[1], source if counted[1] is not None else "not counted by this prepare"
     if estimate:
         found = estimated_tokens(run, rows)
         if found is not None:
             return found
-    return rows * run.config.max_seq_len, f"upper bound: {rows} rows x max_seq_len {run.config.max_seq_len}"
+    bound = f"upper bound: {rows} rows x max_seq_len {run.config.max_seq_len}"
+    return rows * run.config.max_seq_len, bound, None, "unknown: no tokenizer or data to sample here"
 
 
 def _serve_flag(run: Run, name: str) -> str | None:
@@ -155,7 +170,7 @@ def _serve_flag(run: Run, name: str) -> str | None:
     return None
 
 
-def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows: int) -> planning.RunFacts:
+def run_facts(run: Run, host: planning.HostFacts, tokens: DataTokens, rows: int) -> planning.RunFacts:
     from specops.pipeline.run import default_backend
 
     config = run.config
@@ -165,7 +180,8 @@ def run_facts(run: Run, host: planning.HostFacts, tokens: tuple[int, str], rows:
     return planning.RunFacts(
         name=run.paths.name, layer_ids=run.layer_ids(),
         hidden_state_dtype=planning.hidden_state_dtype(config.dtype, host.gpus > 0),
-        samples=rows, tokens=tokens[0], tokens_source=tokens[1], max_seq_len=config.max_seq_len,
+        samples=rows, tokens=tokens[0], tokens_source=tokens[1], loss_tokens=tokens[2], loss_tokens_source=tokens[3],
+        max_seq_len=config.max_seq_len,
         epochs=config.train.epochs, mode=config.hidden_states.mode,
         disk_budget_bytes=int(budget * planning.GB) if budget is not None else None,
         placement=config.hidden_states.placement, backend=default_backend(run, host.gpus)[0],

@@ -79,7 +79,8 @@ def alternatives(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rat
     for chosen in dict.fromkeys((backend, "fp8")):
         most = min(_most_rows(target, run, host, chosen, trainer), run.samples)
         if 0 < most < run.samples:
-            smaller = replace(run, samples=most, tokens=int(run.tokens * most / run.samples), mode="offline",
+            smaller = replace(run, samples=most, tokens=int(run.tokens * most / run.samples),
+                              loss_tokens=_share(run.loss_tokens, most, run.samples), mode="offline",
                               hidden_state_backend=chosen)
             figures = _modes(target, smaller, host, rates, _hidden_states(target, smaller), trainer)["offline"]
             if figures["fits"]:
@@ -139,7 +140,13 @@ def _more_hosts(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rate
 
 def replace_share(run: RunFacts, hosts: int) -> RunFacts:
     """One host's share of the run when `hosts` split its rows."""
-    return replace(run, samples=max(run.samples // hosts, 1), tokens=run.tokens // hosts)
+    return replace(run, samples=max(run.samples // hosts, 1), tokens=run.tokens // hosts,
+                   loss_tokens=_share(run.loss_tokens, 1, hosts))
+
+
+def _share(count: int | None, part: int, whole: int) -> int | None:
+    """count x part / whole (the loss tokens of fewer rows), None kept."""
+    return None if count is None else int(count * part / whole)
 
 
 def make_plan(target: TargetFacts, run: RunFacts, host: HostFacts, rates: Rates | None = None) -> Plan:

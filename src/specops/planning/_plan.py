@@ -37,6 +37,8 @@ class RunFacts:
     tokens: int
     tokens_source: str
     max_seq_len: int
+    loss_tokens: int | None = None  # the answers' tokens in the rows: what a draft learns from
+    loss_tokens_source: str | None = None
     epochs: int = 10
     mode: str = "offline"
     disk_budget_bytes: int | None = None
@@ -103,6 +105,7 @@ class Plan:
             "target": {**self.target.to_dict(), "memory_bytes": self.target.memory_bytes(run.hidden_state_dtype),
                        "compute_dtype": run.hidden_state_dtype},
             "data": {"samples": run.samples, "tokens": run.tokens, "tokens_source": run.tokens_source,
+                     "loss_tokens": run.loss_tokens, "loss_tokens_source": run.loss_tokens_source,
                      "max_seq_len": run.max_seq_len, "epochs": run.epochs},
             **self.figures,
             "modes": self.modes,

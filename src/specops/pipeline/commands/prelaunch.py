@@ -1,7 +1,7 @@
 """`run check --run R -- <agent command>`: the checks of the command about to be launched that need no model
 and no job, made before the launch (exit 2, one line): the rows `step prepare|extract` would prepare against
 a finished training (retired only with --retire; a pipeline retires it, saying where, as it trains again),
-the checkpoint evaluate names, its sweep and concurrency values. The job makes them
+the checkpoint evaluate names, its sweep and concurrency values, a training sweep's settings. The job makes them
 again (the same functions); here they come before anything is started."""
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ def before_launch(run: Run, args: argparse.Namespace | None, settings: Effective
     if args.command == "step evaluate":
         evaluation_values(run, args, settings)
         checked.append("checkpoint")
+    if args.command == "step train" and args.sweep is not None:
+        from specops.pipeline.train_sweep import check
+
+        check(run, args.sweep)  # every setting against the run config, and what they train from
+        checked.append("sweep")
     return {"checked": checked}
 
 

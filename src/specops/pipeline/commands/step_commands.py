@@ -91,6 +91,8 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
                              args.interface)
         if nodes.problems():
             raise BadInput(nodes.problems()[0])
+    if args.sweep is not None:  # never with --nnodes, --epochs, --gpus or --dry-run: the spec's rules
+        return _train_sweep(args)
     from specops.pipeline.training_hooks import train_hooks
 
     codes: list[int] = []
@@ -103,6 +105,20 @@ def step_train(args: argparse.Namespace) -> tuple[int, dict]:
 
     document = run_step("train", enter(Run(args.run)), work)
     return codes[0], document
+
+
+def _train_sweep(args: argparse.Namespace) -> tuple[int, dict]:
+    """`step train --sweep KEY=V1,V2 ...`: every setting trained and scored (pipeline.train_sweep)."""
+    from specops.pipeline import train_sweep
+    from specops.pipeline.run import Run
+
+    run = Run(args.run)
+    settings = train_sweep.check(run, args.sweep)  # its settings first: one line before anything is entered
+    document = run_step("train", enter(run), lambda c: train_sweep.sweep(c, settings, fresh=args.fresh))
+    around = {key: document.pop(key) for key in ("settings", "vllm_servers") if key in document}  # the command's
+    failed = document.get("error")
+    return (1 if failed else 0), {"ok": not failed, "run": args.run, "step": "train", "status": "swept",
+                                  "sweep": document, **around, **({"error": failed} if failed else {})}
 
 
 def step_parity(args: argparse.Namespace) -> tuple[int, dict]:

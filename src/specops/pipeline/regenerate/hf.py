@@ -66,10 +66,34 @@ class Generator:
 
         return render_ids(self.tokenizer, messages, generation_prompt=True)
 
+    def budget(self, prompt: list[int]) -> int:
+        """The most tokens this prompt's answer may take: max_tokens, or with whole answers what is left of
+        max_seq_len (a row never runs past what prepare keeps)."""
+        if self.settings.whole_answers:
+            return self.max_seq_len - len(prompt)
+        return self.settings.answer_tokens(self.max_seq_len)
+
+    def shortened(self, prefix: list[dict[str, str]]) -> tuple[list[int], int]:
+        """The prompt of `prefix` (the conversation so far, ending with a question): with long_prompts shorten,
+        whole turns (a question and its answer) dropped from the front, system turns kept, until it leaves room for
+        an answer within max_seq_len (the last question is never dropped); (its token ids, questions dropped)."""
+        prompt = self.render(prefix)
+        if self.settings.long_prompts != "shorten" or len(prompt) < self.max_seq_len:
+            return prompt, 0
+        system = [turn for turn in prefix if turn["role"] == "system"]
+        rest = [turn for turn in prefix if turn["role"] != "system"]
+        dropped = 0
+        while len(prompt) >= self.max_seq_len and len(rest) > 1:
+            cut = next((at for at in range(1, len(rest)) if rest[at]["role"] == "user"), len(rest) - 1)
+            rest, dropped = rest[cut:], dropped + 1
+            prompt = self.render(system + rest)
+        return prompt, dropped
+
     def complete(self, prompts: list[list[int]], seed: int,
                  on_step: Callable[[int], None] | None = None) -> list[tuple[list[int], str]]:
-        """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it.
-        on_step(tokens generated so far): called at every generation step (progress inside a long batch)."""
+        """(completion ids, finish reason) per prompt; the end-of-turn token kept, as vLLM returns it; each at most
+        its budget (Generator.budget). on_step(tokens generated so far): called at every generation step (progress
+        inside a long batch)."""
         from specops.pipeline.target import left_padded, repeatable_attention
 
         torch = self.torch
@@ -84,11 +108,13 @@ class Generator:
             options["stopping_criteria"] = _steps(torch, width, on_step)
         # the same rows answer alike on every run: SDPA's cuDNN backend does not (issue 42)
         with torch.no_grad(), repeatable_attention(self.device):
+            budgets = [self.budget(prompt) for prompt in prompts]
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                      max_new_tokens=settings.max_tokens, eos_token_id=self.eos,
+                                      max_new_tokens=max(budgets), eos_token_id=self.eos,
                                       pad_token_id=self.pad, **options)
         results = []
-        for row in out[:, width:].tolist():
+        for row, budget in zip(out[:, width:].tolist(), budgets, strict=True):
+            row = row[:budget]  # one batch generates to its longest budget; each answer stops at its own
             if self.eos in row:
                 results.append((row[: row.index(self.eos) + 1], "stop"))
             else:
@@ -123,7 +149,7 @@ class Generator:
                 pending.append(state)
             if not pending:
                 break
-            prompts = [self.render(state["prefix"]) for state in pending]
+            prompts = [self.shortened(state["prefix"])[0] for state in pending]
             fits = [len(prompt) < self.max_seq_len for prompt in prompts]
             for state, prompt, fit in zip(pending, prompts, fits, strict=True):
                 if fit:
@@ -139,8 +165,8 @@ class Generator:
             on_step = None
             if where is not None:
                 def on_step(tokens: int, turn: int = turn_round + 1, rows: int = len(pending)) -> None:
-                    where(f"turn {turn} of {rows} conversations: {tokens} of at most {self.settings.max_tokens} "
-                          "tokens")
+                    where(f"turn {turn} of {rows} conversations: {tokens} of at most "
+                          f"{self.settings.answer_tokens(self.max_seq_len)} tokens")
             completions = self.complete(prompts, seed * 1000 + turn_round, on_step)
             turn_round += 1
             for state, prompt, (completion, reason) in zip(pending, prompts, completions, strict=True):
@@ -161,7 +187,10 @@ class Generator:
                                            "total_tokens": len(input_ids)},
                                  "endpoint": ENDPOINT, "sampling_params": params}})
                 state["prefix"].append({"role": "assistant", "content": content})
-                if len(input_ids) > self.settings.max_tokens:  # speculators' truncation rule
+                # speculators' truncation rule: a row past the answer length ends the conversation; shortened
+                # prompts ask every turn instead, and whole answers end it only once the row fills max_seq_len
+                if self.settings.long_prompts == "drop" and len(input_ids) > (
+                        self.max_seq_len - 1 if self.settings.whole_answers else self.settings.max_tokens):
                     state["done"] = True
         rows, errors = [], []
         for state in states:

@@ -21,6 +21,10 @@ def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
     settings.pop("backend")
     if backend == "vllm":
         settings.pop("seed")  # speculators takes the seed inside sampling params
+    if settings["long_prompts"] == "drop":  # the default: runs answered before it existed keep their inputs
+        settings.pop("long_prompts")
+    if run.config.regenerate.beyond_defaults():  # the answers' length and the prompts' shortening depend on it
+        settings["max_seq_len"] = run.config.max_seq_len
     return {"data": run.config.data, "data_digest": file_digest(data_path) if data_path.is_file() else None,
             "model": run.config.model, "model_digest": model_digest(run.model_path),
             "tokenizer": tokenizer_digest(run.model_path), "sampling": settings, "backend": backend,

@@ -29,7 +29,8 @@ def regenerate_argv(run: Run, endpoint: str, model: str, folder: Path, python: s
     return [python or sys.executable, "-m", "speculators", "regenerate-responses",
             "--endpoint", f"{endpoint}/v1/chat/completions", "--model", model,
             "--dataset", str(dataset or folder / SOURCE_FILE), "--outfile", str(folder / RESPONSES_FILE), "--resume",
-            "--concurrency", str(settings.concurrency), "--max-tokens", str(settings.max_tokens),
+            "--concurrency", str(settings.concurrency),
+            "--max-tokens", str(settings.answer_tokens(run.config.max_seq_len)),
             "--sampling-params", json.dumps(sampling_params(settings), sort_keys=True)]
 
 
@@ -56,15 +57,21 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     """speculators' client over the source; with `samples`, over its first conversations only (as many as
     rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the
     conversations answered before), and the report's `answered` says how many."""
-    from specops.contract.errors import CheckFailed
+    from specops.contract.errors import BadInput, CheckFailed
     from specops.host import atomic, gpus
+
+    beyond = run.config.regenerate.beyond_defaults()
+    if beyond:  # before any server: speculators' client asks one fixed max_tokens and never shortens a prompt
+        raise BadInput(f"{run.label}: regenerate.{beyond[0]}: the hf backend's (regenerate.backend: hf); speculators' "
+                       "client never shortens a prompt, and a conversation whose next prompt outgrows the server's "
+                       "max-model-len fails whole")
     from specops.pipeline import vllm
     from specops.pipeline.data import regenerated
     from specops.pipeline.regenerate.output import tidy
     from specops.pipeline.regenerate.source import SOURCE_FILE, prompt_turns
 
     expected = {row["id"]: sum(1 for turn in prompt_turns(row["messages"]) if turn["role"] == "user") for row in source}
-    tidied = tidy(folder, expected, run.config.regenerate.max_tokens)
+    tidied = tidy(folder, expected, run.config.regenerate.answer_tokens(run.config.max_seq_len))
     if any(tidied.values()):
         print(f"regenerate: removed {tidied['cut_lines']} cut lines and {tidied['partial_rows']} rows of partly "
               "written conversations before resuming", file=sys.stderr)

@@ -33,6 +33,7 @@ from specops.pipeline.run.reports import (
 )
 from specops.pipeline.run.sections import RegenerateSettings, StopIf
 from specops.pipeline.run.settings import EffectiveSettings, resolve
+from specops.pipeline.run.sweeps import Setting, settings_of, sync_records
 
 __all__ = [
     "GUARD",
@@ -53,6 +54,7 @@ __all__ = [
     "Run",
     "RunConfig",
     "RunPaths",
+    "Setting",
     "StepContext",
     "StepRecord",
     "StepReport",
@@ -74,7 +76,9 @@ __all__ = [
     "read_model_config",
     "resolve",
     "roles_problem",
+    "settings_of",
     "shares_of",
+    "sync_records",
     "text_config",
     "tokenizer_digest",
     "written_dtype",

@@ -192,6 +192,9 @@ def read_model_config(model_path: Path) -> dict[str, Any]:
         raise BadInput(f"{config_file}: not valid JSON (line {exc.lineno})") from None
 
 
+SWEEPS = "sweeps"  # <run>/sweeps/<setting>/: a training sweep's settings (pipeline.run.sweeps)
+
+
 class RunPaths:
     """Where a run keeps its things: <workdir>/runs/<name>/..."""
 
@@ -212,6 +215,21 @@ class RunPaths:
         self.regenerated = self.run_dir / "regenerated"
         self.heldout = self.run_dir / "heldout"
         self.evaluation = self.run_dir / "evaluation"
+
+    def for_setting(self, folder: str, *, own_vocab: bool) -> RunPaths:
+        """A training sweep's setting (pipeline.run.sweeps): its own checkpoints, evaluation, parity report and
+        manifest under <run>/sweeps/<folder>/ (its run folder, as the manifest and the steps read it), and its
+        own vocabulary when `own_vocab`; the run's prepared rows, hidden states, held-out prompts and answers."""
+        import copy
+
+        paths = copy.copy(self)
+        paths.run_dir = self.run_dir / SWEEPS / folder
+        paths.checkpoints = paths.run_dir / "checkpoints"
+        paths.evaluation = paths.run_dir / "evaluation"
+        paths.manifest = paths.run_dir / "manifest.json"
+        if own_vocab:
+            paths.vocab = paths.run_dir / "vocab"
+        return paths
 
     def resolve(self, value: str) -> Path:
         """A path from the run config: relative paths are relative to the workdir; `pkg:MODULE/PATH` is a file

@@ -4,7 +4,7 @@ them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -129,11 +129,35 @@ class RegenerateSettings(_Strict):
     """The target answers the conversations' prompts itself (step `regenerate`, before prepare)."""
     enabled: bool = False
     backend: Literal["vllm", "hf"] | None = None  # None: the run's backend
-    max_tokens: int = Field(128, gt=0)  # tokens per generated answer
+    # tokens per generated answer; max_seq_len: an answer may run until its row (prompt + answer) fills the run's
+    # max_seq_len (the field's whole answers: more loss tokens a row), and the conversation then goes on to its next
+    # turn while its rows fit (hf backend: with speculators' client a conversation whose next prompt outgrows the
+    # server's max-model-len fails whole: vLLM 0.32 caps an answer at it, then refuses that prompt)
+    max_tokens: Annotated[int, Field(gt=0)] | Literal["max_seq_len"] = 128
+    # a prompt (the conversation so far, the target's own earlier answers in it) too long for max_seq_len: drop
+    # (the default: a first turn that long fails its conversation, a later one ends it) or shorten (whole turns, a
+    # question with its answer, dropped from the front, system turns kept, until it leaves room for an answer; every
+    # turn of the conversation is then asked); hf backend
+    long_prompts: Literal["drop", "shorten"] = "drop"
     temperature: float = Field(0.0, ge=0)  # 0: greedy
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0  # sampling seed (temperature > 0)
     concurrency: int = Field(32, gt=0)  # vllm: requests in flight; hf: conversations per batch
+
+    @property
+    def whole_answers(self) -> bool:
+        """Answers run to the run's max_seq_len (max_tokens: max_seq_len) rather than a fixed count."""
+        return self.max_tokens == "max_seq_len"
+
+    def answer_tokens(self, max_seq_len: int) -> int:
+        """The most tokens one answer may take: max_tokens, or with whole answers the run's max_seq_len."""
+        return max_seq_len if isinstance(self.max_tokens, str) else self.max_tokens
+
+    def beyond_defaults(self) -> list[str]:
+        """The settings only the hf backend answers with (speculators' client asks one fixed max_tokens and never
+        shortens a prompt), as `key: value`."""
+        return ([f"max_tokens: {self.max_tokens}"] if self.whole_answers else []) + (
+            [f"long_prompts: {self.long_prompts}"] if self.long_prompts != "drop" else [])
 
 
 class EvaluateSettings(_Strict):

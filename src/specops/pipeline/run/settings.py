@@ -102,6 +102,12 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
         origins["regenerate_backend"] = f"{run.label}: regenerate.backend"
     else:
         regenerate_backend, origins["regenerate_backend"] = chosen, "the run's backend"
+    beyond = config.regenerate.beyond_defaults() if config.regenerate.enabled else []
+    if beyond and regenerate_backend == "vllm":  # one line before any step or server
+        raise BadInput(f"{run.label}: regenerate.{beyond[0]}: answered by the hf backend only (regenerate.backend: "
+                       "hf); speculators' client never shortens a prompt, and a conversation whose next prompt "
+                       "outgrows the server's max-model-len fails whole (vLLM caps an answer at it, then refuses that "
+                       "prompt)")
     if evaluate is not None:
         evaluate_backend, origins["evaluate_backend"] = _checked(evaluate, "--backend"), "--backend"
     elif config.evaluate.backend is not None:
