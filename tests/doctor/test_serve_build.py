@@ -79,3 +79,17 @@ def test_the_run_is_refused_before_any_step(vllm_site: Path, tmp_path: Path) -> 
     assert code == 2, document
     assert "runs/tiny-vllm.yaml: the serve env's vllm 0.33.0 was built for torch 2.14.0" in document["error"]
     assert not (workdir / "runs" / "tiny-vllm").exists()  # refused at the engine's entry: nothing made
+
+
+def test_a_server_with_no_room_for_extractions_one_token_is_refused_before_any_load(tmp_path: Path) -> None:
+    # measured on an H100: a 1,024-token server and rows of max_seq_len 1,024 failed extraction at its 15,593rd row
+    workdir = tmp_path / "wd"
+    shutil.copytree(REPO / "runs", workdir / "runs")
+    config = workdir / "runs" / "tiny-vllm.yaml"
+    config.write_text(config.read_text().replace('["--max-model-len", "512"]', '["--max-model-len=256"]'))
+    code, document, _ = run_agent(workdir, "step", "extract", "--run", "tiny-vllm")
+    assert code == 2, document
+    assert document["error"] == (
+        "runs/tiny-vllm.yaml: vllm.serve_args: --max-model-len 256 leaves no room for extraction's one token after a "
+        "row of max_seq_len (256) tokens: set --max-model-len 257 or more, or max_seq_len 255")
+    assert not (workdir / "runs" / "tiny-vllm").exists()

@@ -102,6 +102,8 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
         origins["regenerate_backend"] = f"{run.label}: regenerate.backend"
     else:
         regenerate_backend, origins["regenerate_backend"] = chosen, "the run's backend"
+    if chosen == "vllm":
+        refuse_short_server(run)
     beyond = config.regenerate.beyond_defaults() if config.regenerate.enabled else []
     if beyond and regenerate_backend == "vllm":  # one line before any step or server
         raise BadInput(f"{run.label}: regenerate.{beyond[0]}: answered by the hf backend only (regenerate.backend: "
@@ -175,6 +177,28 @@ def refuse_unloadable_target(run: Run, vllm_search_path: list[str] | None, gpus:
     line = quantization_refusal(target_quantization(settings, sys.path, vllm_search_path, loads_hf="hf" in backends))
     if line:
         raise BadInput(f"{run.label}: model: {line}")
+
+
+def served_max_model_len(serve_args: list[str]) -> int | None:
+    """vllm.serve_args' --max-model-len as a number of tokens (None: not given, or a form not read here)."""
+    for index, arg in enumerate(serve_args):
+        name, sep, value = arg.partition("=")
+        if name in ("--max-model-len", "--max_model_len"):
+            value = value if sep else (serve_args[index + 1] if index + 1 < len(serve_args) else "")
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def refuse_short_server(run: Run) -> None:
+    """Extraction through the run's server sends each prepared row, up to max_seq_len tokens, as a prompt and asks
+    for one token more (speculators' generate-offline-data, max_tokens 1): a server whose --max-model-len is not
+    above max_seq_len refuses the longest rows (HTTP 400) after the whole load and most of the extraction (measured
+    on an H100: 15 GB of hidden states written, then a 1,024-token row of a 1,024-token server). One line first."""
+    limit = served_max_model_len(list(run.config.vllm.serve_args))
+    if limit is not None and limit <= run.config.max_seq_len:
+        raise BadInput(f"{run.label}: vllm.serve_args: --max-model-len {limit} leaves no room for extraction's one "
+                       f"token after a row of max_seq_len ({run.config.max_seq_len}) tokens: set --max-model-len "
+                       f"{run.config.max_seq_len + 1} or more, or max_seq_len {limit - 1}")
 
 
 def refuse_mismatched_build(run: Run, vllm_search_path: list[str]) -> None:
