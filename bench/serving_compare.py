@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))  # the table is rendered here by the agent's own code (no PYTHONPATH needed)
 
 
 def main() -> None:
