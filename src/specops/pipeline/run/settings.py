@@ -124,6 +124,20 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
     refuse_unservable_kind(run, path, cpu_host=gpus == 0 or (path is not None and is_cpu_build(path)))
     if path is not None and "vllm" in (chosen, regenerate_backend, evaluate_backend):
         refuse_mismatched_build(run, path)
+    kind = config.draft.method
+    # the hf replay drafts as EAGLE-3 only (evaluation.kinds.REPLAYED): any other kind under it would train for
+    # minutes and then read "vLLM only"; said here, before training, or scored by the host's serve env instead
+    if config.evaluate.enabled and evaluate_backend == "hf" and kind != "eagle3":
+        if path is not None and origins["evaluate_backend"] == "the run's backend":
+            evaluate_backend = "vllm"
+            origins["evaluate_backend"] = f"the serve env: the hf replay cannot draft as a {kind} draft does"
+            asked_to_serve = True
+            notes.append(f"evaluate: the {kind} draft is scored through the serve env's vLLM {version} (the hf replay "
+                         "drafts as EAGLE-3 only)")
+        else:
+            notes.append(f"evaluate: the {kind} draft this run trains gets no acceptance figure here: the hf replay "
+                         "drafts as EAGLE-3 only and no serve env with vLLM is named (inventory envs.serve), or "
+                         f"evaluate.backend is hf in {run.label}")
     if config.parity.serve is not None:
         parity_serve, origins["parity_serve"] = config.parity.serve, f"{run.label}: parity.serve"
     else:
