@@ -18,7 +18,8 @@ import pytest
 
 from specops.analysis import ModuleIndex
 from specops.doctor import RunSettings, quantization_refusal, read_quantization, target_quantization
-from specops.doctor._quantization import hf_items, verifier_items, vllm_items
+from specops.doctor._quantization import hf_items, verifier_items
+from specops.doctor._quantization_vllm import vllm_items
 from specops.planning import safetensors_header
 from testing.agent import run_agent
 

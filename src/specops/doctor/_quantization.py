@@ -25,147 +25,35 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specops.analysis import ModuleIndex
 from specops.doctor._model import read_json
+from specops.doctor._quantization_read import (  # noqa: F401  (re-exported: the doctor's face reads them here)
+    AUTO_QUANTIZERS,
+    CHECK,
+    CT_FORMATS,
+    IMPORT_UTILS,
+    VERIFIER_PARTS,
+    VLLM_CPU,
+    VLLM_QUANT,
+    Quantization,
+    _class,
+    _dict_at,
+    _function,
+    _imported_from,
+    _matches,
+    _module_strings,
+    _strings,
+    _tree,
+    _version,
+    read_quantization,
+)
+from specops.doctor._quantization_vllm import vllm_items
 from specops.doctor._report import Item, at_least
 from specops.doctor._weights import weight_names
 from specops.doctor.settings import RunSettings
 from specops.host.gpus import compute_capability, device_count
-from specops.host.installed import distributions, normalise
 from specops.planning import hidden_state_dtype
-
-AUTO_QUANTIZERS = "transformers.quantizers.auto"
-IMPORT_UTILS = "transformers.utils.import_utils"
-CT_FORMATS = "compressed_tensors.config.base"
-VLLM_QUANT = "vllm.model_executor.layers.quantization"
-VLLM_CPU = "vllm.platforms.cpu"
-CHECK = "quantization"
-# the verifier's parts speculators reads as plain tensors (its embeddings and LM head)
-VERIFIER_PARTS = ("embed_tokens", "lm_head")
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A target's quantization_config, as the doctor reads it."""
-
-    method: str                       # quant_method: compressed-tensors, fp8, modelopt, ...
-    source: str                       # the config.json it was read from
-    format: str | None = None         # compressed-tensors' format (pack-quantized, nvfp4-pack-quantized, ...)
-    algo: str | None = None           # modelopt's quant_algo (FP8, NVFP4)
-    ignore: tuple[str, ...] = ()      # modules left unquantized
-    targets: tuple[str, ...] = ()     # what the config groups quantize (class names or re: patterns)
-    schemes: tuple[str, ...] = field(default_factory=tuple)  # e.g. "int4 g32 symmetric"
-
-    @property
-    def label(self) -> str:
-        kind = self.format or self.algo
-        return f"{self.method}" + (f" {kind}" if kind else "") + (f" ({', '.join(self.schemes)})" if self.schemes
-                                                                    else "")
-
-
-def read_quantization(config: dict[str, Any], source: str) -> Quantization | None:
-    """The config's quantization_config (a wrapper's text_config's, else its own); None when unquantized."""
-    inner = config.get("text_config")
-    raw = config.get("quantization_config")
-    if not isinstance(raw, dict) and isinstance(inner, dict):
-        raw = inner.get("quantization_config")
-    if not isinstance(raw, dict):
-        return None
-    method = str(raw.get("quant_method") or "").strip()
-    if not method:
-        return None
-    nested = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else {}
-    algo = raw.get("quant_algo") or nested.get("quant_algo")
-    ignore = raw.get("ignore") or raw.get("modules_to_not_convert") or raw.get("exclude_modules") \
-        or nested.get("exclude_modules") or []
-    targets: list[str] = []
-    schemes: list[str] = []
-    groups = raw.get("config_groups")
-    for group in groups.values() if isinstance(groups, dict) else ():
-        if not isinstance(group, dict):
-            continue
-        targets.extend(str(t) for t in group.get("targets") or [])
-        weights = group.get("weights") if isinstance(group.get("weights"), dict) else {}
-        if weights:
-            bits, kind = weights.get("num_bits"), weights.get("type") or "int"
-            size = weights.get("group_size")
-            schemes.append(f"{kind}{bits}" + (f" g{size}" if size else "")
-                           + (" symmetric" if weights.get("symmetric") else ""))
-    if method == "fp8" and raw.get("weight_block_size"):
-        schemes.append("block " + "x".join(str(n) for n in raw["weight_block_size"]))
-    return Quantization(method, source, raw.get("format") if isinstance(raw.get("format"), str) else None,
-                        str(algo) if algo else None, tuple(str(p) for p in ignore if isinstance(p, str)),
-                        tuple(targets), tuple(schemes))
-
-
-def _matches(name: str, pattern: str) -> bool:
-    if pattern.startswith("re:"):
-        return re.match(pattern[3:], name) is not None
-    return name == pattern or name.endswith("." + pattern)
-
-
-# ---------------------------------------------------------------- reading installed sources
-
-def _tree(index: ModuleIndex, module: str) -> tuple[ast.Module, str] | None:
-    file = index.module_file(module)
-    tree = index.tree(file) if file is not None else None
-    return (tree, index.relative_path(module)) if tree is not None else None
-
-
-def _strings(node: ast.AST) -> list[str]:
-    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-
-
-def _function(tree: ast.AST, name: str) -> ast.FunctionDef | None:
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
-
-
-def _class(tree: ast.AST, name: str) -> ast.ClassDef | None:
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
-
-
-def _module_strings(tree: ast.Module) -> dict[str, str]:
-    """Module-level NAME = "text" assignments."""
-    found = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    found[target.id] = node.value.value
-    return found
-
-
-def _imported_from(index: ModuleIndex, tree: ast.Module, name: str, module: str) -> str | None:
-    """The module `name` is imported from in `module`'s `tree` (relative imports resolved as Python does)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and any(alias.name == name for alias in node.names):
-            base = module.split(".")
-            if node.level:
-                base = base[:len(base) - node.level + (1 if index.is_package(module) else 0)]
-                return ".".join([*base, node.module] if node.module else base)
-            return node.module
-    return None
-
-
-def _dict_at(tree: ast.Module, name: str) -> tuple[dict[str, str], int] | None:
-    """A module-level NAME = {"key": Class, ...}: {key: class name}, and its line."""
-    for node in ast.walk(tree):
-        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
-            else []
-        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            mapping = {k.value: ast.unparse(v) for k, v in zip(value.keys, value.values, strict=True)
-                       if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-            return mapping, node.lineno
-    return None
-
-
-def _version(search_path: list[str], package: str) -> str | None:
-    found = distributions(search_path).get(normalise(package))
-    return found.version if found is not None else None
-
 
 # ---------------------------------------------------------------- transformers (the run's env)
 
@@ -345,99 +233,6 @@ def hf_items(quant: Quantization, index: ModuleIndex, *, loads: bool, gpus: int,
     items.append(Item(CHECK, "ok", quant.source, f"{quant.label}: transformers {transformers} loads it through "
                       f"{reading.quantizer} ({packages}; {how})"))
     return items
-
-
-# ---------------------------------------------------------------- vLLM (the serve env)
-
-def _literal_strings(tree: ast.Module, name: str) -> tuple[list[str], int] | None:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            return _strings(node.value), node.lineno
-    return None
-
-
-def _returned_int(function: ast.FunctionDef | None) -> int | None:
-    for node in ast.walk(function) if function is not None else ():
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) \
-                and isinstance(node.value.value, int):
-            return node.value.value
-    return None
-
-
-def _returned_dtypes(function: ast.FunctionDef | None) -> list[str] | None:
-    for node in ast.walk(function) if function is not None else ():
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.List):
-            return [ast.unparse(e).removeprefix("torch.") for e in node.value.elts]
-    return None
-
-
-def _override(index: ModuleIndex, tree: ast.Module, package: str, classes: dict[str, str], algo: str) -> str | None:
-    """The method a modelopt checkpoint's quant_algo turns into: the config class whose
-    `override_quantization_method` names a string the algo is (or holds) and returns another method."""
-    for class_name in dict.fromkeys(classes.values()):
-        module = _imported_from(index, tree, class_name, package)
-        own = _tree(index, module) if module else None
-        klass = _class(own[0], class_name) if own else None
-        function = _function(klass, "override_quantization_method") if klass else None
-        if function is None:
-            continue
-        returned = [n.value.value for n in ast.walk(function) if isinstance(n, ast.Return)
-                    and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)]
-        compared = [s for n in ast.walk(function) if isinstance(n, ast.Compare) for s in _strings(n)]
-        if returned and any(s == algo or (s in algo and len(s) > 2) for s in compared):
-            return returned[0]
-    return None
-
-
-def vllm_items(quant: Quantization, serving: ModuleIndex, *, platform: str, capability: int | None,
-               serve_dtype: str | None) -> list[Item]:
-    """Whether the serve env's vLLM serves the quantized target on this host's hardware."""
-    found = _tree(serving, VLLM_QUANT)
-    if found is None:
-        return []  # no vLLM there: the capability check says so
-    tree, where = found
-    version = _version(serving.search_path, "vllm") or _version(serving.search_path, "vllm-cpu")
-    known = _literal_strings(tree, "QuantizationMethods")
-    mapping = _dict_at(tree, "method_to_config")
-    if known is None or mapping is None:
-        return [Item(CHECK, "unknown", where, f"{quant.label}: vLLM {version}'s quantization registry was not read")]
-    methods, line = known
-    classes, _ = mapping
-    method = quant.method
-    if method == "modelopt" and quant.algo:
-        method = _override(serving, tree, VLLM_QUANT, classes, quant.algo) or method
-    if method not in methods:
-        return [Item(CHECK, "error", f"{where}:{line}", f"{quant.source}: quant_method {quant.method!r}: vLLM "
-                     f"{version} does not know this quantization (QuantizationMethods)",
-                     "serve it with a vLLM that does")]
-    said = f"{quant.label} (vLLM method {method})" if method != quant.method else quant.label
-    if platform == "cpu":
-        cpu = _tree(serving, VLLM_CPU)
-        allowed = _literal_strings(_class(cpu[0], "CpuPlatform") or cpu[0], "supported_quantization") \
-            if cpu else None  # type: ignore[arg-type]
-        if allowed is not None and allowed[0] and method not in allowed[0]:
-            return [Item(CHECK, "error", f"{cpu[1]}:{allowed[1]}" if cpu else VLLM_CPU, f"{quant.source}: {said}: "  # type: ignore[index]
-                         f"vLLM {version}'s CPU platform serves only {', '.join(allowed[0])}",
-                         "serve it on a GPU host, or run the hf backend (backend: hf)")]
-    class_name = classes.get(method)
-    module = _imported_from(serving, tree, class_name, VLLM_QUANT) if class_name else None
-    own = _tree(serving, module) if module else None
-    klass = _class(own[0], class_name) if own and class_name else None
-    minimum = _returned_int(_function(klass, "get_min_capability")) if klass else None
-    dtypes = _returned_dtypes(_function(klass, "get_supported_act_dtypes")) if klass else None
-    at = f"{own[1]}:{klass.lineno}" if own and klass else where
-    if platform == "gpu" and minimum is not None and capability is not None and capability < minimum:
-        return [Item(CHECK, "error", at, f"{quant.source}: {said}: vLLM {version}'s {class_name} needs compute "
-                     f"capability >= {minimum / 10:.1f} (get_min_capability); this host's GPUs are "
-                     f"{capability / 10:.1f}", "serve it on GPUs that have it")]
-    if serve_dtype and dtypes and serve_dtype not in dtypes:
-        return [Item(CHECK, "error", at, f"{quant.source}: {said}: vLLM {version}'s {class_name} computes in "
-                     f"{', '.join(dtypes)} only (get_supported_act_dtypes); the server would compute in {serve_dtype}",
-                     f"set dtype: {'bfloat16' if 'bfloat16' in dtypes else dtypes[0]} in the run config")]
-    hardware = "this CPU build" if platform == "cpu" else (
-        f"GPUs of compute capability {capability / 10:.1f}" if capability is not None else "GPUs")
-    needs = f"; needs compute capability >= {minimum / 10:.1f} on a GPU" if minimum is not None else ""
-    return [Item(CHECK, "ok", at, f"{said}: vLLM {version} serves it through {class_name} on {hardware}{needs}")]
 
 
 # ---------------------------------------------------------------- the trainer's needs of the verifier
