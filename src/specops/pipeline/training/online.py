@@ -17,6 +17,7 @@ the training, and watches, once a `WATCH_PERIOD_S`:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -175,6 +176,8 @@ class Watch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        for folder in self.folders:
+            orphan_locks_removed(folder)
         self.write_state("ended")
 
     def write_state(self, state: str = "running") -> None:
@@ -188,6 +191,32 @@ class Watch:
                 "stopped_because": self.reason, "updated_at": time.time(),
                 "server": {"job": self.server_job, "served": self.served, "served_per_s": self.served_per_s,
                            "busy_share": busy}}
+
+
+def orphan_locks_removed(folder: Path) -> int:
+    """Remove the server's `.lock` files whose states file is gone and which nobody holds. vLLM's hidden-states
+    connector writes FILE and FILE.lock; the trainer's reader removes the lock once it may load, but a read that
+    timed out on a loaded machine (hs_connectors waits 10 s) leaves it behind after the file is loaded and deleted.
+    The staging folder is the server's and the trainer's only: empty when the training is done."""
+    import fcntl
+
+    removed = 0
+    for lock in folder.glob("*.lock") if folder.is_dir() else ():
+        if lock.with_suffix("").exists():
+            continue  # its states are still to be read
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a writer still holding it: not an orphan
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+        lock.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
