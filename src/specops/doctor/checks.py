@@ -11,6 +11,7 @@ from pathlib import Path
 from specops.analysis import ModuleIndex
 from specops.doctor import _entry_point, _import_probe
 from specops.doctor._aux_layers import aux_items
+from specops.doctor._build import build_items
 from specops.doctor._cached import cached_items, start_probe
 from specops.doctor._capabilities import check_capabilities, server_pipeline
 from specops.doctor._connector import connector_items
@@ -136,6 +137,7 @@ def run_doctor(settings: RunSettings, search_path: list[str] | None = None,
               + aux_items(serving, versions["vllm"], facts.get("layer_ids"), facts.get("layers"))
               + connector_items(serving, settings.hidden_states_backend, versions["vllm"])
               + training_free_items(serving)  # what `evaluate --compare` serves without training
+              + build_items(serve_path or path)  # the serve env's vLLM against the torch and CUDA beside it
               + cached_items("http", [versions], serving, lambda: http_items(serving, versions), cache_hits))
     # the target's side: vLLM read where it serves (the serve env), its CPU backends on the cpu platform
     timed("model", lambda: model_items + check_parallel(settings)
