@@ -1,5 +1,6 @@
-"""The Kimi-K2.5-shaped run (runs/tiny-kimi.yaml: the multimodal wrapper around a DeepSeek-V3 MLA + MoE text
-model, a remote-code tokenizer) through the whole hf pipeline, made once per test run and shared by every
+"""The Kimi-K2.5-shaped run as Kimi-K2.5 is published (runs/tiny-kimi-int4.yaml: the multimodal wrapper around a
+DeepSeek-V3 MLA + MoE text model whose routed experts are stored as compressed-tensors int4, a remote-code
+tokenizer; issue 59) through the whole hf pipeline, made once per test run and shared by every
 xdist worker, as tests/support/finished.py makes the demo's.
 
 The run is the repository's tiny-kimi at test size (`TEST_SIZE`): the wrapper's MoE target generates on a CPU
@@ -19,8 +20,9 @@ import yaml
 from tests.support.agent import REPO
 from tests.support.finished import shared_pipeline
 
-RUN = "tiny-kimi"
-# runs/tiny-kimi.yaml, key by key: 100 rows of 64-token answers; 2 epochs of short packed batches at a higher
+RUN = "tiny-kimi-int4"
+MODEL = "models/tiny-kimi-k25-int4"
+# runs/tiny-kimi-int4.yaml, key by key: 100 rows of 64-token answers; 2 epochs of short packed batches at a higher
 # learning rate (as many steps as the full run's first epoch and a half); 10 held-out prompts, the last epoch
 # evaluated (no scoring of every epoch)
 TEST_SIZE = {"samples": 100, "regenerate": {"max_tokens": 64},
@@ -35,7 +37,7 @@ def finished_kimi_pipeline(config: pytest.Config, tmp_path_factory: pytest.TempP
 
 def _build(root: Path) -> None:
     """The workdir: the repository's runs/ with tiny-kimi at test size, its patches; the pipeline's first
-    step makes the model and the conversations (`embedded: kimi`)."""
+    step makes the model and the conversations (`embedded: kimi-int4`)."""
     shutil.rmtree(root, ignore_errors=True)  # a build that failed in another worker
     root.mkdir()
     shutil.copytree(REPO / "runs", root / "runs")

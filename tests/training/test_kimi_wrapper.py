@@ -3,8 +3,9 @@ KimiK25ForConditionalGeneration around a DeepSeek-V3 text model), real speculato
 
 The wrapper's break in speculators, reproduced on the pristine wheel and fixed by the patch set
 speculators-0.9.0-wrapper (a folder without a processor config is read through its tokenizer); the whole hf
-pipeline on the wrapper (the shared finished Kimi run): a trained draft well ahead of the untrained one, a
-draft config and verifier weights that are the text model's.
+pipeline on the wrapper as Kimi-K2.5 is published, its routed experts int4 compressed-tensors (the shared finished
+Kimi run; issue 59): a trained draft well ahead of the untrained one, a draft config and verifier weights that are
+the text model's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import finished_kimi as finished_run
 from tests.support.agent import REPO, run_agent
 from tests.support.finished import pipeline_log
 
@@ -77,7 +79,7 @@ def test_the_wrappers_processor_break_on_the_pristine_wheel_is_fixed_by_the_patc
 
 
 @pytest.mark.slow
-def test_the_kimi_wrapper_runs_the_whole_hf_pipeline_and_its_trained_draft_beats_the_untrained(
+def test_the_published_int4_kimi_wrapper_runs_the_whole_hf_pipeline_and_its_draft_beats_the_untrained(
         finished_kimi: tuple[Path, dict]) -> None:
     import numpy as np
     import torch
@@ -93,10 +95,12 @@ def test_the_kimi_wrapper_runs_the_whole_hf_pipeline_and_its_trained_draft_beats
     assert trained["mean_acceptance_length"] >= untrained["mean_acceptance_length"] + 0.3, (trained, untrained)
 
     # the draft is for the text model and names the wrapper as its verifier (what vLLM serves)
-    run = root / "runs" / "tiny-kimi"
+    run = root / "runs" / finished_run.RUN
     checkpoint = run / "checkpoints" / trained["checkpoint"]
     config = json.loads((checkpoint / "config.json").read_text())
-    text = json.loads((root / MODEL / "config.json").read_text())["text_config"]
+    published = root / finished_run.MODEL  # Kimi-K2.5 as published: its routed experts int4 (issue 59)
+    text = json.loads((published / "config.json").read_text())["text_config"]
+    assert json.loads((published / "config.json").read_text())["quantization_config"]["format"] == "pack-quantized"
     layer = config["transformer_layer_config"]
     assert (layer["hidden_size"], layer["vocab_size"]) == (text["hidden_size"], text["vocab_size"])
     assert config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
@@ -104,7 +108,7 @@ def test_the_kimi_wrapper_runs_the_whole_hf_pipeline_and_its_trained_draft_beats
 
     # its frozen embedding and LM head are the text model's, found under `language_model.`
     t2d = torch.from_numpy(np.load(run / "vocab" / f"t2d-{config['draft_vocab_size']}.npy"))
-    with safe_open(str(root / MODEL / "model.safetensors"), "pt") as target, \
+    with safe_open(str(published / "model.safetensors"), "pt") as target, \
             safe_open(str(checkpoint / "model.safetensors"), "pt") as draft:
         embed = target.get_tensor("language_model.model.embed_tokens.weight")
         head = target.get_tensor("language_model.lm_head.weight")[t2d]
