@@ -131,3 +131,24 @@ def test_bad_pack_input_is_one_line_and_exit_2(packed: tuple[Path, dict], tmp_pa
 def test_a_folder_without_a_manifest_is_bad_input(tmp_path: Path) -> None:
     code, report, _ = run_agent(tmp_path, "wheelhouse", "assemble", str(tmp_path))
     assert code == 2 and "manifest.json: no manifest" in report["error"]
+
+
+def test_a_file_that_is_not_a_wheel_stops_the_pack_and_leaves_no_part(packed: tuple[Path, dict],
+                                                                      tmp_path: Path) -> None:
+    root, _ = packed
+    wheels = tmp_path / "wheels"
+    shutil.copytree(root / "wheels", wheels)
+    (wheels / "zeta-1.0-py3-none-any.whl").write_bytes(b"not a zip")  # sorted last: parts were written before it
+    code, report, _ = run_agent(tmp_path, "wheelhouse", "pack", str(wheels), "--out", str(tmp_path / "b"),
+                                "--part-mib", str(20_000 / (1 << 20)), "--fast")
+    assert code == 2 and report["error"].endswith("zeta-1.0-py3-none-any.whl: not a wheel (not a zip archive)")
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+def test_an_interpreter_that_is_not_there_is_bad_input(packed: tuple[Path, dict], tmp_path: Path) -> None:
+    root, _ = packed
+    shutil.copytree(root / "bundle", tmp_path / "bundle")
+    code, report, _ = run_agent(tmp_path, "wheelhouse", "install", str(tmp_path / "bundle"), "--env",
+                                str(tmp_path / "env"), "--python", str(tmp_path / "no-python"))
+    assert code == 2 and report["error"] == f"--python {tmp_path / 'no-python'}: no such interpreter"
+    assert not (tmp_path / "env").exists()

@@ -173,23 +173,38 @@ def pack(wheels: Iterable[Path], out: Path, name: str, part_bytes: int, drops: I
     patterns = {}
     for drop in drops:
         patterns.setdefault(drop.distribution, []).append(drop.pattern)
-    entries: list[dict[str, Any]] = []
     writer = _PartWriter(out, f"{name}.tar.xz", part_bytes)
+    try:
+        entries = _write_parts(wheels, writer, out, patterns, preset)
+    except BaseException:  # nothing half-written: a folder without its manifest keeps no parts either
+        writer.close()
+        for part in writer.parts:
+            (out / part["name"]).unlink(missing_ok=True)
+        raise
+    manifest = {"format": FORMAT, "name": name, "part_bytes": part_bytes, "parts": writer.parts,
+                "bytes": writer.total, "sha256": writer.whole.hexdigest(), "wheels": entries}
+    _write_json(out / MANIFEST, manifest)
+    return manifest
+
+
+def _write_parts(wheels: list[Path], writer: _PartWriter, out: Path, patterns: dict[str, list[str]],
+                 preset: int) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix=".pack-", dir=out) as scratch:
         with lzma.open(writer, "wb", preset=preset) as xz, tarfile.open(fileobj=xz, mode="w|") as tar:
             for wheel in wheels:
                 rewritten = Path(scratch) / wheel.name
-                dropped = rewrite_wheel(wheel, rewritten, patterns.get(wheel_distribution(wheel), []))
+                try:
+                    dropped = rewrite_wheel(wheel, rewritten, patterns.get(wheel_distribution(wheel), []))
+                except zipfile.BadZipFile:
+                    raise ValueError(f"{wheel}: not a wheel (not a zip archive)") from None
                 entries.append({"name": wheel.name, "sha256": sha256_file(rewritten),
                                 "bytes": rewritten.stat().st_size, "source_sha256": sha256_file(wheel),
                                 "dropped": dropped})
                 tar.add(rewritten, arcname=wheel.name)
                 rewritten.unlink()
         writer.close()
-    manifest = {"format": FORMAT, "name": name, "part_bytes": part_bytes, "parts": writer.parts,
-                "bytes": writer.total, "sha256": writer.whole.hexdigest(), "wheels": entries}
-    _write_json(out / MANIFEST, manifest)
-    return manifest
+    return entries
 
 
 def _write_json(path: Path, document: Any) -> None:

@@ -5,6 +5,7 @@ wheels installed with no index and no dependency resolution (the bundle is the w
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,8 @@ def install(wheels: Path, manifest: dict[str, Any], env: Path, base_python: str 
         if env.exists() and any(env.iterdir()):
             raise ValueError(f"{env}: exists and is not a virtual env (no bin/python): name a new folder")
         base = base_python or sys.executable
+        if not Path(base).is_file() and shutil.which(base) is None:
+            raise ValueError(f"--python {base}: no such interpreter")
         subprocess.run([base, "-m", "venv", "--system-site-packages", str(env)], check=True, capture_output=True,
                        text=True)
         _see_base_venv(base, python)
