@@ -3,6 +3,7 @@
 #   source bench/gpu_issue57.sh install serve [real]   # bench/gpu_serve_env.sh: the bundles whose parts all came
 #   source bench/gpu_issue57.sh launch RUN             # detached: bench/gpu_pipeline.py --pipeline-only on RUN
 #   source bench/gpu_issue57.sh compare RUN KINDS C    # detached: bench/serving_compare.py on the finished RUN
+#   source bench/gpu_issue57.sh chain RUN KINDS C      # detached: launch, then compare once the pipeline has finished
 #   source bench/gpu_issue57.sh peek                   # the logs so far, copied into $OUT
 # Work outlives the call (setsid) and writes under /tmp/g57; a later call on the same warm machine reads it.
 verb=$1; shift
@@ -22,6 +23,14 @@ case $verb in
     setsid nohup /tmp/serve-env/bin/python bench/serving_compare.py --workdir "/tmp/g57/$1" --run "$1" \
       --compare "$2" --concurrency "$3" --out "/tmp/g57/$1-compare.json" >"/tmp/g57/$1-compare.log" 2>&1 </dev/null &
     echo "comparing on $1 (pid $!)" ;;
+  chain)
+    export PATH=/tmp/serve-env/bin:$PATH PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+      NVSHMEM_DISABLE_NVLS=1 TRITON_CACHE_AUTOTUNING=1 SPECOPS_SERVE_PYTHON=/tmp/serve-env/bin/python
+    setsid nohup bash -c '/tmp/serve-env/bin/python bench/gpu_pipeline.py --runs "$1" --workdir "/tmp/g57/$1" \
+      --out "/tmp/g57/$1-out" --pipeline-only >"/tmp/g57/$1.log" 2>&1 && \
+      /tmp/serve-env/bin/python bench/serving_compare.py --workdir "/tmp/g57/$1" --run "$1" --compare "$2" \
+      --concurrency "$3" --out "/tmp/g57/$1-compare.json" >"/tmp/g57/$1-compare.log" 2>&1' chain "$@" </dev/null >/dev/null 2>&1 &
+    echo "chained $1 then compare $2 at $3 (pid $!)" ;;
   peek)
     for log in /tmp/g57/*.log; do echo "== $log"; tail -n 25 "$log"; done
     for run in /tmp/g57/*/logs; do ls -t "$run" 2>/dev/null | head -3; done
