@@ -59,3 +59,34 @@ def test_what_needs_the_port_later_follows_the_pipelines_backend_not_only_the_ru
     assert later_needs(run, 0, run.config.backend) == []  # the run config's hf: no server at all
     assert later_needs(run, 0, "vllm") == ["the parity gate's served request", "evaluate"]
     assert later_needs(run, 0, "hf") == []
+
+
+def test_on_a_gpu_host_the_speedups_baseline_is_a_load_of_its_own_and_the_plan_counts_it(tmp_path: Path) -> None:
+    """On an H100 the extraction server read the real target at 94 tokens/s against a plain server's 680: its
+    captures slow the target ~7x there, so a speedup against it would read ~7x high. By default a GPU host measures
+    the target alone on a server of its own (one more load, in the plan); a CPU host keeps the extraction server's
+    rate (no load); `evaluate.baseline_server` decides either way."""
+    from specops.pipeline.plan import run_loads
+    from specops.pipeline.run import Run
+    from specops.pipeline.run.settings import baseline_server
+    from tests.support.mla import mla_workdir
+
+    def loads(run: Run, gpus: int) -> list[str]:
+        return [f"{load.serves}: {load.steps}" for load in run_loads(run, gpus, "vllm")]
+
+    default = Run("mla", mla_workdir(tmp_path / "default", backend="vllm", parity={"serve": False},
+                                     evaluate={"backend": None}))
+    assert default.config.evaluate.baseline_server is None
+    assert baseline_server(default, 1)[0] is True and "GPU host" in baseline_server(default, 1)[1]
+    assert baseline_server(default, 0)[0] is False and "CPU host" in baseline_server(default, 0)[1]
+    assert "the target alone: evaluate (the speedup's baseline)" in loads(default, 1)
+    assert "the target alone: evaluate (the speedup's baseline)" not in loads(default, 0)
+    assert loads(default, 1)[-1] == "the target with the trained draft: evaluate"
+
+    for value in (True, False):
+        said = Run("mla", mla_workdir(tmp_path / str(value), backend="vllm", parity={"serve": False},
+                                      evaluate={"backend": None, "baseline_server": value}))
+        said_so = (value, f"{said.label}: evaluate.baseline_server")
+        assert baseline_server(said, 0) == baseline_server(said, 1) == said_so
+        for gpus in (0, 1):
+            assert ("the target alone: evaluate (the speedup's baseline)" in loads(said, gpus)) is value

@@ -294,8 +294,10 @@ def planned_placement(run: Run) -> dict[str, Any] | None:
 def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     """The vLLM loads the run's pipeline makes on this host (at most: a step that finds its outputs skips,
     and a live server that fits is reused). One server captures hidden states and answers regenerate and the
-    target-alone baseline; the parity gate's served check and the trained draft's evaluation are one each.
+    target-alone baseline on a CPU host; on a GPU host (or evaluate.baseline_server) the baseline is a load of its
+    own; the parity gate's served check and the trained draft's evaluation are one each.
     `backend`: the run's (its effective settings', or the plan's for the host it plans)."""
+    from specops.pipeline.run.settings import baseline_server
     from specops.pipeline.vllm import serves
 
     config = run.config
@@ -310,6 +312,8 @@ def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     if gate and serves(run, backend):
         loads.append(planning.Load("the target with the untrained draft", "the parity gate's served request"))
     if config.evaluate.enabled and (config.evaluate.backend or backend) == "vllm":
+        if baseline_server(run, gpus)[0]:
+            loads.append(planning.Load("the target alone", "evaluate (the speedup's baseline)"))
         loads.append(planning.Load("the target with the trained draft", "evaluate"))
         if config.evaluate.untrained == "server":
             loads.append(planning.Load("the target with the untrained draft", "evaluate (evaluate.untrained: server)"))

@@ -139,8 +139,9 @@ def _served(run: Run, scorer: Scorer, folder: Path, tokenizer: Any, conversation
     # the speedup against the target alone on this set's own turns (measured with the held-out baseline, on the
     # same server); a rate of other prompts would make a set's speedup the ratio of two different workloads
     base = scorer.set_baselines.get(name) or {
-        "tokens_per_s": None, "how": "not measured on this set's prompts: evaluate.baseline_server is false (the "
-                                     "extraction server measured the held-out prompts only)"}
+        "tokens_per_s": None, "how": "not measured on this set's prompts: no server of its own for the target alone "
+                                     "(evaluate.baseline_server; the extraction server measured the held-out prompts "
+                                     "only)"}
     report = with_speed(figures(totals, len(pairs), folder.name, "vllm"), rate, base.get("tokens_per_s"))
     return {**report, "generated_tokens": spent["tokens"], "speedup_baseline": base}, pairs
 

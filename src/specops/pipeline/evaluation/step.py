@@ -69,6 +69,9 @@ class Scorer:
         self.sets: dict[str, Path] = {}
         self.set_limit: int | None = None
         self.set_baselines: dict[str, dict[str, Any]] = {}
+        # vllm: the target alone on a server of its own (the run's effective baseline_server; the config's when
+        # no settings were resolved)
+        self.baseline_server = run.config.evaluate.baseline_server is True
         self.total = 0
         self.done = 0
 
@@ -116,14 +119,14 @@ class Scorer:
         from specops.pipeline.vllm import baseline, generating_server, serve_env
 
         _, version = serve_env()
-        asked = self.run.config.evaluate.baseline_server  # a dedicated server, even where extract measured one
+        asked = self.baseline_server  # a dedicated server, even where extract measured one
         known = None if asked else baseline.recorded(self.run, self.prompts, self.max_tokens, version)
         if known is not None:
             say(f"the target alone: {known['tokens_per_s']} tokens/s, measured on {known['how']}")
             return {key: known[key] for key in ("tokens_per_s", "how", "job", "prompts", "max_tokens")}
         if not asked:
             why = ("not measured: no target-alone rate from the run's extraction server for these prompts and "
-                   "settings (extract did not serve them), and evaluate.baseline_server is false")
+                   "settings (extract did not serve them), and no server of its own (evaluate.baseline_server)")
             say(f"speedup {why}")
             return {"tokens_per_s": None, "how": why}
         base = generating_server(self.run)
@@ -239,6 +242,7 @@ def evaluate(run: Run, run_settings: EffectiveSettings, checkpoint: str | None =
     with manifest.recorded("evaluate", inputs_hash, inputs) as outcome:
         untrained_folder = untrained_draft(chosen, run.model_path, run.paths.evaluation / UNTRAINED)
         scorer = Scorer(run, backend, token_ids)
+        scorer.baseline_server = effective.baseline_server
         scorer.sets = benchmark_sets if backend == "vllm" else {}
         scorer.set_limit = prompts if prompts is not None else settings.set_prompts
         scorer.total = len(folders) + 1

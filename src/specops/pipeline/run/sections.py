@@ -172,10 +172,12 @@ class EvaluateSettings(_Strict):
     epoch_prompts: int = Field(8, ge=0)
     # vllm: the untrained draft's floor by the replay (no server load of its own) or by a server of its own
     untrained: Literal["replay", "server"] = "replay"
-    # vllm: the speedup's baseline (the target alone) is measured on the extraction server during extract
-    # (its captures may make it read slow); true: on a server of its own (a load), the honest figure;
-    # false and no extraction-server rate: the report says the speedup was not measured
-    baseline_server: bool = False
+    # vllm: the speedup's baseline (the target alone). true: on a server of its own (a load), the honest figure;
+    # false: as measured on the extraction server during extract (no load, but its captures slow the target:
+    # 0.78 of a plain server's rate on the tiny CPU run, 0.14 on an H100 with the real target, where the speedup
+    # would read ~7x high), and with no such rate the report says the speedup was not measured;
+    # null: a server of its own on a GPU host, the extraction server's rate on a CPU host
+    baseline_server: bool | None = None
     # benchmark sets evaluated beside the held-out prompts, NAME: FILE (JSONL or .jsonl.gz, relative to the
     # workdir, or pkg:MODULE/PATH inside an installed package): MT-Bench `turns`, GSM8K `question`, HumanEval
     # `prompt`, or conversations (`messages`)

@@ -18,6 +18,9 @@ that one resolution, so one run never has two answers to "which backend".
                         true, evaluate --backend vllm), "default" (only by the run's backend), None
     parity_serve        the gate's served request runs: `parity.serve`, else where it is cheap (a vLLM to
                         read and a GPU host, or vLLM serving the run) and the draft can be served here
+    baseline_server     the speedup's baseline (the target alone) on a server of its own: `evaluate.baseline_server`,
+                        else on a GPU host (there the extraction server's captures slow the target ~7x: an H100
+                        read the real SmolLM2 at 94 tokens/s on it, 680 on a plain server), not on a CPU host
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class EffectiveSettings:
     origins: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
     notes: tuple[str, ...] = ()  # what the resolution changed, one line each (a fallback)
     serve_dtype: str | None = None  # None: no vLLM serves this run here
+    baseline_server: bool = False
 
     @property
     def draft_unservable(self) -> str | None:
@@ -63,13 +67,24 @@ class EffectiveSettings:
                 "evaluate_backend": self.evaluate_backend, "dtype": self.dtype, "serve_dtype": self.serve_dtype,
                 "gpus": self.gpus,
                 "serve_python": self.serve_python, "vllm": self.vllm_version, "serves_draft": self.serves_draft,
-                "parity_serve": self.parity_serve, "origins": dict(self.origins), "notes": list(self.notes),
+                "parity_serve": self.parity_serve, "baseline_server": self.baseline_server,
+                "origins": dict(self.origins), "notes": list(self.notes),
                 "attention": self.attention.to_dict() if self.attention is not None else None}
 
     @classmethod
     def fixed(cls, backend: str, gpus: int = 0) -> EffectiveSettings:
         """Settings that are only a backend (a host that reads nothing else: tests of the engine's order)."""
         return cls(backend, backend, backend, "float32" if gpus == 0 else "bfloat16", gpus)
+
+
+def baseline_server(run: Run, gpus: int) -> tuple[bool, str]:
+    """Whether evaluate measures the target alone on a server of its own, and why (the settings' origin)."""
+    if run.config.evaluate.baseline_server is not None:
+        return run.config.evaluate.baseline_server, f"{run.label}: evaluate.baseline_server"
+    if gpus > 0:
+        return True, ("a GPU host: the extraction server's captures slow the target there (0.14 of a plain "
+                      "server's rate on an H100), so the speedup is measured against a server of its own")
+    return False, "a CPU host: the extraction server's rate (0.78 of a plain server's on the tiny run), no load"
 
 
 def _checked(value: str, flag: str) -> str:
@@ -166,8 +181,10 @@ def resolve(run: Run, *, backend: str | None = None, regenerate: str | None = No
             parity_serve, origins["parity_serve"] = False, "skipped: this host's vLLM cannot serve the draft"
             notes.append(f"parity: the served request is skipped: {why}")
     refuse_unloadable_target(run, path if served else None, gpus, (chosen, regenerate_backend, evaluate_backend))
+    own_baseline, origins["baseline_server"] = baseline_server(run, gpus)
     return EffectiveSettings(chosen, regenerate_backend, evaluate_backend, dtype, gpus, serve_python, path, version,
-                             serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype)
+                             serves_draft, parity_serve, attention, origins, tuple(notes), serve_dtype,
+                             own_baseline)
 
 
 def refuse_unloadable_target(run: Run, vllm_search_path: list[str] | None, gpus: int,
