@@ -67,8 +67,7 @@ def test_on_a_gpu_host_the_speedups_baseline_is_a_load_of_its_own_and_the_plan_c
     the target alone on a server of its own (one more load, in the plan); a CPU host keeps the extraction server's
     rate (no load); `evaluate.baseline_server` decides either way."""
     from specops.pipeline.plan import run_loads
-    from specops.pipeline.run import Run
-    from specops.pipeline.run.settings import baseline_server
+    from specops.pipeline.run import Run, baseline_server
     from tests.support.mla import mla_workdir
 
     def loads(run: Run, gpus: int) -> list[str]:

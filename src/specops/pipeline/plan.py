@@ -297,7 +297,7 @@ def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     target-alone baseline on a CPU host; on a GPU host (or evaluate.baseline_server) the baseline is a load of its
     own; the parity gate's served check and the trained draft's evaluation are one each.
     `backend`: the run's (its effective settings', or the plan's for the host it plans)."""
-    from specops.pipeline.run.settings import baseline_server
+    from specops.pipeline.run import baseline_server
     from specops.pipeline.vllm import serves
 
     config = run.config

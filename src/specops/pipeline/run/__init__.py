@@ -32,7 +32,7 @@ from specops.pipeline.run.reports import (
     TrainCounts,
 )
 from specops.pipeline.run.sections import RegenerateSettings, StopIf
-from specops.pipeline.run.settings import EffectiveSettings, resolve
+from specops.pipeline.run.settings import EffectiveSettings, baseline_server, resolve
 from specops.pipeline.run.sweeps import Setting, settings_of, sync_records
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "StepReport",
     "StopIf",
     "TrainCounts",
+    "baseline_server",
     "check_run_name",
     "config_hash",
     "default_backend",
