@@ -7,6 +7,7 @@ exit 2, before any training."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,13 @@ def test_a_sweep_trains_each_setting_from_the_same_extraction_and_names_the_best
         ("train.epochs=4", "skipped: unchanged", "skipped: unchanged")]
 
 
+@pytest.fixture(scope="module")
+def refused_in(finished, tmp_path_factory) -> Path:
+    """One copy of the finished run for every refusal below: `step train` holds the run while it reads the sweep,
+    so refusals in the shared finished workdir itself, one in each worker, would find the run busy."""
+    return copy_of(finished, tmp_path_factory.mktemp("refused") / "w")
+
+
 @pytest.mark.parametrize(("sweep", "message"), [
     (["train.lr=abc"], "--sweep train.lr=abc: train.lr: must be a valid number"),
     (["draft.method=nonsense"], "--sweep draft.method=nonsense: draft.method: must be 'eagle3'"),
@@ -74,8 +82,8 @@ def test_a_sweep_trains_each_setting_from_the_same_extraction_and_names_the_best
     (["train=1"], "--sweep train: name one key of train"),
     (["train.lr="], "--sweep train.lr: no values (an empty sweep trains nothing)"),
 ])
-def test_a_sweep_it_cannot_train_is_one_line_exit_2_before_anything(finished, sweep, message) -> None:
-    root = finished[0]
+def test_a_sweep_it_cannot_train_is_one_line_exit_2_before_anything(refused_in, sweep, message) -> None:
+    root = refused_in
     args = [item for value in sweep for item in ("--sweep", value)]
     code, document, _ = agent(root, "step", "train", "--run", "tiny", *args)
     assert code == 2 and message in document["error"] and "\n" not in document["error"], document
