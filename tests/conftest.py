@@ -28,20 +28,6 @@ pytest_plugins = ["tests.support.workers"]  # modules sharing a module fixture s
 PYTHON = sys.executable  # the host env of the test hosts is this checkout's .venv
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """In the controlling process of a run with workers: the serve env's patch set applied before any worker
-    starts, so no worker applies it beside another's server (a fresh checkout's env is unpatched); without
-    workers the session fixture patched_vllm applies it when first used."""
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return
-    from tests.support.vllm import VLLM_PYTHON, apply_serve_patches
-    from tests.support.workers import holding_serve_env
-
-    if VLLM_PYTHON.exists():
-        with holding_serve_env(exclusive=True):
-            apply_serve_patches()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One vLLM cache for the servers this worker starts (VLLM_CACHE_ROOT, inherited by the agents and

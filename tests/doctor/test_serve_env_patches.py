@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.agent import PYTHON, REPO, agent_env, run_agent
 from tests.support.runs import edit_run
-from tests.support.vllm import PATCH_SET, VLLM_PYTHON, changes_serve_env, needs_vllm, uses_serve_env
+from tests.support.vllm import PATCH_SET, VLLM_PYTHON, in_vllm_worker, needs_vllm
 
 CRASH = "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
 
@@ -53,7 +53,7 @@ print(json.dumps(apply_and_verify(sys.argv[1])))
 
 
 @needs_vllm
-@changes_serve_env  # it reverts the shared serve env for a while: never beside a test that uses it
+@in_vllm_worker  # it reverts the shared serve env for a while: never beside the shared server's users
 @pytest.mark.slow  # `vllm serve --help` started twice in the serve env (~7 s each on 2 cores)
 def test_an_unapplied_serve_set_is_named_by_the_doctor_and_applied_by_the_patches_step(tmp_path: Path) -> None:
     root = _workdir(tmp_path)
@@ -132,7 +132,7 @@ def test_a_serve_entry_point_that_dies_for_an_unknown_reason_is_an_error_quoting
 
 
 @needs_vllm
-@uses_serve_env
+@in_vllm_worker
 def test_invoke_patch_verify_covers_every_env_of_the_host_and_env_narrows_it(tmp_path: Path) -> None:
     from tests.support.cli import Cli, write_inventory
 

@@ -13,7 +13,7 @@ import pytest
 
 from specops.analysis import ModuleIndex
 from specops.doctor._serving import LOADER_ALGOS, check_serving, read_keys, written_fields
-from tests.vllm.conftest import VLLM_PYTHON, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
 SERVE_SITE = VLLM_PYTHON.parent.parent / "lib" / "python3.11" / "site-packages"
 OUR_SITE = Path(sysconfig.get_paths()["purelib"])
@@ -25,7 +25,7 @@ def _index(*sites: Path) -> ModuleIndex:
 
 
 @needs_vllm
-@uses_serve_env
+@in_vllm_worker
 def test_the_installed_vllm_serves_the_draft_speculators_writes() -> None:
     items = check_serving(_index(SERVE_SITE, OUR_SITE), VERSIONS, "LlamaForCausalLM", "llama")
     assert [item.result for item in items] == ["ok"] * 4, items
@@ -35,7 +35,7 @@ def test_the_installed_vllm_serves_the_draft_speculators_writes() -> None:
 
 
 @needs_vllm
-@uses_serve_env
+@in_vllm_worker
 def test_the_loader_keys_are_read_from_vllm_and_the_fields_from_speculators() -> None:
     keys, model_types = read_keys(_index(SERVE_SITE))
     assert {"speculators_model_type", "transformer_layer_config", "speculators_config", "draft_vocab_size",
@@ -48,7 +48,7 @@ def test_the_loader_keys_are_read_from_vllm_and_the_fields_from_speculators() ->
 
 
 @needs_vllm
-@uses_serve_env
+@in_vllm_worker
 def test_a_loader_needing_a_key_speculators_never_writes_is_an_error(tmp_path: Path) -> None:
     site = tmp_path / "site"
     loader = Path(*LOADER_ALGOS.split("."))
@@ -78,7 +78,7 @@ def test_without_vllm_the_check_says_it_cannot_tell() -> None:
 
 @pytest.mark.parametrize("architecture", ["NoSuchForCausalLM"])
 @needs_vllm
-@uses_serve_env
+@in_vllm_worker
 def test_an_architecture_vllm_does_not_know_is_an_error(architecture: str) -> None:
     items = check_serving(_index(SERVE_SITE, OUR_SITE), VERSIONS, architecture, "llama")
     assert any(item.result == "error" and architecture in item.why for item in items)

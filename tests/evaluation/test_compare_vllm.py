@@ -16,9 +16,9 @@ import pytest
 from specops.doctor import interpreter_path, training_free_support
 from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 PROMPTS, MAX_TOKENS, K = 2, 12, 3
 

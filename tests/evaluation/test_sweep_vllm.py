@@ -17,9 +17,9 @@ from tests.evaluation.conftest import copy_of
 from tests.support.agent import agent_env
 from tests.support.runs import edit_run
 from tests.support.vllm import spec_decode_total
-from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 PROMPTS, MAX_TOKENS = 3, 16
 

@@ -1,7 +1,6 @@
-"""The test command's promise about workers holds with the pytest installed: tests marked with an
-`xdist_group` run in one worker, in file order; the tests of a module that share a module-scoped fixture run
-in one worker (it is set up once); and a test that changes the shared serve env never runs beside a test that
-uses it, while the env's users run in both workers.
+"""The test command's promise about workers holds with the pytest installed: tests marked
+`xdist_group("vllm")` run in one worker, in file order (one patch application, one shared server),
+and the tests of a module that share a module-scoped fixture run in one worker (it is set up once).
 
 pytest-xdist's loadgroup works by renaming the items it collects; pytest 9 stopped reading the name
 it writes, so groups were silently ignored and the serve-env tests ran in both workers at once.
@@ -83,43 +82,3 @@ def test_a_module_fixture_is_set_up_once_for_all_its_tests(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "48 passed" in done.stdout
     assert len(log.read_text().splitlines()) == 1, log.read_text()
-
-
-LOCKED = """
-import os, time, pytest
-pytestmark = [pytest.mark.{mark}]
-{tests}
-"""
-TIMED = """
-def test_{name}():
-    started = time.time()
-    time.sleep(0.4)
-    with open({log!r}, "a") as log:
-        log.write("{name} " + str(os.getpid()) + " " + repr(started) + " " + repr(time.time()) + "\\n")
-"""
-
-
-def test_the_test_that_changes_the_serve_env_never_runs_beside_one_that_uses_it(tmp_path: Path) -> None:
-    from tests.support.repo import REPO
-
-    log = tmp_path / "intervals.log"
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n  serve_env: x\n  serve_env_exclusive: x\n")
-    (suite / "conftest.py").write_text('pytest_plugins = ["tests.support.workers"]\n')
-    for module, mark, count in (("users_a", "serve_env", 6), ("changes", "serve_env_exclusive", 1),
-                                ("users_b", "serve_env", 6)):
-        body = "".join(TIMED.format(name=f"{module}{index}", log=str(log)) for index in range(count))
-        (suite / f"test_{module}.py").write_text(LOCKED.format(mark=mark, tests=body))
-
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-                           "--dist", "loadgroup", str(suite)], cwd=suite, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO),
-                                            "SPECOPS_SERVE_ENV_LOCK": str(tmp_path / "serve-env.lock")})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    ran = {name: (pid, float(start), float(end)) for name, pid, start, end in
-           (line.split() for line in log.read_text().splitlines())}
-    assert len(ran) == 13
-    _, changed_from, changed_to = ran.pop("changes0")
-    assert all(end <= changed_from or start >= changed_to for _, start, end in ran.values()), ran
-    assert len({pid for pid, _, _ in ran.values()}) == 2  # the env's users ran in both workers

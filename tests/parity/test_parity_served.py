@@ -12,9 +12,9 @@ import pytest
 
 from tests.support.agent import run_agent as agent
 from tests.support.finished import copy_of
-from tests.support.vllm import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.support.vllm import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 AUX = "eagle_aux_hidden_state_layer_ids"
 

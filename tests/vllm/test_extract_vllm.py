@@ -17,13 +17,13 @@ from tests.vllm.conftest import (
     PATCH_SET,
     READY_TIMEOUT_S,
     free_port,
+    in_vllm_worker,
     needs_vllm,
     serve_argv,
-    uses_serve_env,
     write_run,
 )
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 SAMPLES = 10
 

@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 from tests.support.agent import run_agent as agent
 from tests.support.agent import wait_until
 from tests.support.vllm import EXTRACT_TIMEOUT_S, FIRST_SAMPLES
-from tests.vllm.conftest import VLLM_PYTHON, ServerJob, SharedVllm, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, ServerJob, SharedVllm, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 SAMPLES = FIRST_SAMPLES
 

@@ -21,9 +21,9 @@ from safetensors import safe_open
 from tests.support.agent import Agent
 from tests.support.agent import run_agent as agent
 from tests.support.runs import edit_run
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm, tiny_workdir, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm, tiny_workdir
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
 SAMPLES = 8

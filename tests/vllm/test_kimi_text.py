@@ -24,9 +24,9 @@ import yaml
 from specops.doctor import host_has_amx
 from tests.support.agent import REPO, run_agent
 from tests.support.runs import edit_run
-from tests.support.vllm import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.support.vllm import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 RUN = "tiny-kimi-text"
 BREAK = "No common block size (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)])"

@@ -27,9 +27,9 @@ import yaml
 
 from tests.support.agent import REPO, run_agent
 from tests.support.vllm import tiny_workdir
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 RUN = "served"
 ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}

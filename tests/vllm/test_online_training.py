@@ -28,9 +28,9 @@ import yaml
 from tests.support.agent import start_agent, wait_until
 from tests.support.finished import copy_of
 from tests.support.runs import edit_run
-from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, agent, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 BUDGET_GB = 0.001  # 1 MB: one generated row of the tiny run is ~0.2 MB
 STEP_TIMEOUT_S = 900

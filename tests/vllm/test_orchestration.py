@@ -26,9 +26,9 @@ from remote.inventory import load_inventory
 from tests.conftest import ssh_host
 from tests.support.agent import Agent, wait_until
 from tests.support.cli import Cli, CliResult, write_inventory
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 HOST = "loop"
 SAMPLES = 10

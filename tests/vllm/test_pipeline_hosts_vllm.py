@@ -17,9 +17,9 @@ from tests.support.agent import Agent
 from tests.support.cli import Cli, write_inventory
 from tests.support.repo import REPO
 from tests.support.sshd import SshServer, free_port, two_free_ports
-from tests.vllm.conftest import VLLM_PYTHON, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 RUN = "served"
 SAMPLES = 8

@@ -18,9 +18,9 @@ import pytest
 from tests.support.agent import run_agent
 from tests.support.runs import edit_run
 from tests.support.vllm import ServerJob, tiny_workdir
-from tests.vllm.conftest import VLLM_PYTHON, free_port, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, free_port, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, needs_vllm, in_vllm_worker]
 
 ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON)}
 

@@ -32,9 +32,9 @@ import pytest
 from tests.support.agent import REPO, agent_env, one_document, run_agent, wait_until
 from tests.support.runs import edit_run
 from tests.support.vllm import FIRST_SAMPLES, tiny_workdir
-from tests.vllm.conftest import VLLM_PYTHON, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 ENV = {"SPECOPS_SERVE_PYTHON": str(VLLM_PYTHON), "VLLM_CPU_KVCACHE_SPACE": "1"}
 IDLE_S = 4

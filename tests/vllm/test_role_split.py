@@ -35,9 +35,9 @@ from tests.support.agent import Agent, wait_until
 from tests.support.cli import Cli, write_inventory
 from tests.support.finished import copy_of
 from tests.support.sshd import SshServer, two_free_ports
-from tests.vllm.conftest import VLLM_PYTHON, needs_vllm, uses_serve_env
+from tests.vllm.conftest import VLLM_PYTHON, in_vllm_worker, needs_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, uses_serve_env]
+pytestmark = [pytest.mark.vllm, pytest.mark.ssh, pytest.mark.slow, needs_vllm, in_vllm_worker]
 
 T = TypeVar("T")
 RUN = "tiny"
