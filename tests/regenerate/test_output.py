@@ -70,3 +70,30 @@ def test_answers_holding_unicode_line_separators_stay_one_row(regenerated: Path,
     (folder / RESPONSES_FILE).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     checked = check(folder, source)
     assert checked["problems"] == [] and checked["conversations"] == before["conversations"]
+
+
+def test_many_failures_read_as_one_line_a_reason_most_frequent_first(tmp_path: Path) -> None:
+    from specops.pipeline.regenerate.output import FAILURES_EACH, failure_lines
+
+    errors_file = tmp_path / ERRORS_FILE
+    too_long = [{"id": f"c{n:03d}", "error": f"InvalidResponseError('HTTP 400: maximum context length is 1025 tokens; "
+                 f"your prompt contains at least {900 + n} input tokens')"} for n in range(40)]
+    empty = [{"id": "e001", "error": "ValueError('empty assistant generation (sample 0)')"},
+             {"id": "e002", "error": "ValueError('empty assistant generation (sample 0)')"}]
+    lines = failure_lines(empty + too_long, errors_file)
+    assert lines[0] == f"regenerate: 42 conversations failed, for 2 reason(s); each with its error in {errors_file}"
+    assert lines[1].startswith("regenerate:   40 x InvalidResponseError('HTTP 400: maximum context length is 1025 ")
+    assert "at least 900 input tokens" in lines[1] and lines[1].endswith("(c000, c001, c002, ...)")
+    assert lines[2] == "regenerate:   2 x ValueError('empty assistant generation (sample 0)') (e001, e002)"
+    assert len(lines) == 3
+    # a few: each its own line, as before
+    few = failure_lines(too_long[:FAILURES_EACH], errors_file)
+    assert few == [f"regenerate: conversation {f['id']} failed: {f['error']}" for f in too_long[:FAILURES_EACH]]
+
+
+def test_a_long_reason_is_cut_in_the_log_and_whole_in_the_errors_file(tmp_path: Path) -> None:
+    from specops.pipeline.regenerate.output import REASON_CHARS, failure_lines
+
+    reason = "RuntimeError('" + "x" * 1000 + "')"
+    lines = failure_lines([{"id": f"c{n}", "error": reason} for n in range(9)], tmp_path / ERRORS_FILE)
+    assert lines[1] == f"regenerate:   9 x {reason[:REASON_CHARS]}... (c0, c1, c2, ...)"

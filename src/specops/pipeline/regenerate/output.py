@@ -11,6 +11,7 @@ last rows may be missing; both are removed (the conversation is then answered ag
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -105,6 +106,30 @@ def check(folder: Path, source: list[dict[str, Any]]) -> Checked:
                    empty=empty, missing=len(missing), missing_list=missing[:20],
                    finish_reasons=dict(sorted(finish.items())),
                    completion_tokens=sum(sum(row.get("loss_mask") or []) for row in rows), problems=problems)
+
+
+# failures listed one line each up to this many; beyond it, one line a reason (a GPU run of ShareGPT failed 1,074
+# conversations for one reason, and one line each buried the step's log)
+FAILURES_EACH = 5
+REASON_CHARS = 240
+
+
+def failure_lines(failed: list[Failure], errors_file: Path) -> list[str]:
+    """The step log's account of failed conversations: each on its own line when few, else one line a reason (its
+    first error as written, the count, the first ids), most frequent first; every one stays in `errors_file`."""
+    if len(failed) <= FAILURES_EACH:
+        return [f"regenerate: conversation {failure['id']} failed: {failure['error']}" for failure in failed]
+    groups: dict[str, list[Failure]] = {}
+    for failure in failed:  # one reason: the error with its numbers left out (a prompt's length, a port)
+        groups.setdefault(re.sub(r"\d+", "N", str(failure["error"])), []).append(failure)
+    lines = [f"regenerate: {len(failed)} conversations failed, for {len(groups)} reason(s); each with its error in "
+             f"{errors_file}"]
+    for members in sorted(groups.values(), key=len, reverse=True):
+        reason = str(members[0]["error"])
+        reason = reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS] + "..."
+        shown = ", ".join(member["id"] for member in members[:3]) + (", ..." if len(members) > 3 else "")
+        lines.append(f"regenerate:   {len(members)} x {reason} ({shown})")
+    return lines
 
 
 def counts_of(checked: Checked, source_counts: SourceCounts) -> RegenerateCounts:

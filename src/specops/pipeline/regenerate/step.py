@@ -33,7 +33,7 @@ def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> Ste
     (`extract --samples 10` needs ten answers, not the whole dataset's); a later call asking for
     more, or for all (None), answers the rest, and the first answers stay the same bytes. A host's share
     of a run across hosts and the check of the merged answers are regenerate.shares'."""
-    from specops.pipeline.regenerate.output import RESPONSES_FILE, check, counts_of
+    from specops.pipeline.regenerate.output import ERRORS_FILE, RESPONSES_FILE, check, counts_of, failure_lines
     from specops.pipeline.regenerate.source import build_source, read_source
     from specops.pipeline.run import Manifest
 
@@ -61,8 +61,8 @@ def regenerate(run: Run, backend: Backend, *, samples: int | None = None) -> Ste
         checked = check(folder, source[:answered])
         counts = outcome.counts = {**counts_of(checked, source_counts), "answered": answered,
                                    "complete": answered == len(source)}
-        for failure in checked["failed_list"]:
-            print(f"regenerate: conversation {failure['id']} failed: {failure['error']}", file=sys.stderr)
+        for line in failure_lines(checked["failed_list"], folder / ERRORS_FILE):
+            print(line, file=sys.stderr)
         if checked["problems"] or checked["rows"] == 0:
             why = "; ".join(checked["problems"]) or "no answers were written"
             raise CheckFailed(f"regenerate: {folder / RESPONSES_FILE}: {why}")
