@@ -1,6 +1,8 @@
 # Issue 57 on a lent GPU machine, in calls that each carry a part or two (bench/README.md, "vLLM on the GPU"):
 #   source bench/gpu_issue57.sh stage                  # keep what this call carried (/tmp/parts)
 #   source bench/gpu_issue57.sh install serve [real]   # bench/gpu_serve_env.sh: the bundles whose parts all came
+#   source bench/gpu_issue57.sh suffix                 # arctic-inference's suffix tree into the serve env (its wheel
+#                                                      # for the device's Python, from `setup-suffix.sh --wheel`)
 #   source bench/gpu_issue57.sh launch RUN             # detached: bench/gpu_pipeline.py --pipeline-only on RUN
 #   source bench/gpu_issue57.sh compare RUN KINDS C [CHECKPOINT]  # detached: serving_compare.py on the finished
 #                                                      # RUN, each kind on its own
@@ -51,6 +53,14 @@ case $verb in
     for out in /tmp/g57/*-out; do [ -d "$out" ] && mkdir -p "$OUT/$(basename "$out")" && cp "$out"/*.json "$OUT/$(basename "$out")"/ 2>/dev/null; done
     du -sh /tmp/g57/*/runs/*/* 2>/dev/null | sort -h | tail -12
     true ;;
+  suffix)
+    # .stage/suffix/arctic_inference-*.whl (scripts/setup-suffix.sh --wheel /path/to/python3.12 .stage/suffix): vLLM
+    # imports its suffix tree from it (`evaluate --compare ...,suffix`); the tree runs on the CPU, numpy its one need
+    whl=$(ls .stage/suffix/arctic_inference-*.whl /tmp/parts/arctic_inference-*.whl 2>/dev/null | head -1)
+    [ -n "$whl" ] || { echo "suffix: no arctic_inference wheel carried (.stage/suffix)"; return 1; }
+    cp -n "$whl" /tmp/parts/ 2>/dev/null
+    "$G57_PYTHON" -m pip install -q --no-deps --no-index "$whl" && "$G57_PYTHON" -c \
+      "from arctic_inference.suffix_decoding import SuffixDecodingCache; print('suffix: arctic-inference ok')" ;;
   restore)
     # the kept bundle (kept.tar.xz.NNN, checked against kept.sha256): the run folder's manifest (its regenerate
     # record only), regenerated/ (the answers) and checkpoints/ (a trained epoch and its acceptance). The prompts'
