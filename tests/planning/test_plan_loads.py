@@ -65,7 +65,8 @@ def test_on_a_gpu_host_the_speedups_baseline_is_a_load_of_its_own_and_the_plan_c
     """On an H100 the extraction server read the real target at 94 tokens/s against a plain server's 680: its
     captures slow the target ~7x there, so a speedup against it would read ~7x high. By default a GPU host measures
     the target alone on a server of its own (one more load, in the plan); a CPU host keeps the extraction server's
-    rate (no load); `evaluate.baseline_server` decides either way."""
+    rate (no load); `evaluate.baseline_server` decides either way. (Here regenerate asks the extraction server;
+    the test below has regenerate's own server measure the baseline.)"""
     from specops.pipeline.plan import run_loads
     from specops.pipeline.run import Run, baseline_server
     from tests.support.mla import mla_workdir
@@ -74,7 +75,7 @@ def test_on_a_gpu_host_the_speedups_baseline_is_a_load_of_its_own_and_the_plan_c
         return [f"{load.serves}: {load.steps}" for load in run_loads(run, gpus, "vllm")]
 
     default = Run("mla", mla_workdir(tmp_path / "default", backend="vllm", parity={"serve": False},
-                                     evaluate={"backend": None}))
+                                     evaluate={"backend": None}, regenerate={"server": "extraction"}))
     assert default.config.evaluate.baseline_server is None
     assert baseline_server(default, 1)[0] is True and "GPU host" in baseline_server(default, 1)[1]
     assert baseline_server(default, 0)[0] is False and "CPU host" in baseline_server(default, 0)[1]
@@ -84,8 +85,38 @@ def test_on_a_gpu_host_the_speedups_baseline_is_a_load_of_its_own_and_the_plan_c
 
     for value in (True, False):
         said = Run("mla", mla_workdir(tmp_path / str(value), backend="vllm", parity={"serve": False},
-                                      evaluate={"backend": None, "baseline_server": value}))
+                                      evaluate={"backend": None, "baseline_server": value},
+                                      regenerate={"server": "extraction"}))
         said_so = (value, f"{said.label}: evaluate.baseline_server")
         assert baseline_server(said, 0) == baseline_server(said, 1) == said_so
         for gpus in (0, 1):
             assert ("the target alone: evaluate (the speedup's baseline)" in loads(said, gpus)) is value
+
+
+def test_on_a_gpu_host_regenerate_asks_a_plain_server_that_also_measures_the_baseline(tmp_path: Path) -> None:
+    """The extraction server writes every request's prompt states (vLLM's hidden-states connector has no way to
+    ask it not to): on an H100 it answered 68 conversations a second with the GPU 2-6 % busy. A GPU host's regenerate
+    asks a plain server of its own, which measures evaluation's baseline before it stops: with the parity gate's
+    served check off, the run loads three servers, as on a CPU host where regenerate and extract share one."""
+    from specops.pipeline.plan import run_loads
+    from specops.pipeline.run import Run, regenerate_server
+    from tests.support.mla import mla_workdir
+
+    def loads(run: Run, gpus: int) -> list[str]:
+        return [f"{load.serves}: {load.steps}" for load in run_loads(run, gpus, "vllm")]
+
+    default = Run("mla", mla_workdir(tmp_path / "default", backend="vllm", parity={"serve": False},
+                                     evaluate={"backend": None}))
+    assert default.config.regenerate.enabled and default.config.regenerate.server is None
+    assert regenerate_server(default, 1)[0] == "own" and "GPU host" in regenerate_server(default, 1)[1]
+    assert regenerate_server(default, 0)[0] == "extraction" and "CPU host" in regenerate_server(default, 0)[1]
+    assert loads(default, 1) == ["the target alone: regenerate (its own server), evaluate's baseline",
+                                 "the target, capturing hidden states: extract",
+                                 "the target with the trained draft: evaluate"]
+    assert loads(default, 0) == ["the target, capturing hidden states: regenerate, extract",
+                                 "the target with the trained draft: evaluate"]
+    said = Run("mla", mla_workdir(tmp_path / "own", backend="vllm", parity={"serve": False},
+                                  evaluate={"backend": None, "enabled": False}, regenerate={"server": "own"}))
+    assert regenerate_server(said, 0) == ("own", f"{said.label}: regenerate.server")
+    assert loads(said, 0) == ["the target alone: regenerate (its own server)",
+                              "the target, capturing hidden states: extract"]

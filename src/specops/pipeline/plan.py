@@ -293,17 +293,24 @@ def planned_placement(run: Run) -> dict[str, Any] | None:
 
 def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     """The vLLM loads the run's pipeline makes on this host (at most: a step that finds its outputs skips,
-    and a live server that fits is reused). One server captures hidden states and answers regenerate and the
-    target-alone baseline on a CPU host; on a GPU host (or evaluate.baseline_server) the baseline is a load of its
-    own; the parity gate's served check and the trained draft's evaluation are one each.
+    and a live server that fits is reused). On a CPU host one server captures hidden states and answers regenerate
+    and the target-alone baseline; on a GPU host (regenerate.server own) regenerate's own server answers and
+    measures the baseline, or with evaluate.baseline_server and no such server the baseline is a load of its own;
+    the parity gate's served check and the trained draft's evaluation are one each.
     `backend`: the run's (its effective settings', or the plan's for the host it plans)."""
-    from specops.pipeline.run import baseline_server
+    from specops.pipeline.run import baseline_server, regenerate_server
     from specops.pipeline.vllm import serves
 
     config = run.config
     loads: list[planning.Load] = []
+    regenerates = config.regenerate.enabled and (config.regenerate.backend or backend) == "vllm"
+    serves_evaluate = config.evaluate.enabled and (config.evaluate.backend or backend) == "vllm"
+    own = regenerates and regenerate_server(run, gpus)[0] == "own"
+    if own:  # the target alone answers, then measures evaluate's baseline before it stops
+        loads.append(planning.Load("the target alone", "regenerate (its own server)" + (
+            ", evaluate's baseline" if serves_evaluate and config.evaluate.heldout_prompts else "")))
     capturing = [name for name, on in (
-        ("regenerate", config.regenerate.enabled and (config.regenerate.backend or backend) == "vllm"),
+        ("regenerate", regenerates and not own),
         ("extract", config.hidden_states.extracts and backend == "vllm"),
         ("train (online)", config.hidden_states.mode != "offline")) if on]
     if capturing:
@@ -311,8 +318,8 @@ def run_loads(run: Run, gpus: int, backend: str) -> list[planning.Load]:
     gate = config.parity.serve if config.parity.serve is not None else (gpus > 0 or backend == "vllm")
     if gate and serves(run, backend):
         loads.append(planning.Load("the target with the untrained draft", "the parity gate's served request"))
-    if config.evaluate.enabled and (config.evaluate.backend or backend) == "vllm":
-        if baseline_server(run, gpus)[0]:
+    if serves_evaluate:
+        if baseline_server(run, gpus)[0] and not (own and config.evaluate.heldout_prompts):
             loads.append(planning.Load("the target alone", "evaluate (the speedup's baseline)"))
         loads.append(planning.Load("the target with the trained draft", "evaluate"))
         if config.evaluate.untrained == "server":

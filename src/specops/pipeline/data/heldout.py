@@ -42,16 +42,23 @@ def choose(conversations: Iterable[Conversation], size: int) -> set[str]:
     return set(keys[:size])
 
 
-def write_prompts(folder: Path, conversations: Iterable[Conversation], keys: set[str]) -> int:
-    """Write the held-out prompts (in key order, so the file is the same whatever the input order)."""
+def prompt_rows(conversations: Iterable[Conversation], keys: set[str]) -> list[dict[str, Any]]:
+    """The held-out prompts' rows, in key order (the same whatever the input order): what write_prompts writes and
+    read_prompts reads back, for a step that needs them before prepare has written them."""
     rows: dict[str, dict[str, Any]] = {}
     for conversation in conversations:
         key = content_key(conversation.messages)
         prompt = first_prompt(conversation.messages)
         if key in keys and prompt is not None and key not in rows:
             rows[key] = {"id": key[:16], "line": conversation.line, "messages": prompt}
-    text = "".join(json.dumps(rows[key], sort_keys=True, ensure_ascii=False) + "\n" for key in sorted(rows))
-    atomic.write_text(folder / PROMPTS_FILE, text)
+    return [rows[key] for key in sorted(rows)]
+
+
+def write_prompts(folder: Path, conversations: Iterable[Conversation], keys: set[str]) -> int:
+    """Write the held-out prompts (prompt_rows)."""
+    rows = prompt_rows(conversations, keys)
+    atomic.write_text(folder / PROMPTS_FILE, "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n"
+                                                     for row in rows))
     return len(rows)
 
 

@@ -120,9 +120,16 @@ class Scorer:
 
         _, version = serve_env()
         asked = self.baseline_server  # a dedicated server, even where extract measured one
-        known = None if asked else baseline.recorded(self.run, self.prompts, self.max_tokens, version)
-        if known is not None:
+        known = baseline.recorded(self.run, self.prompts, self.max_tokens, version)
+        # regenerate's own server is the target alone, as a dedicated one is: its rates serve even where one is
+        # asked, when it measured every set scored here too
+        on_sets = (baseline.recorded_sets(self.run, known, self.sets, self.set_limit, self.max_tokens, version)
+                   if known is not None else None)
+        if known is not None and (not asked or (known.get("plain") and on_sets is not None)):
             say(f"the target alone: {known['tokens_per_s']} tokens/s, measured on {known['how']}")
+            self.set_baselines = on_sets or {}
+            for name, measured in self.set_baselines.items():
+                say(f"the target alone on set {name}: {measured['tokens_per_s']} tokens/s")
             return {key: known[key] for key in ("tokens_per_s", "how", "job", "prompts", "max_tokens")}
         if not asked:
             why = ("not measured: no target-alone rate from the run's extraction server for these prompts and "

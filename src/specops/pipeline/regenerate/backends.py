@@ -71,7 +71,7 @@ class VllmBackend:
         text = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in subset)
         atomic.write_text(folder / SOURCE_FILE, text)  # speculators has no rank flag: the share's own source
         if subset:
-            return regenerate_vllm(run, folder, subset, stop_server=self.stop_server, port=self.port)
+            return regenerate_vllm(run, folder, subset, stop_server=self.stop_server, port=self.port, share=True)
         for name in (ERRORS_FILE, RESPONSES_FILE):
             atomic.write_text(folder / name, "")
         return {}

@@ -53,10 +53,12 @@ def run_client(argv: list[str], trust_remote_code: bool = False) -> int:
 
 
 def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, samples: int | None = None,
-                    stop_server: bool = False, port: int | None = None) -> dict[str, Any]:
+                    stop_server: bool = False, port: int | None = None, share: bool = False) -> dict[str, Any]:
     """speculators' client over the source; with `samples`, over its first conversations only (as many as
     rows are asked, doubled until the answers hold that many rows prepare keeps; --resume skips the
-    conversations answered before), and the report's `answered` says how many."""
+    conversations answered before), and the report's `answered` says how many. The server: the run's
+    extraction server, or with regenerate.server own (a GPU host's default) a plain one of the target alone,
+    which then measures evaluation's baseline (not for a host's `share` of a run across hosts) and stops."""
     from specops.contract.errors import BadInput, CheckFailed
     from specops.host import atomic, gpus
 
@@ -75,16 +77,24 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
     if any(tidied.values()):
         print(f"regenerate: removed {tidied['cut_lines']} cut lines and {tidied['partial_rows']} rows of partly "
               "written conversations before resuming", file=sys.stderr)
-    # the run's one server: the target capturing hidden states, which extract reuses as it is (one load
-    # for both steps); its captures of these chat requests are discarded as they finish (vllm.captures)
-    server = vllm.start_server_job(run, gpus.device_count(), port=port)
-    endpoint = f"http://127.0.0.1:{server.port}"
+    from specops.pipeline.run import regenerate_server
+
+    own = regenerate_server(run, gpus.device_count())[0] == "own"
+    if own:  # the target alone: nothing captured, so it answers at the GPU's pace
+        plain = vllm.generating_server(run, port=port)
+        server, endpoint, model, staging = plain["server"], plain["endpoint"], plain["model"], None
+    else:
+        # the run's one server: the target capturing hidden states, which extract reuses as it is (one load
+        # for both steps); its captures of these chat requests are discarded as they finish (vllm.captures)
+        server = vllm.start_server_job(run, gpus.device_count(), port=port)
+        endpoint = f"http://127.0.0.1:{server.port}"
+        # the server's own staging and served name: another run's server that fits (vllm/sharing.py) has its owner's
+        staging, model = server.staging or vllm.staging_dir(run), server.served_model or str(run.model_path)
     lines = (folder / SOURCE_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     answered = len(source) if samples is None else min(len(source), max(samples, 1, _asked_before(folder)))
     stopped = None
-    # the server's own staging and served name: another run's server that fits (vllm/sharing.py) has its owner's
-    staging, model = server.staging or vllm.staging_dir(run), server.served_model or str(run.model_path)
-    with vllm.Discarded(staging) as discarded:
+    baseline = None
+    with vllm.Discarded(staging) if staging is not None else _NoCaptures() as discarded:
         try:
             while True:
                 dataset = None
@@ -99,16 +109,65 @@ def regenerate_vllm(run: Run, folder: Path, source: list[dict[str, Any]], *, sam
                 if regenerated.usable_rows(folder, run.config.max_seq_len) >= samples:
                     break
                 answered = min(len(source), 2 * answered)
+            if own and code == 0 and not share:
+                baseline = target_alone_here(run, endpoint, model, server)
         finally:
-            if stop_server:
-                stopped = server.stop("--stop-server")
+            if stop_server or own:  # own: the extraction server needs the GPUs next
+                stopped = server.stop("--stop-server" if stop_server else "regenerate's own server: the answers "
+                                      "are written")
     if code != 0:
         raise CheckFailed(f"speculators regenerate-responses exited {code} (log: the job log)")
-    report: dict[str, Any] = {"tidied": tidied, "server": {**server.describe(stopped), **discarded.describe()},
-                              "command": argv}
+    report: dict[str, Any] = {"tidied": tidied, "server": {**server.describe(stopped), **discarded.describe(),
+                                                           "own": own}, "command": argv}
+    if baseline is not None:
+        report["baseline"] = baseline
     if samples is not None:
         report["answered"] = answered
     return report
+
+
+class _NoCaptures:
+    """Discarded's shape for a server that captures nothing."""
+
+    def __enter__(self) -> _NoCaptures:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+def target_alone_here(run: Run, endpoint: str, model: str, server: Any) -> dict[str, Any] | None:
+    """Evaluation's baseline on regenerate's own server while it is up: the held-out prompts (as prepare will write
+    them) and each benchmark set, at evaluation's settings (vllm.baseline, plain); None where evaluate will not
+    serve."""
+    settings = run.config.evaluate
+    if not settings.enabled or (settings.backend or run.config.backend) != "vllm" or not settings.heldout_prompts:
+        return None
+    from specops.pipeline import vllm
+    from specops.pipeline.data import Conversation, heldout, load_tokenizer, read_conversations, render_ids
+    from specops.pipeline.evaluation.benchmarks import chosen_sets, target_alone_on_sets
+
+    conversations = [record for record in read_conversations(run.config.data, run.paths.resolve(run.config.data))
+                     if isinstance(record, Conversation)]
+    rows = heldout.prompt_rows(conversations, heldout.choose(conversations, settings.heldout_prompts))
+    tokenizer = load_tokenizer(run)  # the ids evaluation sends (evaluation.prompts.heldout_token_ids)
+    prompts = [render_ids(tokenizer, row["messages"], generation_prompt=True) for row in rows]
+    sets = chosen_sets(run, None)
+    rates = target_alone_on_sets(run, {"endpoint": endpoint, "model": model}, sets, settings.set_prompts,
+                                 settings.num_speculative_tokens, settings.max_tokens, vllm.baseline.OWN_HOW)
+    for name, path in sets.items():
+        rates[name]["key"] = vllm.baseline.set_key(run, path, settings.set_prompts, settings.max_tokens,
+                                                    server.version)
+    record = vllm.baseline.measure(run, endpoint, model, prompts, settings.max_tokens, server.version,
+                                   server.record["id"], plain=True, sets=rates)
+    print(f"regenerate: the target alone, for evaluation's speedup: {record['tokens_per_s']} tokens/s on "
+          f"{record['prompts']} held-out prompts" + "".join(f", {name} {rate['tokens_per_s']}" for name, rate in
+                                                             rates.items()) + " (regenerate's own server)",
+          file=sys.stderr, flush=True)
+    return record
 
 
 def _client_shown(argv: list[str], run: Run, folder: Path, asked: list[Any]) -> int:

@@ -32,7 +32,7 @@ from specops.pipeline.run.reports import (
     TrainCounts,
 )
 from specops.pipeline.run.sections import RegenerateSettings, StopIf
-from specops.pipeline.run.settings import EffectiveSettings, baseline_server, resolve
+from specops.pipeline.run.settings import EffectiveSettings, baseline_server, regenerate_server, resolve
 from specops.pipeline.run.sweeps import Setting, settings_of, sync_records
 
 __all__ = [
@@ -75,6 +75,7 @@ __all__ = [
     "model_digest",
     "package_versions",
     "read_model_config",
+    "regenerate_server",
     "resolve",
     "roles_problem",
     "settings_of",

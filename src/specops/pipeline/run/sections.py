@@ -143,6 +143,12 @@ class RegenerateSettings(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0  # sampling seed (temperature > 0)
     concurrency: int = Field(32, gt=0)  # vllm: requests in flight; hf: conversations per batch
+    # vllm: the server the answers come from. extraction: the run's extraction server (one load for regenerate and
+    # extract; vLLM's hidden-states connector writes every request's prompt states, so it answers slower: 68 a second
+    # on an H100 with the GPU 2-6 % busy); own: a plain server of the target alone, which also measures evaluation's
+    # baseline (the target alone) before it stops, so evaluate needs no load for it; null: own on a GPU host, the
+    # extraction server on a CPU host
+    server: Literal["extraction", "own"] | None = None
 
     @property
     def whole_answers(self) -> bool:

@@ -58,21 +58,56 @@ def _complete(endpoint: str, model: str, prompt: list[int], max_tokens: int) -> 
 
 
 def measure(run: Run, endpoint: str, model: str, prompts: list[list[int]], max_tokens: int,
-            vllm_version: str | None, job: str) -> dict[str, Any]:
-    """Send the prompts one at a time; the record written (and returned)."""
+            vllm_version: str | None, job: str, *, plain: bool = False,
+            sets: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Send the prompts one at a time; the record written (and returned). `plain`: the server is the target alone
+    (regenerate's own), nothing captured: a rate evaluate takes even where it would load a server of its own;
+    `sets`: the target alone's rate on each benchmark set, measured on the same server (set_key in each)."""
+    import contextlib
+
     from specops.pipeline.vllm.captures import Discarded
     from specops.pipeline.vllm.command import staging_dir
 
-    with Discarded(staging_dir(run)):
+    with contextlib.nullcontext() if plain else Discarded(staging_dir(run)):
         started = time.perf_counter()
         tokens = sum(_complete(endpoint, model, prompt, max_tokens) for prompt in prompts)
         seconds = time.perf_counter() - started
     record = {"key": baseline_key(run, prompts, max_tokens, vllm_version),
               "tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else None, "generated_tokens": tokens,
-              "seconds": round(seconds, 3), "prompts": len(prompts), "max_tokens": max_tokens, "how": HOW,
-              "job": job, "vllm_version": vllm_version, "at": time.time()}
+              "seconds": round(seconds, 3), "prompts": len(prompts), "max_tokens": max_tokens,
+              "how": OWN_HOW if plain else HOW, "plain": plain, "job": job, "vllm_version": vllm_version,
+              "at": time.time()}
+    if sets is not None:
+        record["sets"] = sets
     atomic.write_json(run.paths.run_dir / BASELINE_FILE, record)
     return record
+
+
+OWN_HOW = ("the regenerate step's own server (the target alone, nothing captured: regenerate.server own), measured "
+           "before it stopped; evaluate loads no server for it")
+
+
+def set_key(run: Run, path: Path, limit: int | None, max_tokens: int, vllm_version: str | None) -> str:
+    """What the target alone's rate on one benchmark set is a function of."""
+    from specops.pipeline.run import file_digest, model_digest
+
+    return hashlib.sha256(json.dumps({
+        "model_digest": model_digest(run.model_path), "set": file_digest(path), "limit": limit,
+        "max_tokens": max_tokens, "serve_args": list(run.config.vllm.serve_args), "vllm_version": vllm_version},
+        sort_keys=True).encode()).hexdigest()
+
+
+def recorded_sets(run: Run, record: dict[str, Any], sets: dict[str, Path], limit: int | None, max_tokens: int,
+                  vllm_version: str | None) -> dict[str, dict[str, Any]] | None:
+    """The record's rates on exactly these sets at these settings (every one, or None)."""
+    kept = record.get("sets") or {}
+    found = {}
+    for name, path in sets.items():
+        entry = kept.get(name)
+        if not entry or entry.get("key") != set_key(run, path, limit, max_tokens, vllm_version):
+            return None
+        found[name] = {key: value for key, value in entry.items() if key != "key"}
+    return found
 
 
 def recorded(run: Run, prompts: list[list[int]], max_tokens: int, vllm_version: str | None) -> dict[str, Any] | None:
