@@ -1,6 +1,6 @@
 """Step `evaluate`: the draft's acceptance when it speculates for the target, on held-out prompts."""
 
-from specops.pipeline.evaluation.benchmarks import checked_sets
+from specops.pipeline.evaluation.benchmarks import checked_sets, chosen_sets, target_alone_on_sets
 from specops.pipeline.evaluation.compare import compare, parse_compare
 from specops.pipeline.evaluation.drafts import choose_checkpoint
 from specops.pipeline.evaluation.epochs import epoch_scorer
@@ -10,7 +10,7 @@ from specops.pipeline.evaluation.step import evaluate, pipeline_step, recorded_b
 from specops.pipeline.evaluation.sweep import parse_counts, parse_sweep, sweep
 
 __all__ = [
-    "checked_sets", "choose_checkpoint", "compare", "epoch_scorer", "evaluate", "parse_compare", "parse_counts",
-    "parse_pairs", "parse_sweep", "pipeline_step", "recorded_backend", "replay_drafts", "reproduce", "sweep",
-    "vllm_only",
+    "checked_sets", "choose_checkpoint", "chosen_sets", "compare", "epoch_scorer", "evaluate", "parse_compare",
+    "parse_counts", "parse_pairs", "parse_sweep", "pipeline_step", "recorded_backend", "replay_drafts", "reproduce",
+    "sweep", "target_alone_on_sets", "vllm_only",
 ]

@@ -148,7 +148,7 @@ def target_alone_here(run: Run, endpoint: str, model: str, server: Any) -> dict[
         return None
     from specops.pipeline import vllm
     from specops.pipeline.data import Conversation, heldout, load_tokenizer, read_conversations, render_ids
-    from specops.pipeline.evaluation.benchmarks import chosen_sets, target_alone_on_sets
+    from specops.pipeline.evaluation import chosen_sets, target_alone_on_sets
 
     conversations = [record for record in read_conversations(run.config.data, run.paths.resolve(run.config.data))
                      if isinstance(record, Conversation)]
