@@ -19,6 +19,7 @@ def regenerate_inputs(run: Run, backend: str) -> dict[str, Any]:
     settings = run.config.regenerate.model_dump(mode="json")
     settings.pop("enabled")
     settings.pop("backend")
+    settings.pop("server")  # which server answers: the same target, the same answers (and runs before it keep theirs)
     if backend == "vllm":
         settings.pop("seed")  # speculators takes the seed inside sampling params
     if settings["long_prompts"] == "drop":  # the default: runs answered before it existed keep their inputs
