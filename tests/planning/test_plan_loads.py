@@ -115,6 +115,13 @@ def test_on_a_gpu_host_regenerate_asks_a_plain_server_that_also_measures_the_bas
                                  "the target with the trained draft: evaluate"]
     assert loads(default, 0) == ["the target, capturing hidden states: regenerate, extract",
                                  "the target with the trained draft: evaluate"]
+    # where evaluation loads no target alone (off, hf, or the extraction server's rate), a plain server would be a
+    # load more (18 minutes at Kimi's size): the extraction server answers
+    for evaluate in ({"enabled": False}, {"backend": "hf"}, {"backend": None, "baseline_server": False}):
+        quiet = Run("mla", mla_workdir(tmp_path / str(len(str(evaluate))), backend="vllm", parity={"serve": False},
+                                       evaluate=evaluate))
+        assert regenerate_server(quiet, 1)[0] == "extraction", evaluate
+        assert loads(quiet, 1)[0] == "the target, capturing hidden states: regenerate, extract"
     said = Run("mla", mla_workdir(tmp_path / "own", backend="vllm", parity={"serve": False},
                                   evaluate={"backend": None, "enabled": False}, regenerate={"server": "own"}))
     assert regenerate_server(said, 0) == ("own", f"{said.label}: regenerate.server")

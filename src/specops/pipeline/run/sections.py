@@ -146,8 +146,8 @@ class RegenerateSettings(_Strict):
     # vllm: the server the answers come from. extraction: the run's extraction server (one load for regenerate and
     # extract; vLLM's hidden-states connector writes every request's prompt states, so it answers slower: 68 a second
     # on an H100 with the GPU 2-6 % busy); own: a plain server of the target alone, which also measures evaluation's
-    # baseline (the target alone) before it stops, so evaluate needs no load for it; null: own on a GPU host, the
-    # extraction server on a CPU host
+    # baseline (the target alone) before it stops, so evaluate needs no load for it; null: own on a GPU host whose
+    # evaluation loads the target alone anyway (vllm, baseline_server), else the extraction server (never a load more)
     server: Literal["extraction", "own"] | None = None
 
     @property

@@ -91,10 +91,13 @@ def regenerate_server(run: Run, gpus: int) -> tuple[str, str]:
     """Which server regenerate's vllm backend asks (`own` or `extraction`), and why (the settings' origin)."""
     if run.config.regenerate.server is not None:
         return run.config.regenerate.server, f"{run.label}: regenerate.server"
-    if gpus > 0:
-        return "own", ("a GPU host: the extraction server writes every request's prompt states (68 answers a second "
-                       "on an H100, the GPU 2-6 % busy); a plain server answers and measures evaluation's baseline")
-    return "extraction", "a CPU host: one load for regenerate and extract"
+    if gpus > 0 and run.config.evaluate.enabled and (run.config.evaluate.backend or run.config.backend) == "vllm" \
+            and run.config.evaluate.heldout_prompts and baseline_server(run, gpus)[0]:
+        return "own", ("a GPU host whose evaluation loads the target alone anyway: a plain server answers (the "
+                       "extraction server writes every request's prompt states: 68 answers a second on an H100, the "
+                       "GPU 2-6 % busy) and measures evaluation's baseline in that load's place")
+    return "extraction", ("a CPU host: one load for regenerate and extract" if gpus == 0 else
+                          "a GPU host whose evaluation needs no target-alone server: a plain one would be a load more")
 
 
 def _checked(value: str, flag: str) -> str:
